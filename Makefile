@@ -1,0 +1,108 @@
+# skpo - one Makefile: libskpo.a from core/, one binary per tools/<name>/ into
+# bin/skpo-<name>, unit tests from tests/unit/test_*.c. CUDA sources
+# (core/cuda/*.cu) are compiled when nvcc is on the PATH; `make CUDA=0` forces
+# a CPU-only build. See README.md for the user-facing targets.
+
+CC      ?= cc
+NVCC    ?= nvcc
+BUILD   ?= build
+SAN     ?=
+OPT     ?= -O2
+CUDA_HOME ?= /usr/local/cuda
+
+ifeq ($(origin CUDA), undefined)
+  CUDA := $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+endif
+
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+
+WARN    = -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS  += $(OPT) -g -std=gnu11 -fopenmp -fno-fast-math $(WARN) -Icore -I/usr/include/x86_64-linux-gnu/openblas-pthread $(MPI_CFLAGS) $(SAN)
+LDLIBS  += -lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread $(MPI_LIBS)
+LDFLAGS += -fopenmp $(SAN)
+
+ifeq ($(CUDA),1)
+  CFLAGS    += -DSKPO_HAVE_CUDA -I$(CUDA_HOME)/include
+  NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-fPIC \
+               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=compute_90
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  CU_SRC    := $(wildcard core/cuda/*.cu)
+  CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+endif
+
+CORE_SRC := $(wildcard core/*.c core/cpu/*.c)
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+LIB      := $(BUILD)/libskpo.a
+
+TOOL_DIRS := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/main.c))))
+TOOLS     := $(TOOL_DIRS:%=bin/skpo-%)
+
+TEST_SRC  := $(wildcard tests/unit/test_*.c)
+TESTS     := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps test test-long demo bench asan fuzz clean tools tests gpu-test
+.SECONDARY:
+
+all: $(TOOLS) $(TESTS)
+tools: $(TOOLS)
+tests: $(TESTS)
+
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+.SECONDEXPANSION:
+bin/skpo-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIB)
+	@mkdir -p bin
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+-include $(CORE_OBJ:.o=.d)
+
+deps:
+	@sh scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@sh tests/run.sh
+
+test-long: deps
+	@$(MAKE) --no-print-directory all
+	@SKPO_TEST_LONG=1 sh tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@sh pipelines/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@sh bench/run.sh
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in a
+# separate build tree so it never mixes with the normal objects.
+asan: deps
+	@$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	@SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh
+
+fuzz: deps
+	@sh tests/fuzz/run.sh $${FUZZ_SECONDS:-600}
+
+gpu-test:
+	@sh tests/gpu/run.sh
+
+clean:
+	rm -rf build build-asan build-fuzz bin/skpo-*

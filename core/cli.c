@@ -1,0 +1,115 @@
+/*
+ * cli.c - see cli.h.
+ */
+#include "cli.h"
+#include "common.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_help(const char *synopsis, const char *about, const skpo_opt *opts) {
+    printf("usage: %s %s\n", skpo_progname(), synopsis);
+    if (about && *about) printf("\n%s\n", about);
+    printf("\noptions:\n");
+    for (const skpo_opt *o = opts; o && o->type != SKPO_OPT_END; o++) {
+        char left[80];
+        int n = 0;
+        if (o->shortname) n = snprintf(left, sizeof left, "-%c, ", o->shortname);
+        else n = snprintf(left, sizeof left, "    ");
+        if (o->type == SKPO_OPT_FLAG) snprintf(left + n, sizeof left - (size_t)n, "--%s", o->name);
+        else snprintf(left + n, sizeof left - (size_t)n, "--%s %s", o->name, o->arg ? o->arg : "X");
+        printf("  %-28s %s\n", left, o->help ? o->help : "");
+    }
+    printf("  %-28s %s\n", "-h, --help", "show this help and exit");
+}
+
+void skpo_cli_usage_error(const char *synopsis, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", skpo_progname());
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr, "usage: %s %s\n", skpo_progname(), synopsis);
+    exit(SKPO_EXIT_USAGE);
+}
+
+static const skpo_opt *find(const skpo_opt *opts, const char *name, size_t len, char sh) {
+    for (const skpo_opt *o = opts; o && o->type != SKPO_OPT_END; o++) {
+        if (sh && o->shortname == sh) return o;
+        if (!sh && strlen(o->name) == len && !strncmp(o->name, name, len)) return o;
+    }
+    return NULL;
+}
+
+static void set(const char *syn, const skpo_opt *o, const char *val) {
+    switch (o->type) {
+    case SKPO_OPT_FLAG: *(int *)o->dest = 1; break;
+    case SKPO_OPT_INT: {
+        long v;
+        if (skpo_parse_long(val, (long)o->min, (long)o->max, &v))
+            skpo_cli_usage_error(syn, "--%s: '%s' is not an integer in [%ld, %ld]", o->name, val, (long)o->min, (long)o->max);
+        *(long *)o->dest = v;
+        break;
+    }
+    case SKPO_OPT_DOUBLE: {
+        double v;
+        if (skpo_parse_double(val, o->min, o->max, &v))
+            skpo_cli_usage_error(syn, "--%s: '%s' is not a number in [%g, %g]", o->name, val, o->min, o->max);
+        *(double *)o->dest = v;
+        break;
+    }
+    case SKPO_OPT_STR: *(const char **)o->dest = val; break;
+    case SKPO_OPT_LIST: {
+        skpo_strlist *l = o->dest;
+        if (l->n >= (int)(sizeof l->v / sizeof l->v[0])) skpo_cli_usage_error(syn, "--%s: too many values", o->name);
+        l->v[l->n++] = val;
+        break;
+    }
+    case SKPO_OPT_END: break;
+    }
+}
+
+int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv) {
+    int npos = 0;
+    char **pos = skpo_xcalloc((size_t)argc + 1, sizeof *pos);
+    int only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
+            pos[npos++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) { only_pos = 1; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            print_help(synopsis, about, opts);
+            free(pos);
+            exit(SKPO_EXIT_OK);
+        }
+        const skpo_opt *o;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            o = find(opts, name, len, 0);
+            if (!o) skpo_cli_usage_error(synopsis, "unknown option '--%.*s'", (int)len, name);
+            if (eq) val = eq + 1;
+        } else {
+            if (a[2]) skpo_cli_usage_error(synopsis, "unknown option '%s'", a);
+            o = find(opts, NULL, 0, a[1]);
+            if (!o) skpo_cli_usage_error(synopsis, "unknown option '%s'", a);
+        }
+        if (o->type == SKPO_OPT_FLAG) {
+            if (val) skpo_cli_usage_error(synopsis, "--%s takes no value", o->name);
+        } else if (!val) {
+            if (i + 1 >= argc) skpo_cli_usage_error(synopsis, "--%s needs a value", o->name);
+            val = argv[++i];
+        }
+        set(synopsis, o, val);
+    }
+    for (int i = 0; i < npos; i++) argv[1 + i] = pos[i];
+    argv[1 + npos] = NULL;
+    free(pos);
+    return npos;
+}

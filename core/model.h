@@ -1,0 +1,98 @@
+/*
+ * model.h - the policy: a decoder-only transformer of the Qwen2 / Llama
+ * families, loaded from and saved to Hugging Face checkpoint folders.
+ *
+ * Three uses share one set of weights:
+ *   inference  skpo_model_step() appends tokens of many sequences to a paged KV
+ *              cache (kvcache.h) and returns next-token logits (sampler);
+ *   scoring    skpo_model_logprobs() gives per-token log-probs of given tokens;
+ *   training   skpo_model_train_forward()/..._backward() compute log-probs and
+ *              accumulate d(loss)/d(params) from d(loss)/d(logp).
+ * The math is in model.c; matrix products and kernels go through the backend
+ * ops (ops.h), CPU reference first. All compute is float32 on CPU.
+ */
+#ifndef SKPO_MODEL_H
+#define SKPO_MODEL_H
+
+#include "common.h"
+#include "config.h"
+#include "kvcache.h"
+
+#include <stdint.h>
+
+typedef enum skpo_device { SKPO_DEV_CPU = 0, SKPO_DEV_CUDA = 1 } skpo_device;
+typedef enum skpo_dtype { SKPO_DT_F32 = 0, SKPO_DT_BF16 = 1, SKPO_DT_F16 = 2 } skpo_dtype;
+
+typedef struct skpo_model skpo_model;
+
+// --- load / save -----------------------------------------------------------------
+
+typedef struct skpo_model_opts {
+    skpo_device device;
+    int trainable;   // allocate gradients and keep activations for backward
+    int threads;     // 0 = OpenMP default
+} skpo_model_opts;
+
+// Load config.json + model.safetensors or a sharded index from dir.
+skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_model **out, skpo_err *err);
+void skpo_model_free(skpo_model *m);
+const skpo_config *skpo_model_config(const skpo_model *m);
+// dtype the checkpoint was stored in (what a save keeps by default).
+skpo_dtype skpo_model_src_dtype(const skpo_model *m);
+// Write config.json + model.safetensors (sharded above shard_bytes, 0 = 4 GiB)
+// into an existing directory, with HF tensor names.
+skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err);
+
+// --- inference over a paged KV cache ------------------------------------------------
+
+// A KV cache shaped for this model with room for max_tokens positions.
+skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err);
+
+// For each i < nseq: append toks[off[i] .. off[i+1]) to sequence seq[i] of kv
+// (prefill when several, decode when one) and write the logits of its last new
+// token to logits + i * vocab_size. All sequences advance in one batched pass.
+// Fails with SKPO_ERANGE when the cache is full or a position exceeds
+// max_position_embeddings (nothing is appended then).
+skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
+                            const int32_t *toks, const int *off, float *logits, skpo_err *err);
+
+// --- scoring and training ---------------------------------------------------------
+
+// One sequence: ids[0..n) is prompt ++ response; tokens ids[start..n) are scored
+// (start >= 1). Output arrays hold n - start values per sequence, concatenated.
+typedef struct skpo_seq {
+    const int32_t *ids;
+    int n;
+    int start;
+} skpo_seq;
+
+// log softmax(logits / temperature)[ids[t]] for every scored token.
+// entropy (nullable): entropy of softmax(logits / temperature) at each scored token.
+skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature,
+                                float *logp, float *entropy, skpo_err *err);
+
+// Training pass (model loaded with trainable = 1): like logprobs, but keeps what
+// backward needs. backward takes dL/dlogp (and dL/dentropy, nullable) for the
+// same scored tokens and ADDS the parameter gradients into each param's grad.
+skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature,
+                                     float *logp, float *entropy, skpo_err *err);
+skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
+void skpo_model_zero_grad(skpo_model *m);
+
+// --- parameters -----------------------------------------------------------------------
+
+// A named parameter tensor with float32 master data and gradient (host memory
+// on CPU). Names are the HF tensor names ("model.layers.0.self_attn.q_proj.weight").
+typedef struct skpo_param {
+    const char *name;
+    float *data;
+    float *grad;       // NULL unless trainable
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+} skpo_param;
+
+// Array of all parameters (owned by the model); returns the count.
+int skpo_model_params(skpo_model *m, skpo_param **params);
+
+#endif

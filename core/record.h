@@ -1,0 +1,212 @@
+/*
+ * record.h - skpo record streams: the one schema and the one I/O layer.
+ *
+ * Stream format
+ *   A stream is a sequence of zstd frames (concatenation of streams is a valid
+ *   stream). Decompressed, it is back-to-back msgpack maps with string keys, one
+ *   map per record. `zstd -dc f | msgpack2json -c` works without our tools.
+ *   Writers end each frame with a checksum on close and flush (ZSTD_e_flush) at
+ *   least every SKPO_FLUSH_RECORDS records or SKPO_FLUSH_MS milliseconds, and on
+ *   skpo_writer_flush(), so a consumer in a pipe is never starved.
+ *   Every record has a string field `kind`. A tool that writes a stream first
+ *   writes a `meta` record carrying `schema` = SKPO_SCHEMA_VERSION; a reader
+ *   that meets a meta record of another major version fails naming the stream.
+ *
+ * Values
+ *   Token ids are msgpack bin holding little-endian int32; per-token floats are
+ *   bin holding little-endian float32. Other values keep their msgpack type.
+ *   Fields and kinds a tool does not know pass through unchanged (nested maps
+ *   and arrays are kept as raw msgpack bytes).
+ *
+ * Schema: the table skpo_schema[] (record.c) is the single definition of field
+ * names and types; docs/records.md documents it. The reader validates every
+ * schema field's type and that text fields are valid UTF-8.
+ */
+#ifndef SKPO_RECORD_H
+#define SKPO_RECORD_H
+
+#include "common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SKPO_SCHEMA_VERSION 1
+#define SKPO_FLUSH_RECORDS 64
+#define SKPO_FLUSH_MS 200
+#define SKPO_MAX_RECORD_BYTES ((size_t)1 << 31) // 2 GiB cap per record
+
+// --- schema ----------------------------------------------------------------
+
+// Field value types in the schema.
+typedef enum skpo_ftype {
+    SKPO_FT_STR = 1,   // msgpack str, valid UTF-8
+    SKPO_FT_INT,       // msgpack int
+    SKPO_FT_FLOAT,     // msgpack float (32 or 64) or int
+    SKPO_FT_BOOL,      // msgpack bool
+    SKPO_FT_I32S,      // msgpack bin, little-endian int32 array
+    SKPO_FT_F32S,      // msgpack bin, little-endian float32 array
+    SKPO_FT_ANY,       // anything (maps/arrays, e.g. `argv`, `messages`)
+} skpo_ftype;
+
+typedef struct skpo_field_def {
+    const char *name;
+    skpo_ftype type;
+    const char *doc;
+} skpo_field_def;
+
+// NULL-terminated; defined in record.c. Lookup by name (NULL if unknown).
+extern const skpo_field_def skpo_schema[];
+const skpo_field_def *skpo_schema_find(const char *name);
+
+// Record kinds (values of the `kind` field). Append only.
+#define SKPO_KIND_PROMPT "prompt"
+#define SKPO_KIND_UP "up"
+#define SKPO_KIND_DOWN "down"
+#define SKPO_KIND_FULL "full"
+#define SKPO_KIND_META "meta"
+#define SKPO_KIND_METRICS "metrics"
+#define SKPO_KIND_STATE "state"
+
+// Field names (use these, not string literals, in tools).
+#define F_KIND "kind"
+#define F_SCHEMA "schema"
+#define F_PID "pid"          // str: prompt id (unique in a dataset)
+#define F_UID "uid"          // str: unique id of this record
+#define F_GID "gid"          // str: group id (downstream: the upstream uid; full: pid+step)
+#define F_STEP "step"        // int: training step that produced it
+#define F_POLICY "policy"    // str: checkpoint that sampled it
+#define F_SEED "seed"        // int: sampler seed of this sequence
+#define F_PROMPT "prompt"    // i32s: ids of the conditioning input
+#define F_TOKENS "tokens"    // i32s: response ids
+#define F_LOGP "logp"        // f32s: behaviour log-prob per response token
+#define F_REF_LOGP "ref_logp"// f32s: reference-model log-prob per response token
+#define F_OLD_LOGP "old_logp"// f32s: recomputed old-policy log-probs
+#define F_TEXT "text"        // str: decoded response (prompt records: rendered prompt)
+#define F_FINISH "finish"    // str: "stop" | "length"
+#define F_PROBLEM "problem"  // str
+#define F_ANSWER "answer"    // str: gold answer
+#define F_SOURCE "source"    // str: benchmark/dataset name
+#define F_REWARD "reward"    // float
+#define F_CORRECT "correct"  // bool
+#define F_PRED "pred"        // str: extracted answer
+#define F_ADV "adv"          // float: advantage
+#define F_WEIGHT "weight"    // float: phase weight in the loss
+#define F_CUT "cut"          // int: planned split position t_q (up records)
+#define F_NLL "nll"          // float: mean NLL of the segment (up records)
+
+// --- records in memory ---------------------------------------------------------
+
+typedef enum skpo_vtype {
+    SKPO_V_NIL = 0,
+    SKPO_V_BOOL,
+    SKPO_V_INT,   // stored as int64 (uint64 above INT64_MAX is kept as RAW)
+    SKPO_V_F32,
+    SKPO_V_F64,
+    SKPO_V_STR,
+    SKPO_V_BIN,
+    SKPO_V_RAW,   // any other msgpack value, kept packed
+} skpo_vtype;
+
+typedef struct skpo_value {
+    char *key;        // NUL-terminated, owned
+    skpo_vtype type;
+    bool b;
+    int64_t i;
+    double f;
+    char *data;       // STR (NUL-terminated, len excludes NUL), BIN, RAW bytes; owned,
+    size_t len;       // malloc'd so int32/float32 arrays are suitably aligned
+} skpo_value;
+
+// An ordered map; field order is preserved on output.
+typedef struct skpo_rec {
+    skpo_value *v;
+    size_t n, cap;
+} skpo_rec;
+
+void skpo_rec_init(skpo_rec *r);
+void skpo_rec_clear(skpo_rec *r);   // remove all fields, keep capacity
+void skpo_rec_free(skpo_rec *r);
+void skpo_rec_copy(skpo_rec *dst, const skpo_rec *src); // dst must be initialised
+
+// --- typed access (get) ----------------------------------------------------------
+// Getters return NULL / false when the field is absent or has another type.
+
+const skpo_value *skpo_rec_get(const skpo_rec *r, const char *key);
+const char *skpo_rec_str(const skpo_rec *r, const char *key);             // NUL-terminated
+bool skpo_rec_is_kind(const skpo_rec *r, const char *kind);
+bool skpo_rec_int(const skpo_rec *r, const char *key, int64_t *out);
+bool skpo_rec_float(const skpo_rec *r, const char *key, double *out);      // INT, F32, F64
+bool skpo_rec_bool(const skpo_rec *r, const char *key, bool *out);
+const int32_t *skpo_rec_i32s(const skpo_rec *r, const char *key, size_t *n);
+const float *skpo_rec_f32s(const skpo_rec *r, const char *key, size_t *n);
+
+// --- typed access (set) ----------------------------------------------------------
+// Setters replace an existing field in place (keeping its position) or append.
+
+void skpo_rec_set_str(skpo_rec *r, const char *key, const char *s);
+void skpo_rec_set_strn(skpo_rec *r, const char *key, const char *s, size_t len);
+void skpo_rec_set_int(skpo_rec *r, const char *key, int64_t v);
+void skpo_rec_set_float(skpo_rec *r, const char *key, double v);  // written as float64
+void skpo_rec_set_bool(skpo_rec *r, const char *key, bool v);
+void skpo_rec_set_nil(skpo_rec *r, const char *key);
+void skpo_rec_set_i32s(skpo_rec *r, const char *key, const int32_t *a, size_t n);
+void skpo_rec_set_f32s(skpo_rec *r, const char *key, const float *a, size_t n);
+void skpo_rec_set_raw(skpo_rec *r, const char *key, const void *msgpack, size_t len);
+bool skpo_rec_del(skpo_rec *r, const char *key);
+
+// Check schema types and UTF-8 of str fields. Returns SKPO_ETYPE / SKPO_EFORMAT
+// with a message naming the field.
+skpo_status skpo_rec_validate(const skpo_rec *r, skpo_err *err);
+
+// --- reading -----------------------------------------------------------------------
+
+typedef struct skpo_reader skpo_reader;
+
+// Open a path ("-" = stdin). `name` in messages is the path or "stdin".
+skpo_status skpo_reader_open(const char *path, skpo_reader **out, skpo_err *err);
+skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skpo_err *err);
+// Read the next record into r (cleared first). Returns SKPO_OK, SKPO_EOF at a
+// clean end, or an error whose message reads
+// "<what> at record N (byte offset B)" with N counted from 1 and B the offset
+// in the compressed input where the bad record starts (or the damage is found).
+// After an error the reader is stuck in that error. Records are validated.
+skpo_status skpo_reader_next(skpo_reader *rd, skpo_rec *r, skpo_err *err);
+uint64_t skpo_reader_count(const skpo_reader *rd);   // records returned so far
+const char *skpo_reader_name(const skpo_reader *rd);
+void skpo_reader_close(skpo_reader *rd);
+
+// Convenience: read every record of a file into an array (for small files).
+skpo_status skpo_read_all(const char *path, skpo_rec **recs, size_t *n, skpo_err *err);
+void skpo_recs_free(skpo_rec *recs, size_t n);
+
+// --- writing -----------------------------------------------------------------------
+
+typedef struct skpo_writer skpo_writer;
+
+// Write to an fd (stdout = 1) or to a file atomically (temp + fsync + rename on
+// a successful close; removed on abort). level: zstd level (0 = default 3).
+skpo_status skpo_writer_open_fd(int fd, int level, skpo_writer **out, skpo_err *err);
+skpo_status skpo_writer_open_file(const char *path, int level, skpo_writer **out, skpo_err *err);
+// Append mode for logs (metrics files): a new zstd frame at the end, not atomic.
+skpo_status skpo_writer_open_append(const char *path, int level, skpo_writer **out, skpo_err *err);
+// Write the provenance `meta` record: kind, schema, tool, argv, time, plus any
+// extra fields of `extra` (may be NULL).
+skpo_status skpo_writer_meta(skpo_writer *w, int argc, char **argv, const skpo_rec *extra, skpo_err *err);
+skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err);
+// Make everything written so far readable by a consumer (ZSTD_e_flush + write).
+skpo_status skpo_writer_flush(skpo_writer *w, skpo_err *err);
+// End the frame (checksum), flush, commit the file (atomic mode), free.
+skpo_status skpo_writer_close(skpo_writer *w, skpo_err *err);
+// Free without committing: in file mode the temp file is removed.
+void skpo_writer_abort(skpo_writer *w);
+
+// Write a whole array of records to a file atomically.
+skpo_status skpo_write_all(const char *path, const skpo_rec *recs, size_t n, skpo_err *err);
+
+// --- msgpack encoding of one record (for tools that need bytes) ---------------------
+// Serialise r as a msgpack map into a malloc'd buffer.
+void skpo_rec_pack(const skpo_rec *r, char **buf, size_t *len);
+// Parse one msgpack map; trailing bytes are an error.
+skpo_status skpo_rec_unpack(const char *buf, size_t len, skpo_rec *r, skpo_err *err);
+
+#endif
