@@ -120,7 +120,9 @@ def sft(env, train, a):
         resps = [env.enc(r["solution"]) + [env.eos] for r in batch]
         lps = env.seq_logp(prompts, resps)
         loss = -torch.cat(lps).mean()
-        lr = a.sft_lr * min(1.0, (step + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.sft_steps)))
+        lr = a.sft_lr * min(1.0, (step + 1) / 20)
+        if not a.sft_const:
+            lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.sft_steps))
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
@@ -240,7 +242,7 @@ def main():
     A("--rl-lr", type=float, default=1e-3); A("--temp", type=float, default=1.0); A("--max-new", type=int, default=32)
     A("--mb", type=int, default=1); A("--k", type=int, default=4); A("--eval-every", type=int, default=10)
     A("--lq", type=float, default=24.0); A("--threads", type=int, default=2)
-    A("--direct", type=float, default=0.0)
+    A("--direct", type=float, default=0.0); A("--sft-const", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     gen = torch.Generator().manual_seed(a.seed)
@@ -253,7 +255,7 @@ def main():
     env = Env(a)
     print("params", sum(x.numel() for x in env.model.parameters()))
     t0 = time.time()
-    ck = f"/tmp/proto_sft_{a.seed}_{a.ops}_{a.min_ops}_{a.operand}_{a.kinds}_{a.hidden}_{a.layers}_{a.sft_steps}_{a.sft_lr}_{a.direct}.pt"
+    ck = f"/tmp/proto_sft_{a.seed}_{a.ops}_{a.min_ops}_{a.operand}_{a.kinds}_{a.hidden}_{a.layers}_{a.sft_steps}_{a.sft_lr}_{a.direct}_{a.sft_const}.pt"
     if os.path.exists(ck):
         env.model.load_state_dict(torch.load(ck))
     else:

@@ -13,13 +13,16 @@
 #include <string.h>
 
 static const char synopsis[] =
-    "[--count N] [--seed S] [--split train|test] [--ops N] [--min-ops N] [--max-operand N] [--kinds OPS]";
+    "[--count N] [--seed S] [--split train|test] [--ops N] [--min-ops N] [--max-operand N] [--kinds OPS]\n"
+    "       [--direct P]";
 static const char about[] =
     "Write COUNT distinct arithmetic word problems as JSON lines on stdout: fields id, problem,\n"
     "answer (an integer as a string), solution (worked steps ending 'Answer: N'), source, split.\n"
     "Difficulty: operations per problem (--min-ops..--ops), operand range 1..--max-operand and the\n"
     "operation kinds (--kinds: any of '+' gets, '-' loses, '*' doubles/triples). A problem's\n"
-    "arithmetic decides its split, so test problems never occur in train whatever the seeds.";
+    "arithmetic decides its split, so test problems never occur in train whatever the seeds.\n"
+    "--direct P: a share P of solutions state only 'Answer: N' without the worked steps, so a\n"
+    "model warm-started on them mixes two strategies and RL has a choice to learn from reward.";
 
 // Open-addressing set of skeleton keys (dedupe within one output).
 typedef struct keyset {
@@ -35,12 +38,12 @@ static int keyset_add(keyset *s, uint64_t key) {
     }
 }
 
-static void emit(const synth_problem *p, synth_split split) {
+static void emit(const synth_problem *p, synth_split split, int direct) {
     char id[64], ans[32];
     snprintf(id, sizeof id, "synth-%s-%016llx", split == SYNTH_TEST ? "test" : "train", (unsigned long long)p->key);
     snprintf(ans, sizeof ans, "%ld", p->answer);
     json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "problem", p->problem, "answer", ans,
-                          "solution", p->solution, "source", "synth", "split",
+                          "solution", direct ? strstr(p->solution, "Answer: ") : p->solution, "source", "synth", "split",
                           split == SYNTH_TEST ? "test" : "train");
     SKPO_ASSERT(o);
     char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -64,6 +67,7 @@ static void parse_kinds(const char *kinds, synth_opts *o) {
 int main(int argc, char **argv) {
     long count = 100, seed = 1, ops = 2, min_ops = 0, max_operand = 20;
     const char *split = "train", *kinds = "+-";
+    double direct = 0;
     const skpo_opt opts[] = {
         {"count", 'n', SKPO_OPT_INT, &count, 1, 10000000, "N", "number of problems (default 100)"},
         {"seed", 's', SKPO_OPT_INT, &seed, 0, 9e15, "S", "random seed (default 1)"},
@@ -72,6 +76,7 @@ int main(int argc, char **argv) {
         {"min-ops", 0, SKPO_OPT_INT, &min_ops, 1, SYNTH_MAX_OPS, "N", "fewest operations (default: --ops)"},
         {"max-operand", 0, SKPO_OPT_INT, &max_operand, 1, 1000000, "N", "operands in 1..N (default 20)"},
         {"kinds", 0, SKPO_OPT_STR, &kinds, 0, 0, "OPS", "operation kinds, e.g. '+-' or '+-*' (default +-)"},
+        {"direct", 0, SKPO_OPT_DOUBLE, &direct, 0, 1, "P", "share of solutions without worked steps (default 0)"},
         {0},
     };
     if (skpo_cli_parse(synopsis, about, opts, argc, argv) != 0) skpo_cli_usage_error(synopsis, "no arguments expected");
@@ -86,6 +91,7 @@ int main(int argc, char **argv) {
     while (seen.cap < 2 * (size_t)count) seen.cap *= 2;
     seen.k = skpo_xcalloc(seen.cap, sizeof *seen.k);
     uint64_t rng = (uint64_t)seed * 0x2545f4914f6cdd1dULL + 1;
+    uint64_t style_rng = rng ^ 0x5bd1e995u; // own stream: --direct never changes which problems come out
     long misses = 0;
     synth_problem p;
     while ((long)seen.n < count) {
@@ -95,7 +101,7 @@ int main(int argc, char **argv) {
                 skpo_die("only about %zu distinct %s problems exist for these flags, %ld asked", seen.n, split, count);
             continue;
         }
-        emit(&p, o.split);
+        emit(&p, o.split, (double)(synth_rand(&style_rng) >> 11) * 0x1p-53 < direct);
     }
     free(seen.k);
     skpo_close_stdout_or_die();
