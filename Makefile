@@ -62,7 +62,7 @@ $(LIB): $(CORE_OBJ) $(CU_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 .SECONDEXPANSION:
-bin/skpo-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIB)
+bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(LIB)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
