@@ -60,6 +60,10 @@ skpo_tracker *skpo_tracker_new(const skpo_tracker_params *p);
 // or CURRENT does not exist. A malformed or version-mismatched file is an error
 // naming it.
 skpo_status skpo_tracker_load(const char *state_dir, skpo_tracker **out, skpo_err *err);
+// Load the state that is the input of `step` (DIR/state-<step>...), to re-run a
+// step. A folder with no CURRENT yields an empty tracker at that step; a
+// folder whose files no longer include that step is an error.
+skpo_status skpo_tracker_load_step(const char *state_dir, int64_t step, skpo_tracker **out, skpo_err *err);
 // Write DIR/state-<step>.msgpack.zst then DIR/CURRENT atomically (DIR created
 // if needed); remove state files older than the previous one.
 skpo_status skpo_tracker_save(skpo_tracker *t, const char *state_dir, skpo_err *err);
