@@ -139,6 +139,7 @@ void skpo_tracker_free(skpo_tracker *t) {
 const skpo_tracker_params *skpo_tracker_get_params(const skpo_tracker *t) { return &t->p; }
 int64_t skpo_tracker_step(const skpo_tracker *t) { return t->step; }
 void skpo_tracker_set_step(skpo_tracker *t, int64_t step) { t->step = step; }
+void skpo_tracker_set_params(skpo_tracker *t, const skpo_tracker_params *p) { t->p = *p; }
 size_t skpo_tracker_size(const skpo_tracker *t) { return t->n; }
 int skpo_tracker_seen(const skpo_tracker *t, const char *pid) { return find(t, pid) != NULL; }
 
