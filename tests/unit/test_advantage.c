@@ -14,10 +14,10 @@ static void grpo_one_correct_of_eight_matches_spec(void) {
     CHECK(skpo_adv_group(r, 8, 1, 1e-6, a) == 0);
     CHECK_NEAR(a[0], 2.474870, 5e-6);
     CHECK_NEAR(a[1], -0.353553, 5e-7);
-    r[0] = -1; r[7] = 1; // seven correct mirrors one correct
-    for (int i = 0; i < 8; i++) r[i] = -r[i];
+    for (int i = 0; i < 8; i++) r[i] = -r[i]; // seven correct mirrors one correct
     skpo_adv_group(r, 8, 1, 1e-6, a);
     CHECK_NEAR(a[0], -2.474870, 5e-6);
+    CHECK_NEAR(a[7], 0.353553, 5e-7);
 }
 
 static void grpo_four_correct_of_eight_matches_spec(void) {
