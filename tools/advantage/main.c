@@ -93,6 +93,9 @@ static void append_metrics(const char *path, const skpo_rec *metrics) {
 }
 
 int main(int argc, char **argv) {
+    // skpo_cli_parse reorders argv; the meta record wants it as typed
+    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
+    memcpy(orig, argv, (size_t)argc * sizeof *orig);
     args a;
     parse(argc, argv, &a);
     skpo_adv_opts o;
@@ -110,7 +113,7 @@ int main(int argc, char **argv) {
     int64_t dropped;
     if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
-    write_out(argc, argv, recs, n, keep, &metrics);
+    write_out(argc, orig, recs, n, keep, &metrics);
     if (a.metrics) append_metrics(a.metrics, &metrics);
     skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
     if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);
@@ -118,5 +121,6 @@ int main(int argc, char **argv) {
     skpo_rec_free(&metrics);
     skpo_recs_free(recs, n);
     free(keep);
+    free(orig);
     return 0;
 }

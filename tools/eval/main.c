@@ -139,8 +139,9 @@ static int sel_all(const problem *p, const char *key) { return 1; }
 static void print_row(FILE *f, const gstats *g, int header) {
     if (header) {
         fprintf(f, "%-24s %8s %6s %9s", "group", "problems", "k", "mean@k");
-        for (int k = 0; k < g->nk; k++) fprintf(f, " %7s%-3ld", "pass@", g->ks[k]);
-        for (int k = 0; k < g->nk; k++) fprintf(f, " %7s%-3ld", "maj@", g->ks[k]);
+        char h[32];
+        for (int k = 0; k < g->nk; k++) { snprintf(h, sizeof h, "pass@%ld", g->ks[k]); fprintf(f, " %10s", h); }
+        for (int k = 0; k < g->nk; k++) { snprintf(h, sizeof h, "maj@%ld", g->ks[k]); fprintf(f, " %10s", h); }
         fputc('\n', f);
     }
     fprintf(f, "%-24s %8zu %6ld %9.2f", g->name, g->problems, g->kmin, 100 * g->mean);
@@ -216,17 +217,20 @@ int main(int argc, char **argv) {
         {"table", 0, SKPO_OPT_FLAG, &table_out, 0, 0, NULL, "print the table on stdout instead of records"},
         {0},
     };
+    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // cli parsing reorders argv
+    memcpy(orig, argv, (size_t)argc * sizeof *orig);
     int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
     if (strcmp(by, "source") && strcmp(by, "pid")) skpo_cli_usage_error(synopsis, "--by: '%s' is not source or pid", by);
     evalset es = {0};
     if (npos == 0) read_input("-", &es);
     for (int i = 1; i <= npos; i++) read_input(argv[i], &es);
     if (es.np == 0) skpo_die("no full records in the input");
-    report(&es, by, table_out, argc, argv);
+    report(&es, by, table_out, argc, orig);
     for (size_t i = 0; i < es.np; i++) {
         for (long j = 0; j < es.p[i].n; j++) free(es.p[i].pred[j]);
         free(es.p[i].pred); free(es.p[i].ok); free(es.p[i].pid); free(es.p[i].source);
     }
     free(es.p);
+    free(orig);
     return 0;
 }
