@@ -29,7 +29,7 @@ typedef struct args {
     const char *mode, *state, *metrics, *input;
     long step, group;
     double w_up, w_down, tau, rho_min, rho_max, eps, len_init;
-    int norm_down;
+    int norm_down, summary;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
@@ -48,6 +48,7 @@ static void parse(int argc, char **argv, args *a) {
         {"rho-max", 0, SKPO_OPT_DOUBLE, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"},
         {"eps", 0, SKPO_OPT_DOUBLE, &a->eps, 0, 1e6, "E", "prioritized-sampling weight floor (default 0.05)"},
         {"len-init", 0, SKPO_OPT_DOUBLE, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"},
+        {"summary", 0, SKPO_OPT_FLAG, &a->summary, 0, 0, NULL, "print the metrics as one key=value line on stderr"},
         {"metrics", 0, SKPO_OPT_STR, &a->metrics, 0, 0, "FILE", "also append the metrics record to FILE"},
         {0},
     };
@@ -85,6 +86,17 @@ static void write_out(int argc, char **argv, const skpo_rec *recs, size_t n, con
     skpo_close_stdout_or_die();
 }
 
+static void print_summary(const skpo_rec *m) {
+    fprintf(stderr, "%s:", skpo_progname());
+    for (size_t i = 0; i < m->n; i++) {
+        const skpo_value *v = &m->v[i];
+        if (v->type == SKPO_V_STR) fprintf(stderr, " %s=%s", v->key, v->data);
+        else if (v->type == SKPO_V_INT) fprintf(stderr, " %s=%lld", v->key, (long long)v->i);
+        else if (v->type == SKPO_V_F64 || v->type == SKPO_V_F32) fprintf(stderr, " %s=%.6g", v->key, v->f);
+    }
+    fputc('\n', stderr);
+}
+
 static void append_metrics(const char *path, const skpo_rec *metrics) {
     skpo_err err = {{0}};
     skpo_writer *w;
@@ -115,6 +127,7 @@ int main(int argc, char **argv) {
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
     write_out(argc, orig, recs, n, keep, &metrics);
     if (a.metrics) append_metrics(a.metrics, &metrics);
+    if (a.summary) print_summary(&metrics);
     skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
     if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);
     skpo_tracker_free(t);
