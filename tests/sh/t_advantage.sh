@@ -77,3 +77,16 @@ t "metrics are appended to the --metrics file" sh -c '
   skpo-advantage --mode spo --state "$0/m" --metrics "$0/metrics.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
   skpo-advantage --mode spo --state "$0/m" --metrics "$0/metrics.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
   [ "$(zstd -dc "$0/metrics.zst" | grep -a -o "skpo-advantage" | wc -l)" = 2 ]' "$TMP/d" "$A"
+
+mkdir -p "$TMP/e"
+M="$FIX/model/qwen2_untied"
+t "with --model a revisit's rho comes from the rescored segment (D = mean |dlogp|)" sh -c '
+  skpo-advantage --mode skpo --state "$0/s" --model "$2" "$1/skpo_step1.msgpack.zst" >/dev/null &&
+  skpo-advantage --mode skpo --state "$0/s" --model "$2" --tau 50 --summary "$1/skpo_step2.msgpack.zst" 2>"$0/err" >/dev/null &&
+  grep -q " rho_mean=0.9339" "$0/err" && grep -q " kl_d_mean=4.932" "$0/err" && grep -q " rho_clip_frac=0 " "$0/err"' "$TMP/e" "$A" "$M"
+t "with --model and the default tau rho sits on rho_min" sh -c '
+  skpo-advantage --mode skpo --state "$0/s" --step 1 --tau 8 --model "$2" --summary "$1/skpo_step2.msgpack.zst" 2>"$0/err" >/dev/null &&
+  grep -q " rho_mean=0.875 " "$0/err" && grep -q " rho_clip_frac=1 " "$0/err"' "$TMP/e" "$A" "$M"
+t "a missing model folder fails before anything is written" sh -c '
+  ! skpo-advantage --mode skpo --state "$0/s2" --model "$0/none" "$1/skpo_step1.msgpack.zst" >"$0/o" 2>/dev/null &&
+  [ ! -s "$0/o" ] && [ ! -e "$0/s2/CURRENT" ]' "$TMP/e" "$A"

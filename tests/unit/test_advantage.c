@@ -5,8 +5,10 @@
 // errors (missing downstream records, NaN and missing rewards, orphans).
 #include "advantage.h"
 #include "harness.h"
+#include "model.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void grpo_one_correct_of_eight_matches_spec(void) {
@@ -306,6 +308,38 @@ static void spo_takes_one_response_per_prompt_with_the_tracker_baseline(void) {
     skpo_tracker_free(t);
 }
 
+// D with a real (tiny, random) checkpoint: stored log-probs offset from the
+// model's own by known amounts give exactly the mean absolute offset, whatever
+// the batching; unscorable segments give 0.
+static void model_divergence_is_mean_abs_logprob_gap(void) {
+    const char *top = getenv("SKPO_TOP");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/model/qwen2_untied", top ? top : ".");
+    skpo_err err = {{0}};
+    skpo_model *m = NULL;
+    skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
+    CHECK_MSG(skpo_model_load(dir, &mo, &m, &err) == SKPO_OK, "%s", err.msg);
+    if (!m) return;
+    int32_t ids1[] = {1, 2, 3, 10, 11, 12, 13}, ids2[] = {5, 6, 40, 41, 42};
+    skpo_seq seqs[2] = {{ids1, 7, 3}, {ids2, 5, 2}};
+    float lp[7];
+    CHECK(skpo_model_logprobs(m, seqs, 2, 1.0f, lp, NULL, &err) == SKPO_OK);
+    float s1[4], s2[3];
+    for (int t = 0; t < 4; t++) s1[t] = lp[t] + (t % 2 ? -0.3f : 0.1f);
+    for (int t = 0; t < 3; t++) s2[t] = lp[4 + t] + 0.5f;
+    skpo_tracker_seg segs[3] = {{ids1 + 3, 4, s1, ids1, 3}, {ids2 + 2, 3, s2, ids2, 2}, {ids2 + 2, 3, s2, NULL, 0}};
+    double D[3] = {9, 9, 9}, D1[3] = {9, 9, 9};
+    skpo_adv_model_ctx c = {m, 1.0f, 0};
+    CHECK(skpo_adv_model_divergence(&c, segs, 3, D, &err) == SKPO_OK);
+    c.max_tokens = 1; // one sequence per batch
+    CHECK(skpo_adv_model_divergence(&c, segs, 3, D1, &err) == SKPO_OK);
+    CHECK_NEAR(D[0], 0.2, 1e-6);
+    CHECK_NEAR(D[1], 0.5, 1e-6);
+    CHECK(D[2] == 0.0);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(D1[i], D[i], 1e-6);
+    skpo_model_free(m);
+}
+
 int main(void) {
     RUN(grpo_one_correct_of_eight_matches_spec);
     RUN(grpo_four_correct_of_eight_matches_spec);
@@ -321,5 +355,6 @@ int main(void) {
     RUN(down_record_without_its_up_record_is_an_error);
     RUN(dapo_drops_groups_whose_rewards_are_all_equal);
     RUN(spo_takes_one_response_per_prompt_with_the_tracker_baseline);
+    RUN(model_divergence_is_mean_abs_logprob_gap);
     return TEST_SUMMARY();
 }
