@@ -505,6 +505,9 @@ skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo
     step_stats s;
     memset(&s, 0, sizeof s);
     skpo_status st = o->mode == SKPO_ADV_SKPO ? index_skpo(recs, n, &b, err) : index_full(recs, n, &b, err);
+    if (!st && b.ng == 0)
+        st = skpo_err_set(err, SKPO_ENOTFOUND, "no %s records in the input (is --mode %s right?)",
+                          o->mode == SKPO_ADV_SKPO ? "up" : "full", skpo_adv_mode_name(o->mode));
     if (!st) st = check_sizes(&b, recs, o, err);
     gvals *gv = skpo_xcalloc(b.ng + 1, sizeof *gv);
     double *rho = skpo_xcalloc(b.ng + 1, sizeof *rho);

@@ -55,6 +55,8 @@ t "truncated input fails and keeps the state" fails_keeping_state "$TMP/c/trunc.
 t "stdout that cannot be written fails before the state is saved" sh -c '
   ! skpo-advantage --mode skpo --state "$0/s" "$1/skpo_step2.msgpack.zst" >/dev/full 2>/dev/null &&
   [ "$(cat "$0/s/CURRENT")" = state-000001.msgpack.zst ] && [ ! -e "$0/s/state-000002.msgpack.zst" ]' "$TMP/c" "$A"
+t "a step with no records of the mode fails" \
+  fails_keeping_state "$A/skpo_step1.msgpack.zst" "no full records in the input (is --mode spo right?)" --mode spo
 t "group of the wrong size fails in grpo mode" \
   fails_keeping_state "$A/grpo_full.msgpack.zst" "has 8 full records, expected 4" --mode grpo --group 4
 
