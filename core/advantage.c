@@ -391,8 +391,11 @@ static skpo_status rhos(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, 
         s->revisits++;
         if (o->divergence && skpo_tracker_last_seg(t, pid, &segs[ns]) && segs[ns].logp && segs[ns].prompt)
             which[ns++] = k;
-        else if (o->divergence) // treated as D = 0, like a first visit
-            rho[k] = skpo_tracker_rho(t, 0.0, NULL);
+        else if (o->divergence) { // nothing to rescore: D = 0, like a first visit
+            int clipped;
+            rho[k] = skpo_tracker_rho(t, 0.0, &clipped);
+            s->rho_clipped += clipped;
+        }
     }
     double *D = skpo_xcalloc(ns + 1, sizeof *D);
     skpo_status st = ns ? o->divergence(o->div_ctx, segs, ns, D, err) : SKPO_OK;

@@ -131,7 +131,6 @@ static void group_stats(const evalset *es, int (*sel)(const problem *, const cha
 }
 
 static int sel_source(const problem *p, const char *key) { return strcmp(p->source, key) == 0; }
-static int sel_pid(const problem *p, const char *key) { return strcmp(p->pid, key) == 0; }
 static int sel_all(const problem *p, const char *key) { return 1; }
 
 // --- output -----------------------------------------------------------------------------
@@ -194,17 +193,21 @@ static void report(const evalset *es, const char *by, int table_out, int argc, c
         skpo_die("%s", err.msg);
     long last_k = -1;
     size_t nsrc = 0;
+    int by_pid = strcmp(by, "pid") == 0;
     for (size_t i = 0; i < es->np; i++) {
         const problem *p = &es->p[i];
-        int first = 1; // each source / pid once, in order of first appearance
-        for (size_t j = 0; j < i && first; j++)
-            first = strcmp(strcmp(by, "pid") ? es->p[j].source : es->p[j].pid, strcmp(by, "pid") ? p->source : p->pid) != 0;
+        if (by_pid) { // problems are unique by pid: a one-problem view
+            evalset one = {(problem *)p, 1, 1};
+            emit(&one, sel_all, p->pid, by, table, w, &last_k);
+            continue;
+        }
+        int first = 1; // each source once, in order of first appearance
+        for (size_t j = 0; j < i && first; j++) first = strcmp(es->p[j].source, p->source) != 0;
         if (!first) continue;
         nsrc++;
-        if (strcmp(by, "pid") == 0) emit(es, sel_pid, p->pid, by, table, w, &last_k);
-        else emit(es, sel_source, p->source, by, table, w, &last_k);
+        emit(es, sel_source, p->source, by, table, w, &last_k);
     }
-    if (nsrc > 1 && strcmp(by, "source") == 0) emit(es, sel_all, "all", by, table, w, &last_k);
+    if (nsrc > 1) emit(es, sel_all, "all", by, table, w, &last_k);
     if (w && skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
     skpo_close_stdout_or_die();
 }
