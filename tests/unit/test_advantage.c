@@ -193,6 +193,37 @@ static void divergence_sets_rho_on_revisits_only(void) {
     skpo_tracker_free(t);
 }
 
+static void norm_down_and_phase_weights_follow_the_options(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.norm_down = 1;
+    o.w_up = 0.3;
+    o.w_down = 0.7;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    double a[16];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_is_kind(&recs[i], SKPO_KIND_DOWN)) {
+            a[k++] = fget(&recs[i], F_ADV);
+            CHECK(fget(&recs[i], F_WEIGHT) == 0.7);
+        }
+    double mean = 0;
+    for (size_t i = 0; i < k; i++) mean += a[i] / (double)k;
+    CHECK(k == 16);
+    CHECK_NEAR(mean, 0.0, 1e-12);
+    CHECK_NEAR(skpo_adv_std(a, k), 1.0, 1e-7);
+    CHECK(fget(by_uid(recs, n, "u1"), F_WEIGHT) == 0.3);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
 static skpo_status run_skpo(skpo_rec *recs, size_t n, skpo_err *err) {
     skpo_rec m;
     unsigned char keep[32];
@@ -349,6 +380,7 @@ int main(void) {
     RUN(skpo_step_groups_records_in_any_order);
     RUN(skpo_second_visit_uses_the_pre_update_baseline);
     RUN(divergence_sets_rho_on_revisits_only);
+    RUN(norm_down_and_phase_weights_follow_the_options);
     RUN(missing_downstream_record_is_an_error_naming_the_group);
     RUN(nan_reward_is_an_error_naming_the_record);
     RUN(missing_reward_is_an_error);
