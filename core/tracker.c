@@ -263,6 +263,8 @@ static skpo_status load_entry(skpo_tracker *t, const skpo_rec *r, const char *pa
     if ((st = need_float(r, "value", &V, path, err)) || (st = need_float(r, "count", &N, path, err)) ||
         (st = need_float(r, "len", &L, path, err)) || (st = need_float(r, "len_count", &NL, path, err)))
         return st;
+    if (N < 0 || NL < 0 || L < 0)
+        return skpo_err_set(err, SKPO_EFORMAT, "state file '%s': prompt '%s' has a negative count or length", path, pid);
     entry *e = find_or_add(t, pid);
     e->V = V; e->N = N; e->L = L; e->NL = NL;
     skpo_rec_int(r, "visits", &e->visits);
