@@ -301,11 +301,29 @@ static skpo_status load_file(skpo_tracker *t, const char *path, skpo_err *err) {
     return st;
 }
 
-// Name in DIR/CURRENT, NULL (and OK) when there is none.
+// 1 when dir holds a state-*.msgpack.zst file.
+static int has_state_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int found = 0;
+    while (!found && (de = readdir(d)) != NULL) found = parse_state_name(de->d_name) >= 0;
+    closedir(d);
+    return found;
+}
+
+// Name in DIR/CURRENT, NULL (and OK) when there is none. State files without a
+// CURRENT are an error rather than a silent fresh start.
 static skpo_status read_current(const char *dir, char **name, skpo_err *err) {
     *name = NULL;
     char *cur = skpo_path_join(dir, "CURRENT");
-    if (!skpo_path_exists(cur)) { free(cur); return SKPO_OK; }
+    if (!skpo_path_exists(cur)) {
+        free(cur);
+        if (has_state_files(dir))
+            return skpo_err_set(err, SKPO_EFORMAT, "state folder '%s' has state files but no CURRENT (write the name of"
+                                " the latest complete one into %s/CURRENT)", dir, dir);
+        return SKPO_OK;
+    }
     char *data; size_t len;
     skpo_status st = skpo_read_file(cur, &data, &len, err);
     if (st) { free(cur); return st; }

@@ -162,7 +162,7 @@ static void saving_keeps_the_last_two_states_and_a_kept_step_reloads(void) {
     rmdir_all(d);
 }
 
-static void corrupt_current_and_version_mismatch_are_errors_naming_the_file(void) {
+static void corrupt_or_missing_current_and_version_mismatch_are_errors(void) {
     char *d = tmpdir();
     skpo_err err = {{0}};
     char *cur = skpo_path_join(d, "CURRENT");
@@ -183,6 +183,9 @@ static void corrupt_current_and_version_mismatch_are_errors_naming_the_file(void
     CHECK(skpo_tracker_load(d, &u, &err) == SKPO_EFORMAT);
     CHECK(strstr(err.msg, "state-000000") != NULL && strstr(err.msg, "version") != NULL);
     skpo_rec_free(&r);
+    unlink(cur); // state files without CURRENT: not a fresh start
+    CHECK(skpo_tracker_load(d, &u, &err) == SKPO_EFORMAT);
+    CHECK(strstr(err.msg, "no CURRENT") != NULL);
     free(st);
     free(cur);
     rmdir_all(d);
@@ -198,6 +201,6 @@ int main(void) {
     RUN(empty_folder_loads_as_step_zero);
     RUN(state_round_trips_values_segments_and_params);
     RUN(saving_keeps_the_last_two_states_and_a_kept_step_reloads);
-    RUN(corrupt_current_and_version_mismatch_are_errors_naming_the_file);
+    RUN(corrupt_or_missing_current_and_version_mismatch_are_errors);
     return TEST_SUMMARY();
 }
