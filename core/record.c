@@ -122,6 +122,8 @@ static size_t utf8_bad_at(const unsigned char *s, size_t len) {
 
 // Type check of one value against the schema (NULL def: unknown field, any
 // type). nil is accepted for every field: it means "not known yet".
+bool skpo_utf8_valid(const char *s, size_t n) { return utf8_bad_at((const unsigned char *)s, n) == n; }
+
 static skpo_status check_value(const skpo_field_def *d, const skpo_value *v, skpo_err *err) {
     if (!d || d->type == SKPO_FT_ANY || v->type == SKPO_V_NIL) return SKPO_OK;
     bool ok = false;
@@ -569,8 +571,12 @@ static skpo_status fail(skpo_reader *rd, skpo_status st, uint64_t off, skpo_err 
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     rd->sticky = st;
-    skpo_err_set(&rd->sticky_err, st, "%s at record %llu (byte offset %llu)", what,
-                 (unsigned long long)rd->count + 1, (unsigned long long)off);
+    // name the stream, unless the message already does
+    char quoted[300];
+    snprintf(quoted, sizeof quoted, "'%s'", rd->name);
+    bool named = strstr(what, quoted) != NULL;
+    skpo_err_set(&rd->sticky_err, st, "%s%s%s at record %llu (byte offset %llu)", what, named ? "" : " in ",
+                 named ? "" : quoted, (unsigned long long)rd->count + 1, (unsigned long long)off);
     if (err) *err = rd->sticky_err;
     return st;
 }
@@ -648,11 +654,11 @@ static skpo_status fill(skpo_reader *rd, skpo_err *err) {
 // Clean end of input or one of the truncation errors.
 static skpo_status at_eof(skpo_reader *rd, skpo_err *err) {
     uint64_t end = rd->in_base;
-    if (!rd->any_input) return fail(rd, SKPO_EFORMAT, 0, err, "empty input (no zstd frame) in '%s'", rd->name);
-    if (rd->last_ret != 0) return fail(rd, SKPO_EFORMAT, end, err, "truncated zstd frame in '%s'", rd->name);
+    if (!rd->any_input) return fail(rd, SKPO_EFORMAT, 0, err, "empty input (no zstd frame)");
+    if (rd->last_ret != 0) return fail(rd, SKPO_EFORMAT, end, err, "truncated zstd frame");
     if (msgpack_unpacker_message_size(&rd->mp) > 0)
-        return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "truncated record (%zu bytes of an incomplete msgpack value at end of '%s')",
-                    msgpack_unpacker_message_size(&rd->mp), rd->name);
+        return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "truncated record (%zu bytes of an incomplete msgpack value at the end)",
+                    msgpack_unpacker_message_size(&rd->mp));
     return SKPO_EOF;
 }
 
