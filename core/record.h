@@ -158,6 +158,8 @@ void skpo_rec_set_f32s(skpo_rec *r, const char *key, const float *a, size_t n);
 void skpo_rec_set_raw(skpo_rec *r, const char *key, const void *msgpack, size_t len);
 void skpo_rec_set_f32(skpo_rec *r, const char *key, float v);     // written as float32
 void skpo_rec_set_bin(skpo_rec *r, const char *key, const void *p, size_t len);
+// Copy one value (its key and payload) into r, replacing or appending.
+void skpo_rec_set_value(skpo_rec *r, const skpo_value *v);
 bool skpo_rec_del(skpo_rec *r, const char *key);
 
 // Check schema types and UTF-8 of str fields. Returns SKPO_ETYPE / SKPO_EFORMAT

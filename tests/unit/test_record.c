@@ -485,6 +485,41 @@ static void meta_of_another_schema_names_the_stream(void) {
     bad_value_case(pack_new_schema, "bad.zst' has record schema 2 but this skpo reads schema 1", "at record 3");
 }
 
+// 5 bytes claiming 2^32 - 1 elements must be an error, not a 100 GB
+// allocation inside msgpack-c; also the inputs fuzzing found.
+static void pack_huge_array(msgpack_packer *pk) { msgpack_sbuffer_write(pk->data, "\xdd\xff\xff\xff\xff\x01", 6); }
+static void pack_big_map(msgpack_packer *pk) { msgpack_sbuffer_write(pk->data, "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c", 10); }
+static void pack_deep(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1);
+    pk_str(pk, "deep");
+    for (int i = 0; i < 100; i++) msgpack_pack_array(pk, 1);
+    msgpack_pack_nil(pk);
+}
+static void pack_deep40(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1);
+    pk_str(pk, "deep");
+    for (int i = 0; i < 40; i++) msgpack_pack_array(pk, 1);
+    msgpack_pack_nil(pk);
+}
+
+static void declared_counts_beyond_the_data_are_errors(void) {
+    bad_value_case(pack_huge_array, "malformed msgpack", "at record 3");
+    bad_value_case(pack_big_map, "declares 2702776600 elements", "at record 3");
+    bad_value_case(pack_deep, "nesting deeper", "at record 3");
+    bad_value_case(pack_deep40, "malformed msgpack", "at record 3");
+    static const char crash1[] = "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c";
+    char crash2[35];
+    memset(crash2, 0xdf, 34);
+    crash2[34] = 0x50;
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_err e = {0};
+    CHECK(skpo_rec_unpack(crash1, sizeof crash1 - 1, &r, &e) == SKPO_EFORMAT);
+    CHECK(skpo_rec_unpack(crash2, sizeof crash2, &r, &e) == SKPO_EFORMAT);
+    CHECK(skpo_rec_unpack("\xdd\xff\xff\xff\xff", 5, &r, &e) == SKPO_EFORMAT);
+    skpo_rec_free(&r);
+}
+
 static void error_offset_points_at_the_damaged_frame(void) {
     // two streams back to back; the second one's first record is bad: the
     // offset must be where the second stream starts
@@ -678,6 +713,7 @@ int main(void) {
     RUN(invalid_utf8_in_text_is_an_error);
     RUN(malformed_maps_are_errors);
     RUN(meta_of_another_schema_names_the_stream);
+    RUN(declared_counts_beyond_the_data_are_errors);
     RUN(error_offset_points_at_the_damaged_frame);
     RUN(reader_error_is_sticky);
     RUN(hundred_megabyte_record_round_trips);
