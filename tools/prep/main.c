@@ -47,7 +47,7 @@ typedef struct prep {
 // Canonical text of a JSON scalar or list: numbers as the shortest round-trip
 // decimal with no ".0", lists joined by ", ". NULL for other types.
 static char *value_text(const json_t *v) {
-    char buf[64];
+    char buf[512];
     if (json_is_string(v)) return skpo_xstrndup(json_string_value(v), json_string_length(v));
     if (json_is_integer(v)) {
         snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
@@ -55,7 +55,8 @@ static char *value_text(const json_t *v) {
     }
     if (json_is_real(v)) {
         double d = json_real_value(v);
-        if (d == floor(d) && fabs(d) < 1e15) snprintf(buf, sizeof buf, "%.0f", d);
+        if (d == 0) d = 0; // no "-0"
+        if (isfinite(d) && d == floor(d)) snprintf(buf, sizeof buf, "%.0f", d);
         else
             for (int p = 15; p <= 17; p++) {
                 snprintf(buf, sizeof buf, "%.*g", p, d);
