@@ -357,7 +357,7 @@ static skpo_status parse_normalizer(skpo_tok *t, const json_t *n, const char *pa
 static skpo_status compile_regex(pretok *p, const char *pat, size_t n, int literal, const char *path, skpo_err *err) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     p->re = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
     if (!p->re) {
         PCRE2_UCHAR msg[256];
@@ -560,6 +560,9 @@ static skpo_status parse_vocab(skpo_tok *t, const json_t *vocab, const json_t *a
         a->single_word = jbool(v, "single_word", 0);
         a->normalized = jbool(v, "normalized", !a->special);
         if (a->n == 0) { t->nadded--; free(a->s); continue; }
+        // HF gives an added token that is already in the model vocab the model's id
+        int32_t mid = smap_get(&t->vocab, a->s, a->n);
+        if (mid >= 0) a->id = mid;
         set_token(t, a->id, a->s, a->n);
         t->special[a->id] = (unsigned char)a->special;
         t->added_first[a->normalized ? 1 : 0][(unsigned char)a->s[0]] = 1;
