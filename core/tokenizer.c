@@ -224,7 +224,7 @@ static int utf8_valid(const char *s, size_t n) {
 
 static void buf_put(char **out, size_t *len, size_t *cap, const void *p, size_t n) {
     skpo_xgrow((void **)out, cap, *len + n + 1, 1);
-    memcpy(*out + *len, p, n);
+    if (n) memcpy(*out + *len, p, n);
     *len += n;
     (*out)[*len] = 0;
 }
@@ -928,7 +928,7 @@ static void bpe_word(enc *e, const unsigned char *w, size_t n) {
     wc_ent *x = cache_slot(c, w, n, h);
     if (x->h) {
         if (e->n + x->nids > e->cap) skpo_xgrow((void **)&e->ids, &e->cap, e->n + x->nids, sizeof *e->ids);
-        memcpy(e->ids + e->n, c->ids + x->ioff, x->nids * sizeof *e->ids);
+        if (x->nids) memcpy(e->ids + e->n, c->ids + x->ioff, x->nids * sizeof *e->ids);
         e->n += x->nids;
         return;
     }
@@ -942,7 +942,7 @@ static void bpe_word(enc *e, const unsigned char *w, size_t n) {
     skpo_xgrow((void **)&c->keys, &c->kcap, c->klen + n, 1);
     skpo_xgrow((void **)&c->ids, &c->icap, c->ilen + nids, sizeof *c->ids);
     memcpy(c->keys + c->klen, w, n);
-    memcpy(c->ids + c->ilen, e->ids + start, nids * sizeof *c->ids);
+    if (nids) memcpy(c->ids + c->ilen, e->ids + start, nids * sizeof *c->ids);
     *x = (wc_ent){h, (uint32_t)c->klen, (uint32_t)n, (uint32_t)c->ilen, (uint32_t)nids};
     c->klen += n;
     c->ilen += nids;
