@@ -2,7 +2,8 @@
 """Small tokenizer.json files that exercise the loader's options, with Hugging
 Face `tokenizers` encodings of a fixed set of texts as the reference.
 
-Writes tests/fixtures/tokenizer/tiny/<name>/tokenizer.json and
+Writes tests/fixtures/tokenizer/tiny/<name>/tokenizer.json (+ a tokenizer_config.json
+for two of them) and
 tests/fixtures/tokenizer/tiny/<name>/cases.jsonl ({"text", "ids", "decoded"}),
 with "decoded" = HF decode(ids) (special tokens kept).
   bytelevel-min   256 byte tokens + a few merges + <|endoftext|>/<|im_start|>/<|im_end|>,
@@ -166,6 +167,13 @@ def split_variant(behavior, invert=False, pattern=r"\s+"):
     return base(bpe(v, merges), pre, [])
 
 
+# tokenizer_config.json for eos/bos: the plain-string and the object form
+CONFIGS = {
+    "llama-like": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    "bytelevel-min": {"bos_token": None, "eos_token": {"content": "<|im_end|>", "special": True}},
+}
+
+
 def main():
     made = {
         "bytelevel-min": bytelevel_min(), "llama-like": llama_like(), "prefix-space": prefix_space(),
@@ -181,6 +189,9 @@ def main():
         tok = Tokenizer.from_str(s)
         with open(os.path.join(d, "tokenizer.json"), "w") as f:
             f.write(s)
+        if name in CONFIGS:
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump(CONFIGS[name], f, indent=1)
         with open(os.path.join(d, "cases.jsonl"), "w") as f:
             for t in TEXTS:
                 ids = tok.encode(t, add_special_tokens=False).ids

@@ -67,7 +67,64 @@ static void tiny_tokenizers_match_hf_ids_and_decodes(void) {
     globfree(&g);
 }
 
+static skpo_tok *load_tiny(const char *name) {
+    const char *top = getenv("SKPO_TOP");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/tokenizer/tiny/%s", top ? top : ".", name);
+    skpo_tok *t = NULL;
+    skpo_err e = {0};
+    if (skpo_tok_load(dir, &t, &e) != SKPO_OK) fprintf(stderr, "  %s\n", e.msg);
+    return t;
+}
+
+static void eos_and_bos_come_from_config_and_turn_tokens(void) {
+    skpo_tok *t = load_tiny("llama-like");
+    CHECK(t != NULL);
+    if (!t) return;
+    int32_t eos[8];
+    int n = skpo_tok_eos_ids(t, eos, 8);
+    CHECK(n == 2 && eos[0] == skpo_tok_id(t, "<|eot_id|>") && eos[1] == skpo_tok_id(t, "<|end_of_text|>"));
+    CHECK(skpo_tok_bos_id(t) >= 0 && skpo_tok_bos_id(t) == skpo_tok_id(t, "<|begin_of_text|>"));
+    CHECK(skpo_tok_is_special(t, skpo_tok_bos_id(t)));
+    skpo_tok_free(t);
+    t = load_tiny("bytelevel-min");
+    CHECK(t != NULL);
+    if (!t) return;
+    n = skpo_tok_eos_ids(t, eos, 8);
+    CHECK(n == 2 && eos[0] == skpo_tok_id(t, "<|im_end|>") && eos[1] == skpo_tok_id(t, "<|endoftext|>"));
+    CHECK(skpo_tok_bos_id(t) == -1);
+    CHECK(skpo_tok_vocab_size(t) == skpo_tok_id(t, "<|im_end|>") + 1);
+    skpo_tok_free(t);
+}
+
+// Threads share the tokenizer (and race for its word cache); every thread must
+// get the ids a single thread gets.
+static void concurrent_encodes_agree_with_serial(void) {
+    skpo_tok *t = load_tiny("llama-like");
+    if (!t) SKIP("no tokenizer");
+    const char *text = "Hello world, hello world! 12345 abcabc zzzz <|eot_id|> again and again";
+    int32_t *want;
+    size_t nw;
+    skpo_err e = {0};
+    CHECK(skpo_tok_encode(t, text, strlen(text), 1, &want, &nw, &e) == SKPO_OK);
+    int bad = 0;
+#pragma omp parallel for reduction(+ : bad)
+    for (int i = 0; i < 400; i++) {
+        int32_t *ids;
+        size_t n;
+        skpo_err le = {0};
+        if (skpo_tok_encode(t, text, strlen(text) - (size_t)(i % 3), 1, &ids, &n, &le) != SKPO_OK) { bad++; continue; }
+        if (i % 3 == 0 && (n != nw || memcmp(ids, want, n * sizeof *ids))) bad++;
+        free(ids);
+    }
+    CHECK(bad == 0);
+    free(want);
+    skpo_tok_free(t);
+}
+
 int main(void) {
     RUN(tiny_tokenizers_match_hf_ids_and_decodes);
+    RUN(eos_and_bos_come_from_config_and_turn_tokens);
+    RUN(concurrent_encodes_agree_with_serial);
     return TEST_SUMMARY();
 }
