@@ -103,8 +103,8 @@ char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int a
     for (int i = 0; i < n; i++) {
         const char *r = msgs[i].role;
         if (!r || !msgs[i].content || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))) {
-            skpo_err_set(err, SKPO_EUNSUPPORTED, "message %d: role must be system, user or assistant (got '%s')", i + 1,
-                         r ? r : "(none)");
+            skpo_err_set(err, SKPO_EUNSUPPORTED, "message %d: needs a string content and a role of system, user or "
+                         "assistant (got '%s')", i + 1, r ? r : "(none)");
             return NULL;
         }
     }

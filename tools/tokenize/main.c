@@ -32,6 +32,7 @@ typedef struct opts {
 typedef struct counters {
     double secs;
     size_t bytes, tokens;
+    skpo_err err; // the message a failing line returns points here
 } counters;
 
 static json_t *ids_json(const int32_t *ids, size_t n) {
@@ -43,9 +44,8 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
 static const char *add_ids(const skpo_tok *t, json_t *o, const char *text, size_t len, const opts *op, counters *c) {
     int32_t *ids;
     size_t n;
-    static skpo_err err;
     double t0 = skpo_now();
-    if (skpo_tok_encode(t, text, len, !op->no_special, &ids, &n, &err) != SKPO_OK) return err.msg;
+    if (skpo_tok_encode(t, text, len, !op->no_special, &ids, &n, &c->err) != SKPO_OK) return c->err.msg;
     c->secs += skpo_now() - t0;
     c->bytes += len, c->tokens += n;
     json_object_set_new(o, "ids", ids_json(ids, n));
@@ -82,10 +82,9 @@ static const char *do_chat(const skpo_tok *t, json_t *o, const opts *op, counter
         msgs[i].role = json_string_value(json_object_get(m, "role"));
         msgs[i].content = json_string_value(json_object_get(m, "content"));
     }
-    static skpo_err err;
-    char *text = skpo_chat_render(op->tmpl, msgs, (int)n, !op->no_gen, &err);
+    char *text = skpo_chat_render(op->tmpl, msgs, (int)n, !op->no_gen, &c->err);
     free(msgs);
-    if (!text) return err.msg;
+    if (!text) return c->err.msg;
     json_object_set_new(o, "text", json_string(text));
     const char *bad = add_ids(t, o, text, strlen(text), op, c);
     free(text);
