@@ -19,6 +19,7 @@
 #include <string.h>
 
 #define MAXITEMS 64
+#define VARIANT 0x80000000u // mask bit: this item is one expanded \pm variant
 
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth);
 
@@ -336,23 +337,26 @@ static int items_of(const vctx *c, int id, item *out, int cap) {
         if (npm > 3) return -1;
         for (unsigned m = 0; m < (1u << npm); m++) {
             if (n >= cap) return -1;
-            out[n++] = (item){k, m};
+            out[n++] = (item){k, m | VARIANT};
         }
     }
     return n;
 }
 
+// Set semantics: every gold item is in the prediction and every predicted item
+// is in the gold (a repeated item is harmless, a missing or extra one is not).
 static bool multiset_eq(vctx *c, int g, int p, int depth) {
     item a[MAXITEMS], b[MAXITEMS];
     int na = items_of(c, g, a, MAXITEMS), nb = items_of(c, p, b, MAXITEMS);
-    if (na <= 0 || na != nb) return false;
-    bool used[MAXITEMS] = {0};
+    if (na <= 0 || nb <= 0) return false;
+    bool hit[MAXITEMS] = {0};
     for (int i = 0; i < na; i++) {
         bool found = false;
-        for (int j = 0; j < nb && !found; j++)
-            if (!used[j] && cmp(c, a[i].id, a[i].m, b[j].id, b[j].m, depth + 1)) used[j] = found = true;
+        for (int j = 0; j < nb; j++)
+            if ((!found || !hit[j]) && cmp(c, a[i].id, a[i].m, b[j].id, b[j].m, depth + 1)) hit[j] = found = true;
         if (!found) return false;
     }
+    for (int j = 0; j < nb; j++) if (!hit[j]) return false;
     return true;
 }
 
@@ -393,7 +397,7 @@ static bool struct_eq(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth
     if ((xv && (yv || (y->kind == VN_BRACKET && y->op == 'L'))) || (yv && x->kind == VN_BRACKET && x->op == 'L'))
         return ordered_eq(c, g, p, depth);
     if (is_bag(x) || is_bag(y) || vcount_pm(c, g, 0) || vcount_pm(c, p, 0)) {
-        if ((gm || pm) && !is_bag(x) && !is_bag(y)) return scalar_eq(c, g, gm, p, pm);
+        if (((gm | pm) & VARIANT) && !is_bag(x) && !is_bag(y)) return scalar_eq(c, g, gm, p, pm);
         return multiset_eq(c, g, p, depth);
     }
     if (x->kind == VN_BRACKET || y->kind == VN_BRACKET || x->kind == VN_MATRIX || y->kind == VN_MATRIX ||
@@ -428,6 +432,9 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         return h > 0 && cmp(c, h, gm, p, pm, depth + 1);
     }
     if (y->kind == VN_PERCENT) return cmp(c, g, gm, kid(c, p, 0), pm, depth + 1);
+    bool xe = (x->kind == VN_CONST && x->op == VC_EMPTY) || (x->kind == VN_BRACKET && x->op == 'S' && x->n == 0);
+    bool ye = (y->kind == VN_CONST && y->op == VC_EMPTY) || (y->kind == VN_BRACKET && y->op == 'S' && y->n == 0);
+    if (xe || ye) return xe && ye;
     if (x->kind == VN_TEXT || y->kind == VN_TEXT)
         return x->kind == y->kind && !strcmp(vstr(c, x), vstr(c, y));
     if (x->kind == VN_BASED || y->kind == VN_BASED) {

@@ -241,7 +241,10 @@ double complex veval(const vctx *c, int id, vpoint *p, int depth) {
         case VC_INF: return INFINITY;
         default: return nan_c();
         }
-    case VN_NEG: return -veval(c, k[0], p, depth + 1);
+    case VN_NEG: { // keep +0 imaginary parts: csqrt(-1 - 0i) would be -i
+        a = -veval(c, k[0], p, depth + 1);
+        return cimag(a) == 0 ? CMPLX(creal(a), 0.0) : a;
+    }
     case VN_ADD:
         a = 0;
         for (int i = 0; i < n->n; i++) a += veval(c, k[i], p, depth + 1);
@@ -301,5 +304,13 @@ bool vhas_decimal(const vctx *c, int id, int depth) {
     const vnode *n = &c->nodes[id];
     if (n->kind == VN_NUM && (n->flags & NF_DECIMAL)) return true;
     for (int i = 0; i < n->n; i++) if (vhas_decimal(c, c->kids[n->kid + i], depth + 1)) return true;
+    return false;
+}
+
+bool vhas_kind(const vctx *c, int id, int kind, int depth) {
+    if (id <= 0 || depth > VMAX_DEPTH * 2) return false;
+    const vnode *n = &c->nodes[id];
+    if (n->kind == kind) return true;
+    for (int i = 0; i < n->n; i++) if (vhas_kind(c, c->kids[n->kid + i], kind, depth + 1)) return true;
     return false;
 }

@@ -322,11 +322,21 @@ static bool last_number(const char *t, size_t n, size_t *ns, size_t *ne) {
     return true;
 }
 
+// A phrase with no box anywhere counts only if little follows its line: an
+// "answer is (C)" in the middle of unfinished reasoning is not a final answer.
+static bool near_end(const char *t, size_t a, size_t n) {
+    const char *nl = memchr(t + a, '\n', n - a);
+    size_t rest = 0;
+    for (size_t i = nl ? (size_t)(nl - t) : n; i < n; i++) if (!isspace((unsigned char)t[i])) rest++;
+    return rest < 100;
+}
+
 bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
     box ring[RING];
     int nb = find_boxes(t, n, ring);
     size_t ppos = 0, pcont = 0;
     bool phrase = o->mode == SKPO_VERIFIER_MATH && find_phrase(t, n, &ppos, &pcont);
+    if (phrase && nb == 0 && !near_end(t, pcont, n)) phrase = false;
     if (phrase && (nb == 0 || ppos > ring[nb - 1].start)) {
         if (sentence_answer(t, pcont, n, out, cap)) {
             bool words_only = true;
@@ -349,7 +359,8 @@ bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, siz
         if (ok) {
             vctx *c = skpo_xmalloc(sizeof *c);
             vctx_init(c);
-            ok = vparse(c, tmp, strlen(tmp)) > 0;
+            int r = vparse(c, tmp, strlen(tmp));
+            ok = r > 0 && !vhas_kind(c, r, VN_TEXT, 0);
             free(c);
         }
         if (ok && strlen(tmp) < cap) { memcpy(out, tmp, strlen(tmp) + 1); free(tmp); return true; }

@@ -140,6 +140,7 @@ double complex veval(const vctx *c, int node, vpoint *p, int depth); // NaN if u
 int vcount_pm(const vctx *c, int node, int depth);
 bool vhas_vars(const vctx *c, int node, int depth);
 bool vhas_decimal(const vctx *c, int node, int depth);
+bool vhas_kind(const vctx *c, int node, int kind, int depth);
 
 // --- comparison ----------------------------------------------------------------------
 

@@ -123,6 +123,7 @@ typedef struct lexer {
     vtok *toks;
     int nt, cap;
     bool bad;
+    int envs;               // open \\begin{..} environments
     int depth;              // open ( [ \{ seen: commas there separate items
     size_t single_digit[8]; // positions (in the base frame) of single-digit args
     int nsd;
@@ -426,6 +427,8 @@ static void lex_textgroup(lexer *L, frame *f) {
 static void lex_command(lexer *L, frame *f) {
     const char *s = f->s;
     size_t i = f->i + 1, n = f->n;
+    // "\\frac" (an escaped backslash copied from a string literal) outside a matrix
+    if (i + 1 < n && s[i] == '\\' && isalpha((unsigned char)s[i + 1]) && L->envs == 0) i++;
     if (i >= n) { f->i = i; return; }
     size_t st = i;
     if (isalpha((unsigned char)s[i])) while (i < n && isalpha((unsigned char)s[i])) i++;
@@ -453,12 +456,13 @@ static void lex_command(lexer *L, frame *f) {
         if (e > n || e < j + 2 || !in_list(MATRIX_ENVS, s + j + 1, e - j - 2)) { L->bad = true; return; }
         f->i = e;
         if (name[0] == 'b') {
+            L->envs++;
             emit(L, T_BEGIN);
             if (e - j - 2 == 5 && !memcmp(s + j + 1, "array", 5)) { // column spec
                 while (f->i < n && s[f->i] == ' ') f->i++;
                 if (f->i < n && s[f->i] == '{') f->i = skip_group(s, f->i, n);
             }
-        } else emit(L, T_ENDENV);
+        } else { L->envs--; emit(L, T_ENDENV); }
         return;
     }
     if (in_list(GREEK, name, len)) {

@@ -440,7 +440,14 @@ static int parse_term(parser *P) {
             n = 1;
             continue;
         }
-        if (starts_primary(P)) { x = parse_power(P); if (x < 0) LEAVE(P, -1); f[n++] = x; continue; }
+        if (starts_primary(P)) { // implicit product; words never multiply ("Answer 9")
+            if (P->c->nodes[f[n - 1]].kind == VN_TEXT) LEAVE(P, fail(P));
+            x = parse_power(P);
+            if (x < 0) LEAVE(P, -1);
+            if (P->c->nodes[x].kind == VN_TEXT) LEAVE(P, fail(P));
+            f[n++] = x;
+            continue;
+        }
         break;
     }
     LEAVE(P, n == 1 ? f[0] : mk(P, VN_MUL, f, n));
