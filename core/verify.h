@@ -32,6 +32,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common.h"
+
 #define SKPO_VERIFY_PRED_MAX 2048    // bytes of `pred` kept (NUL included)
 #define SKPO_VERIFY_ANSWER_MAX 4096  // longest extracted answer parsed
 
@@ -75,6 +77,28 @@ bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t p
 // normalize_final_answer of verl's math_dapo into out (NUL-terminated,
 // truncated to cap). Exposed for the fixture test.
 void skpo_verify_dapo_normalize(const char *s, size_t len, char *out, size_t cap);
+
+// --- reward stage (skpo-reward) --------------------------------------------------
+
+typedef struct skpo_rec skpo_rec;
+
+typedef struct skpo_reward_opts {
+    skpo_verify_opts verify;
+    bool zero_one;         // rewards 1/0 instead of +1/-1
+    long overlong_max;     // DAPO soft overlong penalty on len(tokens): L_max (0 = off)
+    long overlong_cache;   //   and L_cache (SKPO.md 4.7)
+    bool keep_truncated;   // finish == "length": keep the verdict (default: wrong, SKPO.md Q3)
+} skpo_reward_opts;
+
+void skpo_reward_opts_default(skpo_reward_opts *o);
+// DAPO's R_len(y) for a response of len tokens (0 when off).
+double skpo_reward_overlong(const skpo_reward_opts *o, long len);
+// If r is a finished rollout (kind down/full), verify its `text` against its
+// `answer` and set `pred` (omitted when no answer was found), `correct` and
+// `reward`; other records are left alone. Sets *changed. A rollout without
+// `text` or `answer` (or without `tokens` under the overlong penalty) is an
+// error naming its uid.
+skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err);
 
 // --- verifier case files (tests/fixtures/verify/cases.jsonl) -------------------
 
