@@ -408,12 +408,20 @@ static bool struct_eq(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth
 
 // --- dispatch ----------------------------------------------------------------------------------
 
-static bool eq_chain_reducible(const vctx *c, int r) {
+// A predicted chain "x = a = b" or "a \approx b" that reduces to one value:
+// returns the operand that is the answer (before the first \approx), or 0.
+static int eq_chain_value(const vctx *c, int r) {
     const vnode *x = &c->nodes[r];
-    for (int i = 0; i < x->n - 1; i++) if (rel_op(c, r, i) != VR_EQ && !(i == 0 && rel_op(c, r, i) == VR_IN)) return false;
-    if (is_name(c, kid(c, r, 0))) return true;
-    for (int i = 0; i < x->n - 1; i++) if (vhas_vars(c, kid(c, r, i), 0)) return false;
-    return true;
+    int last = x->n - 1;
+    for (int i = 0; i < x->n - 1; i++) {
+        int op = rel_op(c, r, i);
+        if (op == VR_APPROX) { last = i; break; }
+        if (op != VR_EQ && !(i == 0 && op == VR_IN)) return 0;
+    }
+    if (last == 0) return is_name(c, kid(c, r, 0)) ? 0 : kid(c, r, 0);
+    if (is_name(c, kid(c, r, 0))) return kid(c, r, last);
+    for (int i = 0; i < last; i++) if (vhas_vars(c, kid(c, r, i), 0)) return 0;
+    return kid(c, r, last);
 }
 
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
@@ -460,7 +468,8 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         return interval_like(c, g) && intervals_eq(c, g, p);
     }
     if (y->kind == VN_REL) {
-        if (eq_chain_reducible(c, p)) return cmp(c, g, gm, kid(c, p, y->n - 1), pm, depth + 1);
+        int v = eq_chain_value(c, p);
+        if (v > 0) return cmp(c, g, gm, v, pm, depth + 1);
         return intervals_eq(c, g, p);
     }
     if ((interval_like(c, g) || interval_like(c, p)) && intervals_eq(c, g, p)) return true;

@@ -64,7 +64,7 @@ enum vfunc {
     VF_ASIN, VF_ACOS, VF_ATAN, VF_SINH, VF_COSH, VF_TANH, VF_LN, VF_LOG, VF_LOGB,
     VF_EXP, VF_ABS, VF_FLOOR, VF_CEIL, VF_FACT, VF_BINOM,
 };
-enum vrelop { VR_EQ = 1, VR_LT, VR_LE, VR_GT, VR_GE, VR_NE, VR_IN };
+enum vrelop { VR_EQ = 1, VR_LT, VR_LE, VR_GT, VR_GE, VR_NE, VR_IN, VR_APPROX };
 
 #define NF_DECIMAL 1   // literal written with a decimal point (an approximation?)
 #define NF_EXACT 2     // q holds the exact value

@@ -82,7 +82,7 @@ static const cmd CMDS[] = {
     {"le", T_REL, VR_LE}, {"leq", T_REL, VR_LE}, {"leqslant", T_REL, VR_LE},
     {"ge", T_REL, VR_GE}, {"geq", T_REL, VR_GE}, {"geqslant", T_REL, VR_GE},
     {"lt", T_REL, VR_LT}, {"gt", T_REL, VR_GT}, {"ne", T_REL, VR_NE}, {"neq", T_REL, VR_NE},
-    {"in", T_REL, VR_IN}, {"approx", T_REL, VR_EQ}, {"colon", T_OP, ':'},
+    {"in", T_REL, VR_IN}, {"approx", T_REL, VR_APPROX}, {"colon", T_OP, ':'},
     {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
     {"pi", T_CONST, VC_PI}, {"emptyset", T_CONST, VC_EMPTY}, {"varnothing", T_CONST, VC_EMPTY},
     {"sin", T_FUNC, VF_SIN}, {"cos", T_FUNC, VF_COS}, {"tan", T_FUNC, VF_TAN},
