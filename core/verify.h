@@ -107,6 +107,7 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
 // 3-byte (invalid UTF-8) encoding so hostile cases stay hostile.
 typedef struct skpo_verify_case {
     char *id, *gold, *response, *kind;
+    char *pred;        // "pred" (expected extracted answer, dapo fixtures), NULL if absent
     size_t glen, rlen;
     bool expect;
 } skpo_verify_case;

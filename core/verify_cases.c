@@ -101,7 +101,8 @@ static int parse_line(const char *p, const char *end, skpo_verify_case *c) {
             char *copy = skpo_xmalloc(val.n + 1);
             memcpy(copy, val.s, val.n + 1);
             char **dst = !strcmp(key.s, "id") ? &c->id : !strcmp(key.s, "gold") ? &c->gold :
-                         !strcmp(key.s, "response") ? &c->response : !strcmp(key.s, "kind") ? &c->kind : NULL;
+                         !strcmp(key.s, "response") ? &c->response : !strcmp(key.s, "kind") ? &c->kind :
+                         !strcmp(key.s, "pred") ? &c->pred : NULL;
             if (dst) { free(*dst); *dst = copy; } else free(copy);
             if (!strcmp(key.s, "gold")) c->glen = val.n;
             if (!strcmp(key.s, "response")) c->rlen = val.n;
@@ -157,7 +158,7 @@ int skpo_verify_cases_load(const char *path, skpo_verify_case **cases, size_t *n
 
 void skpo_verify_cases_free(skpo_verify_case *cases, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        free(cases[i].id); free(cases[i].gold); free(cases[i].response); free(cases[i].kind);
+        free(cases[i].id); free(cases[i].gold); free(cases[i].pred); free(cases[i].response); free(cases[i].kind);
     }
     free(cases);
 }
