@@ -38,9 +38,7 @@ typedef struct seq {
     int finished;
     skpo_rng rng;
     size_t res;             // blocks reserved for this sequence
-    skpo_tok_stream ts;     // stop strings: decoded text so far
-    char *text;
-    size_t tlen, tcap;
+    void *stop;             // state of the text stop hook (NULL: none)
 } seq;
 
 struct skpo_gen {
@@ -102,7 +100,7 @@ void skpo_gen_free(skpo_gen *g) {
     if (!g) return;
     for (int i = 0; i < g->nact; i++) {
         skpo_kv_seq_free(g->o.kv, g->act[i].kv);
-        free(g->act[i].text);
+        if (g->act[i].stop) g->o.stop->close(g->act[i].stop);
     }
     for (size_t i = g->head; i < g->tail; i++) {
         if (g->q[i]->par_state != PAR_NONE && g->q[i]->parent >= 0 && g->q[i]->par_state == PAR_READY)
@@ -211,10 +209,11 @@ void skpo_gen_group_free(skpo_gen_group *gr) {
 static void finish_seq(skpo_gen *g, seq *s) {
     skpo_kv_seq_free(g->o.kv, s->kv);
     g->reserved -= s->res;
-    free(s->text);
-    s->text = NULL;
+    if (s->stop) g->o.stop->close(s->stop);
+    s->stop = NULL;
     s->finished = 1;
-    s->gr->done++;
+    // The prompt blocks stay shared by the samples until the last one ends.
+    if (++s->gr->done == s->gr->n) { g->reserved -= s->gr->par_res; s->gr->par_res = 0; }
 }
 
 static int is_eos(const skpo_gen *g, int32_t t) {
@@ -237,14 +236,10 @@ static void take_token(skpo_gen *g, seq *s, int32_t tok, float lp) {
     r->n++;
     g->st.gen_tokens++;
     if (is_eos(g, tok)) { r->stopped = 1; finish_seq(g, s); return; }
-    if (g->o.n_stops > 0 && g->o.tok) {
-        size_t from = s->tlen;
-        skpo_tok_stream_feed(&s->ts, tok, &s->text, &s->tlen, &s->tcap);
-        if (skpo_stop_find(s->text, s->tlen, from, g->o.stops, g->o.n_stops) >= 0) {
-            r->stopped = 1;
-            finish_seq(g, s);
-            return;
-        }
+    if (s->stop && g->o.stop->feed(s->stop, tok)) {
+        r->stopped = 1;
+        finish_seq(g, s);
+        return;
     }
     if (r->n >= gr->max_new) { finish_seq(g, s); return; }
     s->phase = PH_DECODE;
@@ -261,7 +256,7 @@ static void seq_start(skpo_gen *g, seq *s, group *gr, int sample, int kv, size_t
     g->reserved += res;
     if (sample >= 0) {
         skpo_rng_seed(&s->rng, gr->seeds[sample]);
-        if (g->o.tok) skpo_tok_stream_init(&s->ts, g->o.tok, 1);
+        if (g->o.stop) s->stop = g->o.stop->open(g->o.stop->ctx);
     }
 }
 
@@ -326,8 +321,7 @@ static skpo_status admit(skpo_gen *g, skpo_err *err) {
             if (!added) return SKPO_OK;
         }
         if (gr->started == gr->n) { // every sample holds its own reference now
-            skpo_kv_seq_free(g->o.kv, gr->parent);
-            g->reserved -= gr->par_res;
+            skpo_kv_seq_free(g->o.kv, gr->parent); // its reservation ends with the last sample
             gr->parent = -1;
             gr->par_state = PAR_NONE;
             free(gr->first_logits);
@@ -382,6 +376,8 @@ skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
     st = g->o.step(g->o.step_ctx, g->o.kv, g->kvids, rows, g->toks, g->off, g->logits, err);
     if (st != SKPO_OK) return st;
     g->st.steps++;
+    size_t used = skpo_kv_blocks_used(g->o.kv); // before anything finishing frees blocks
+    if (used > g->st.peak_blocks) g->st.peak_blocks = used;
     // Which rows sample a token: decoders, and prefills that reached the prompt end.
     int *want = skpo_xmalloc((size_t)rows * sizeof *want);
     int32_t *tok = skpo_xmalloc((size_t)rows * sizeof *tok);
@@ -420,8 +416,6 @@ skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
     free(lp);
     if (bad) return skpo_err_set(err, SKPO_ENUMERIC, "model produced NaN/Inf logits");
     retire_finished(g);
-    size_t used = skpo_kv_blocks_used(g->o.kv);
-    if (used > g->st.peak_blocks) g->st.peak_blocks = used;
     return SKPO_OK;
 }
 

@@ -25,8 +25,9 @@
  * already running, so the cache never runs out mid-sequence and nothing is
  * ever preempted. A request that cannot fit even alone is rejected at submit.
  *
- * Stopping: an EOS id (kept as the last token), a stop string in the decoded
- * text (needs a tokenizer; the token completing it is kept as the last token),
+ * Stopping: an EOS id (kept as the last token), a stop condition on the
+ * decoded text (skpo_gen_stop hooks; skpo_gen_stops_new gives stop strings
+ * over a tokenizer; the token completing a stop string is the last token),
  * max_new tokens, or the context limit: a sample of a prompt of P tokens gets
  * at most ctx_limit - P tokens (SKPO.md Q3).
  *
@@ -49,6 +50,15 @@
 typedef skpo_status (*skpo_gen_step_fn)(void *ctx, skpo_kv *kv, const int *seq, int nseq,
                                         const int32_t *toks, const int *off, float *logits, skpo_err *err);
 
+// Stop on decoded text: open() makes the state of one sequence, feed() takes
+// each sampled id and returns 1 when the sequence must stop, close() frees.
+typedef struct skpo_gen_stop {
+    void *(*open)(void *ctx);
+    int (*feed)(void *state, int32_t id);
+    void (*close)(void *state);
+    void *ctx;
+} skpo_gen_stop;
+
 typedef struct skpo_gen_opts {
     skpo_gen_step_fn step;     // the model; skpo_gen_model_step for a skpo_model
     void *step_ctx;            // its first argument (the skpo_model *)
@@ -61,9 +71,7 @@ typedef struct skpo_gen_opts {
     skpo_sample_params sample;
     const int32_t *eos;        // (n_eos) end-of-sequence ids
     int n_eos;
-    const skpo_tok *tok;       // nullable; needed for stop strings
-    const char *const *stops;  // (n_stops) stop strings, matched on decoded text
-    int n_stops;
+    const skpo_gen_stop *stop; // nullable: no text-based stopping
 } skpo_gen_opts;
 
 typedef struct skpo_gen_req {
@@ -126,7 +134,12 @@ skpo_status skpo_gen_run(skpo_gen *g, skpo_err *err);
 
 const skpo_gen_stats *skpo_gen_get_stats(const skpo_gen *g);
 
-// --- model adapter (gen_model.c) ----------------------------------------------------------
+// --- adapters (gen_model.c, gen_stop.c) --------------------------------------------------------
+
+// Stop strings matched on the incrementally decoded text (skip_special = 1)
+// of each sequence. The strings are not copied: they must outlive the result.
+skpo_gen_stop *skpo_gen_stops_new(const skpo_tok *tok, const char *const *stops, int n_stops);
+void skpo_gen_stops_free(skpo_gen_stop *s);
 
 // skpo_gen_step_fn over skpo_model_step; ctx is a skpo_model *.
 skpo_status skpo_gen_model_step(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
