@@ -16,6 +16,8 @@
 
 #include <float.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--state DIR] [--all] [--group G]) [--tokenizer DIR]\n"
@@ -54,6 +56,8 @@ int main(int argc, char **argv) {
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
         {0},
     };
+    char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole
+    memcpy(args, argv, (size_t)(argc + 1) * sizeof *args);
     if (skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYNOPSIS, "unexpected argument");
     sample_cfg_check(&c, SYNOPSIS);
 
@@ -64,11 +68,12 @@ int main(int argc, char **argv) {
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record
     skpo_writer *w;
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
-    sample_write_meta(&c, &job, w, argc, argv);
+    sample_write_meta(&c, &job, w, argc, args);
     if (sample_run(&c, &ro, &job, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job_free(&job);
     skpo_rollout_close(&ro);
+    free(args);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }

@@ -10,6 +10,8 @@
 
 #include <float.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char SYNOPSIS[] =
     "--model DIR [--group G] [--layout skip|continual] [--tokenizer DIR] [--batch N] [--temperature T]\n"
@@ -40,6 +42,8 @@ int main(int argc, char **argv) {
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
         {0},
     };
+    char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole
+    memcpy(args, argv, (size_t)(argc + 1) * sizeof *args);
     if (skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYNOPSIS, "unexpected argument");
     splice_cfg_check(&c, SYNOPSIS);
 
@@ -50,12 +54,13 @@ int main(int argc, char **argv) {
     skpo_writer *w;
     if (skpo_reader_open_fd(0, "stdin", &rd, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
-    if (skpo_writer_meta(w, argc, argv, NULL, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    if (skpo_writer_meta(w, argc, args, NULL, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_flush(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (splice_run(&c, &ro, rd, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     skpo_reader_close(rd);
     skpo_rollout_close(&ro);
+    free(args);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }
