@@ -153,7 +153,9 @@ static skpo_status parse_obj(cfg_ctx *x, json_t *o, skpo_config *c) {
         (st = get_int(x, o, "max_position_embeddings", 0, 2048, 1, INT32_MAX, &c->max_position_embeddings)) ||
         (st = get_int(x, o, "bos_token_id", 0, -1, -1, INT32_MAX, &c->bos_token_id)))
         return st;
-    if ((st = get_num(x, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps))) return st;
+    if ((st = get_num(x, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
+        (st = get_num(x, o, "initializer_range", 0.02, &c->initializer_range)))
+        return st;
     if ((st = get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings))) return st;
     // Qwen2 always has q/k/v bias; Llama only with attention_bias (then o_proj too).
     if (qwen) c->attention_bias = 1;
@@ -216,6 +218,7 @@ skpo_status skpo_config_save(const skpo_config *c, const char *path, const char 
     set_num(o, "rms_norm_eps", c->rms_norm_eps);
     set_num(o, "rope_theta", c->rope_theta);
     json_object_set_new(o, "hidden_act", json_string("silu"));
+    set_num(o, "initializer_range", c->initializer_range > 0 ? c->initializer_range : 0.02);
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     if (!qwen) json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     if (c->rope_llama3) {
