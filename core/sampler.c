@@ -70,18 +70,25 @@ static void select_top(int *idx, int n, int k, const float *p) {
     }
 }
 
-// Inverse CDF over ids in index order (no truncation): the common training case,
-// O(vocab) and no sort.
+// Inverse CDF over ids in index order (no truncation): the common training
+// case, O(vocab) and no sort. Whole blocks below the target are skipped with
+// vectorised block sums; the serial scan inside a block decides the token.
 static int draw_full(const float *p, int n, double sum, double coin) {
     double target = coin * sum, cum = 0;
-    int last = -1;
-    for (int i = 0; i < n; i++) {
-        if (p[i] <= 0) continue;
-        cum += p[i];
-        last = i;
-        if (cum > target) return i;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        double b = 0;
+#pragma omp simd reduction(+ : b)
+        for (int j = 0; j < 64; j++) b += p[i + j];
+        if (cum + b > target) break;
+        cum += b;
     }
-    return last; // rounding left target at the very top
+    for (; i < n; i++) {
+        cum += p[i];
+        if (p[i] > 0 && cum > target) return i;
+    }
+    for (i = n - 1; i > 0 && p[i] <= 0; i--) {} // rounding left target at the very top
+    return i;
 }
 
 // Top-k then top-p over candidates, most likely first.
@@ -120,23 +127,62 @@ static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double 
     return s->idx[kept - 1];
 }
 
+// Unnormalised probabilities exp((logits - m) / T) into prob; returns their sum.
+// The exponential is Cephes expf for x <= 0 (range reduction by ln 2, degree-6
+// minimax polynomial, ~1 ulp), inlined so the vocabulary loop vectorises:
+// glibc's expf is not vectorised without -ffast-math, and sampling a 32k-152k
+// vocabulary is otherwise as slow as a small model's forward pass.
+// no-trapping-math lets GCC if-convert and vectorise the float->int steps; it
+// does not change results (not fast-math: NaN/Inf semantics stay IEEE).
+__attribute__((optimize("no-trapping-math")))
+static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
+#pragma omp simd
+    for (int i = 0; i < V; i++) {
+        float x0 = (logits[i] - m) * inv, x = x0 < -87.0f ? -87.0f : x0;
+        int ni = (int)(x * 1.44269504088896341f - 0.5f); // round to nearest for x <= 0 (SSE2 has no roundps)
+        float n = (float)ni;
+        float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+        float q = 1.9875691500e-4f;
+        q = q * r + 1.3981999507e-3f;
+        q = q * r + 8.3334519073e-3f;
+        q = q * r + 4.1665795894e-2f;
+        q = q * r + 1.6666665459e-1f;
+        q = q * r + 5.0000001201e-1f;
+        q = q * r * r + r + 1.0f;
+        int32_t keep = -(int32_t)(x0 >= -87.0f); // all ones, or 0 to flush to 0 below e^-87
+        union { int32_t i; float f; } sc = {.i = ((ni + 127) << 23) & keep};
+        prob[i] = q * sc.f;
+    }
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < V; i++) sum += prob[i];
+    return sum;
+}
+
+// Largest logit, or NAN when a logit is NaN/+Inf or all are -Inf.
+static float max_checked(const float *x, int n) {
+    float m = -INFINITY;
+    int bad = 0;
+#pragma omp simd reduction(max : m) reduction(| : bad)
+    for (int i = 0; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        bad |= (x[i] != x[i]) | (x[i] == INFINITY);
+    }
+    return bad || m == -INFINITY ? NAN : m;
+}
+
 int skpo_sample(skpo_sampler *s, const float *logits, const skpo_sample_params *sp, double coin, float *logp) {
     SKPO_ASSERT(s && logits && sp && coin >= 0 && coin < 1);
     int V = s->vocab;
-    int best = argmax_checked(logits, V);
-    if (best < 0) return -1;
-    double inv = sp->temperature > 0 ? 1.0 / sp->temperature : 1.0;
-    float m = logits[best];
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        s->prob[i] = (float)exp(((double)logits[i] - m) * inv);
-        sum += s->prob[i];
-    }
+    float m = max_checked(logits, V);
+    if (isnan(m)) return -1;
+    float inv = sp->temperature > 0 ? (float)(1.0 / sp->temperature) : 1.0f;
+    double sum = fill_probs(s->prob, logits, V, m, inv);
     int tok;
-    if (sp->temperature == 0) tok = best;
+    if (sp->temperature == 0) tok = argmax_checked(logits, V);
     else if (sp->top_k == 0 && sp->top_p >= 1) tok = draw_full(s->prob, V, sum, coin);
     else tok = draw_truncated(s, sp, sum, coin);
-    if (logp) logp[0] = (float)(((double)logits[tok] - m) * inv - log(sum));
+    if (logp) logp[0] = (float)((double)((logits[tok] - m) * inv) - log(sum));
     return tok;
 }
 

@@ -87,6 +87,7 @@ static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *
 }
 
 skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *job, skpo_writer *w, skpo_err *err) {
+    double t0 = skpo_now();
     submit_all(c, ro, job);
     skpo_progress prog;
     skpo_progress_init(&prog);
@@ -109,5 +110,14 @@ skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *
                              (unsigned long long)gs->gen_tokens, dt > 0 ? gs->gen_tokens / dt : 0.0);
     }
     skpo_progress_done(&prog);
+    if (c->stats) {
+        const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);
+        double dt = skpo_now() - t0;
+        fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s); prefill %llu tokens; %llu model calls; "
+                "peak KV %zu blocks (%.1f MiB)\n", skpo_progname(), (unsigned long long)gs->gen_tokens, dt,
+                dt > 0 ? gs->gen_tokens / dt : 0.0, (unsigned long long)gs->prefill_tokens,
+                (unsigned long long)gs->steps, gs->peak_blocks,
+                gs->peak_blocks * (double)skpo_kv_bytes_per_block(ro->kv) / (1 << 20));
+    }
     return SKPO_OK;
 }

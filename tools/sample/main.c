@@ -22,7 +22,7 @@
 static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--state DIR] [--all] [--group G]) [--tokenizer DIR]\n"
     "       [--batch N] [--prompts-per-step B] [--shard I/N] [--temperature T] [--top-p P] [--top-k K]\n"
-    "       [--max-tokens N] [--seed S] [--step N] [--stop STR]... [--no-share] [--no-text]";
+    "       [--max-tokens N] [--seed S] [--step N] [--stop STR]... [--no-share] [--no-text] [--stats]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
         {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},
         {"threads", 0, SKPO_OPT_INT, &c.threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"},
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
+        {"stats", 0, SKPO_OPT_FLAG, &c.stats, 0, 0, NULL, "print generated tokens/s and KV use on stderr at the end"},
         {0},
     };
     char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole

@@ -12,7 +12,7 @@ typedef struct sample_cfg {
     skpo_rollout_opts ro;
     const char *prompts, *state, *shard, *policy;
     long n, group, per_step, batch, top_k, seed, step, threads;
-    int segment, all, no_share;
+    int segment, all, no_share, stats;
     skpo_strlist stops;
     int shard_i, shard_n;   // parsed from --shard
 } sample_cfg;
