@@ -20,11 +20,11 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 WARN    = -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS  += $(OPT) -g -std=gnu11 -fopenmp -fno-fast-math $(WARN) -Icore -I/usr/include/x86_64-linux-gnu/openblas-pthread $(MPI_CFLAGS) $(SAN)
 LDLIBS  += -lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread $(MPI_LIBS)
-LDFLAGS += -fopenmp $(SAN)
+LDFLAGS += -fopenmp -Wl,--as-needed $(SAN)
 
 ifeq ($(CUDA),1)
   CFLAGS    += -DSKPO_HAVE_CUDA -I$(CUDA_HOME)/include
-  NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-fPIC \
+  NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings \
                -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
@@ -62,7 +62,7 @@ $(LIB): $(CORE_OBJ) $(CU_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 .SECONDEXPANSION:
-bin/skpo-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/$$*/*.c)) $(LIB)
+bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(LIB)
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 

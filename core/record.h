@@ -93,6 +93,10 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_WEIGHT "weight"    // float: phase weight in the loss
 #define F_CUT "cut"          // int: planned split position t_q (up records)
 #define F_NLL "nll"          // float: mean NLL of the segment (up records)
+#define F_TOOL "tool"        // str: meta: tool that wrote the stream
+#define F_ARGV "argv"        // any: meta: its command line (array of str)
+#define F_TIME "time"        // str: meta: UTC start time, ISO 8601
+#define F_MODEL "model"      // str: meta: model (checkpoint) the tool used
 
 // --- records in memory ---------------------------------------------------------
 
@@ -152,6 +156,8 @@ void skpo_rec_set_nil(skpo_rec *r, const char *key);
 void skpo_rec_set_i32s(skpo_rec *r, const char *key, const int32_t *a, size_t n);
 void skpo_rec_set_f32s(skpo_rec *r, const char *key, const float *a, size_t n);
 void skpo_rec_set_raw(skpo_rec *r, const char *key, const void *msgpack, size_t len);
+void skpo_rec_set_f32(skpo_rec *r, const char *key, float v);     // written as float32
+void skpo_rec_set_bin(skpo_rec *r, const char *key, const void *p, size_t len);
 bool skpo_rec_del(skpo_rec *r, const char *key);
 
 // Check schema types and UTF-8 of str fields. Returns SKPO_ETYPE / SKPO_EFORMAT

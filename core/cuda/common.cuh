@@ -1,0 +1,69 @@
+// common.cuh - shared by the CUDA backend's translation units: the context
+// struct, error macros that add file:line to a real function, bf16 helpers
+// and warp/block reductions.
+#pragma once
+extern "C" {
+#include "common.h"
+}
+#include "cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+struct skpo_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+skpo_status skpo_cuda_fail(skpo_err *err, cudaError_t e, const char *what, const char *file, int line);
+skpo_status skpo_cublas_fail(skpo_err *err, cublasStatus_t s, const char *what, const char *file, int line);
+
+#define CU(call, err) do { cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) return skpo_cuda_fail((err), e_, #call, __FILE__, __LINE__); } while (0)
+#define CUBLAS(call, err) do { cublasStatus_t s_ = (call); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) return skpo_cublas_fail((err), s_, #call, __FILE__, __LINE__); } while (0)
+#define LAUNCHED(err) CU(cudaGetLastError(), err)
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float ld(const skpo_bf16 *p, size_t i) { return __bfloat162float(((const bf16 *)p)[i]); }
+__device__ __forceinline__ void st(skpo_bf16 *p, size_t i, float v) { ((bf16 *)p)[i] = __float2bfloat16(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024); result on all threads.
+__device__ __forceinline__ float block_sum(float v, float *shm) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shm[w] = v;
+    __syncthreads();
+    v = (threadIdx.x < (unsigned)nw) ? shm[threadIdx.x] : 0.f;
+    if (w == 0) v = warp_sum(v);
+    if (threadIdx.x == 0) shm[0] = v;
+    __syncthreads();
+    return shm[0];
+}
+__device__ __forceinline__ float block_max(float v, float *shm) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shm[w] = v;
+    __syncthreads();
+    v = (threadIdx.x < (unsigned)nw) ? shm[threadIdx.x] : -INFINITY;
+    if (w == 0) v = warp_max(v);
+    if (threadIdx.x == 0) shm[0] = v;
+    __syncthreads();
+    return shm[0];
+}
+
+static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+#define STREAM(c) ((c) ? (c)->stream : (cudaStream_t)0)

@@ -1,0 +1,197 @@
+// device.cu - device contexts, memory, copies, bf16 conversion, NCCL.
+#include "common.cuh"
+
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+skpo_status skpo_cuda_fail(skpo_err *err, cudaError_t e, const char *what, const char *file, int line) {
+    return skpo_err_set(err, SKPO_EDEVICE, "cuda: %s: %s (%s:%d)", cudaGetErrorString(e), what, file, line);
+}
+
+skpo_status skpo_cublas_fail(skpo_err *err, cublasStatus_t s, const char *what, const char *file, int line) {
+    return skpo_err_set(err, SKPO_EDEVICE, "cublas: status %d: %s (%s:%d)", (int)s, what, file, line);
+}
+
+extern "C" int skpo_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no driver" error
+        return 0;
+    }
+    return n;
+}
+
+extern "C" skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err) {
+    int n = skpo_cuda_device_count();
+    if (device < 0 || device >= n)
+        return skpo_err_set(err, SKPO_EDEVICE, "no CUDA device %d (%d visible; check CUDA_VISIBLE_DEVICES)", device, n);
+    CU(cudaSetDevice(device), err);
+    skpo_cuda *c = (skpo_cuda *)skpo_xcalloc(1, sizeof *c);
+    c->device = device;
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(c);
+        return skpo_cuda_fail(err, e, "cudaStreamCreate", __FILE__, __LINE__);
+    }
+    cublasStatus_t s = cublasCreate(&c->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return skpo_cublas_fail(err, s, "cublasCreate", __FILE__, __LINE__);
+    }
+    *out = c;
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_free_ctx(skpo_cuda *c) {
+    if (!c) return;
+    cublasDestroy(c->blas);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" size_t skpo_cuda_mem_free(skpo_cuda *c) {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) return 0;
+    return f;
+}
+
+extern "C" skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err) {
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return skpo_err_set(err, SKPO_ENOMEM, "out of GPU memory allocating %zu MiB for %s (%zu MiB free)",
+                            bytes >> 20, what ? what : "buffer", skpo_cuda_mem_free(c) >> 20);
+    }
+    CU(e, err);
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_dfree(void *p) {
+    if (p) cudaFree(p);
+}
+
+extern "C" skpo_status skpo_cuda_h2d(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, STREAM(c)), err);
+    CU(cudaStreamSynchronize(STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_d2h(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, STREAM(c)), err);
+    CU(cudaStreamSynchronize(STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t bytes, skpo_err *err) {
+    CU(cudaMemsetAsync(p, 0, bytes, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *err) {
+    CU(cudaStreamSynchronize(STREAM(c)), err);
+    return SKPO_OK;
+}
+
+// --- bf16 conversion ------------------------------------------------------------
+
+__global__ void k_f32_to_bf16(bf16 *d, const float *s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) d[i] = __float2bfloat16(s[i]);
+}
+__global__ void k_bf16_to_f32(float *d, const bf16 *s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) d[i] = __bfloat162float(s[i]);
+}
+
+extern "C" skpo_status skpo_cuda_f32_to_bf16(skpo_cuda *c, skpo_bf16 *dst, const float *src, size_t n, skpo_err *err) {
+    if (!n) return SKPO_OK;
+    k_f32_to_bf16<<<blocks_for(n, 256), 256, 0, STREAM(c)>>>((bf16 *)dst, src, n);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *dst, const skpo_bf16 *src, size_t n, skpo_err *err) {
+    if (!n) return SKPO_OK;
+    k_bf16_to_f32<<<blocks_for(n, 256), 256, 0, STREAM(c)>>>(dst, (const bf16 *)src, n);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+// Round to nearest even, NaN kept quiet: the same rule as the device intrinsic.
+extern "C" void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (skpo_bf16)((u >> 16) | 0x40);
+        else dst[i] = (skpo_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+extern "C" void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+// --- NCCL --------------------------------------------------------------------------
+
+struct skpo_nccl {
+    ncclComm_t comm;
+    skpo_cuda *c;
+};
+
+#define NCCL(call, err) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) \
+    return skpo_err_set((err), SKPO_EDEVICE, "nccl: %s: %s (%s:%d)", ncclGetErrorString(r_), #call, __FILE__, __LINE__); } while (0)
+
+extern "C" skpo_status skpo_nccl_unique_id(unsigned char id[128], skpo_err *err) {
+    ncclUniqueId u;
+    static_assert(sizeof u == 128, "NCCL unique id size");
+    NCCL(ncclGetUniqueId(&u), err);
+    memcpy(id, &u, 128);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_init(skpo_cuda *c, const unsigned char id[128], int rank, int nranks, skpo_nccl **out,
+                                      skpo_err *err) {
+    ncclUniqueId u;
+    memcpy(&u, id, 128);
+    skpo_nccl *n = (skpo_nccl *)skpo_xcalloc(1, sizeof *n);
+    n->c = c;
+    ncclResult_t r = ncclCommInitRank(&n->comm, nranks, u, rank);
+    if (r != ncclSuccess) {
+        free(n);
+        return skpo_err_set(err, SKPO_EDEVICE, "nccl: cannot init rank %d of %d: %s", rank, nranks, ncclGetErrorString(r));
+    }
+    *out = n;
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_allreduce_sum(skpo_nccl *n, float *buf, size_t count, skpo_err *err) {
+    NCCL(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, STREAM(n->c)), err);
+    CU(cudaStreamSynchronize(STREAM(n->c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_reduce_scatter_sum(skpo_nccl *n, float *recv, const float *send, size_t recv_count,
+                                                    skpo_err *err) {
+    NCCL(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, n->comm, STREAM(n->c)), err);
+    CU(cudaStreamSynchronize(STREAM(n->c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_allgather(skpo_nccl *n, float *recv, const float *send, size_t send_count, skpo_err *err) {
+    NCCL(ncclAllGather(send, recv, send_count, ncclFloat32, n->comm, STREAM(n->c)), err);
+    CU(cudaStreamSynchronize(STREAM(n->c)), err);
+    return SKPO_OK;
+}
+
+extern "C" void skpo_nccl_free(skpo_nccl *n) {
+    if (!n) return;
+    ncclCommDestroy(n->comm);
+    free(n);
+}

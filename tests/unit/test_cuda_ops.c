@@ -1,0 +1,339 @@
+// test_cuda_ops.c - every CUDA op against a plain-C reference on random
+// inputs (double accumulation). Tolerances are for bf16 storage (8 bits of
+// mantissa): relative 2e-2 on outputs, stated per check. Any NaN/Inf fails.
+// Without nvcc at build time or without a GPU at run time every test prints a
+// visible SKIP line.
+#include "harness.h"
+#include "common.h"
+
+#ifndef SKPO_HAVE_CUDA
+static void cuda_ops_match_cpu_reference(void) { SKIP("built without CUDA (no nvcc)"); }
+int main(void) {
+    RUN(cuda_ops_match_cpu_reference);
+    return TEST_SUMMARY();
+}
+#else
+#include "cuda.h"
+
+#include <string.h>
+
+static skpo_cuda *G;
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static float frand(void) {  // uniform in [-1, 1)
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
+}
+static void fill(float *a, size_t n, float scale) { for (size_t i = 0; i < n; i++) a[i] = frand() * scale; }
+// round-trip through bf16 so the reference sees exactly what the GPU sees
+static void bfround(float *a, size_t n) {
+    skpo_bf16 *b = skpo_xmalloc(n * 2);
+    skpo_f32_to_bf16_host(b, a, n);
+    skpo_bf16_to_f32_host(a, b, n);
+    free(b);
+}
+static void *dup_bf16(const float *h, size_t n) {
+    skpo_err e = {0};
+    void *d;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &d, n * 2, "test", &e) == SKPO_OK);
+    skpo_bf16 *b = skpo_xmalloc(n * 2);
+    skpo_f32_to_bf16_host(b, h, n);
+    SKPO_ASSERT(skpo_cuda_h2d(G, d, b, n * 2, &e) == SKPO_OK);
+    free(b);
+    return d;
+}
+static void *dup_raw(const void *h, size_t bytes) {
+    skpo_err e = {0};
+    void *d;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &d, bytes, "test", &e) == SKPO_OK);
+    SKPO_ASSERT(skpo_cuda_h2d(G, d, h, bytes, &e) == SKPO_OK);
+    return d;
+}
+static float *back_bf16(const void *d, size_t n) {
+    skpo_err e = {0};
+    skpo_bf16 *b = skpo_xmalloc(n * 2);
+    SKPO_ASSERT(skpo_cuda_d2h(G, b, d, n * 2, &e) == SKPO_OK);
+    float *f = skpo_xmalloc(n * 4);
+    skpo_bf16_to_f32_host(f, b, n);
+    free(b);
+    return f;
+}
+static float *back_f32(const void *d, size_t n) {
+    skpo_err e = {0};
+    float *f = skpo_xmalloc(n * 4);
+    SKPO_ASSERT(skpo_cuda_d2h(G, f, d, n * 4, &e) == SKPO_OK);
+    return f;
+}
+// max |a-b| / (max|b| + tiny); fails on any non-finite value
+static double relerr(const float *a, const float *b, size_t n) {
+    double m = 0, s = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        m = fmax(m, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return m / s;
+}
+
+static void linear_matches_cpu_with_bias(void) {
+    int T = 37, K = 96, N = 80;
+    float *x = skpo_xmalloc(T * K * 4), *w = skpo_xmalloc(N * K * 4), *b = skpo_xmalloc(N * 4), *y = skpo_xmalloc(T * N * 4);
+    fill(x, T * K, 1); fill(w, N * K, 0.2f); fill(b, N, 0.5f);
+    bfround(x, T * K); bfround(w, N * K); bfround(b, N);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = b[n];
+            for (int k = 0; k < K; k++) s += (double)x[t * K + k] * w[n * K + k];
+            y[t * N + n] = (float)s;
+        }
+    void *dx = dup_bf16(x, T * K), *dw = dup_bf16(w, N * K), *db = dup_bf16(b, N), *dy = dup_bf16(y, T * N);
+    skpo_err e = {0};
+    CHECK(skpo_cuda_linear(G, dy, dx, dw, db, T, K, N, 0.f, &e) == SKPO_OK);
+    float *got = back_bf16(dy, T * N);
+    CHECK_MSG(relerr(got, y, T * N) < 2e-2, "linear rel err %g", relerr(got, y, T * N));
+    free(got); free(x); free(w); free(b); free(y);
+    skpo_cuda_dfree(dx); skpo_cuda_dfree(dw); skpo_cuda_dfree(db); skpo_cuda_dfree(dy);
+}
+
+static void rmsnorm_forward_and_backward_match_cpu(void) {
+    int T = 5, C = 200;
+    float eps = 1e-6f;
+    float *x = skpo_xmalloc(T * C * 4), *w = skpo_xmalloc(C * 4), *dy = skpo_xmalloc(T * C * 4);
+    float *y = skpo_xmalloc(T * C * 4), *dx = skpo_xmalloc(T * C * 4), *dw = skpo_xcalloc(C, 4);
+    fill(x, T * C, 2); fill(w, C, 1); fill(dy, T * C, 1);
+    bfround(x, T * C); bfround(w, C); bfround(dy, T * C);
+    for (int t = 0; t < T; t++) {
+        double ss = 0, dot = 0;
+        for (int i = 0; i < C; i++) ss += (double)x[t * C + i] * x[t * C + i];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) {
+            y[t * C + i] = (float)(x[t * C + i] * r * w[i]);
+            dot += (double)dy[t * C + i] * w[i] * x[t * C + i];
+        }
+        dot /= C;
+        for (int i = 0; i < C; i++) {
+            dx[t * C + i] = (float)(r * w[i] * dy[t * C + i] - r * r * r * x[t * C + i] * dot);
+            dw[i] += (float)(dy[t * C + i] * x[t * C + i] * r);
+        }
+    }
+    skpo_err e = {0};
+    void *gx = dup_bf16(x, T * C), *gw = dup_bf16(w, C), *gy = dup_bf16(y, T * C), *gdy = dup_bf16(dy, T * C);
+    void *gdx = dup_bf16(dx, T * C), *grstd, *gdw;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &grstd, T * 4, "t", &e) == 0 && skpo_cuda_malloc(G, &gdw, C * 4, "t", &e) == 0);
+    skpo_cuda_memset0(G, gdw, C * 4, &e);
+    CHECK(skpo_cuda_rmsnorm(G, gy, grstd, gx, gw, T, C, eps, &e) == SKPO_OK);
+    CHECK(skpo_cuda_rmsnorm_backward(G, gdx, gdw, gdy, gx, gw, grstd, T, C, &e) == SKPO_OK);
+    float *a = back_bf16(gy, T * C), *b = back_bf16(gdx, T * C), *c = back_f32(gdw, C);
+    CHECK_MSG(relerr(a, y, T * C) < 1e-2, "rmsnorm fwd %g", relerr(a, y, T * C));
+    CHECK_MSG(relerr(b, dx, T * C) < 2e-2, "rmsnorm dx %g", relerr(b, dx, T * C));
+    CHECK_MSG(relerr(c, dw, C) < 1e-3, "rmsnorm dw %g", relerr(c, dw, C));
+    free(a); free(b); free(c); free(x); free(w); free(dy); free(y); free(dx); free(dw);
+    skpo_cuda_dfree(gx); skpo_cuda_dfree(gw); skpo_cuda_dfree(gy); skpo_cuda_dfree(gdy); skpo_cuda_dfree(gdx);
+    skpo_cuda_dfree(grstd); skpo_cuda_dfree(gdw);
+}
+
+static void rope_rotates_half_and_inverse_restores(void) {
+    int T = 6, nh = 4, nkv = 2, hs = 64;
+    float *q = skpo_xmalloc(T * nh * hs * 4), *ref = skpo_xmalloc(T * nh * hs * 4), invf[32];
+    int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
+    for (int i = 0; i < hs / 2; i++) invf[i] = (float)pow(10000.0, -2.0 * i / hs);
+    fill(q, T * nh * hs, 1);
+    bfround(q, T * nh * hs);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            for (int d = 0; d < hs / 2; d++) {
+                float *p = q + (t * nh + h) * hs, *r = ref + (t * nh + h) * hs;
+                double a = (double)pos[t] * invf[d];
+                r[d] = (float)(p[d] * cos(a) - p[d + hs / 2] * sin(a));
+                r[d + hs / 2] = (float)(p[d + hs / 2] * cos(a) + p[d] * sin(a));
+            }
+    skpo_err e = {0};
+    void *gq = dup_bf16(q, T * nh * hs), *gp = dup_raw(pos, sizeof pos), *gf = dup_raw(invf, sizeof invf);
+    CHECK(skpo_cuda_rope(G, gq, NULL, gp, gf, T, nh, nkv, hs, 0, &e) == SKPO_OK);
+    float *a = back_bf16(gq, T * nh * hs);
+    CHECK_MSG(relerr(a, ref, T * nh * hs) < 2e-2, "rope %g", relerr(a, ref, T * nh * hs));
+    CHECK(skpo_cuda_rope(G, gq, NULL, gp, gf, T, nh, nkv, hs, 1, &e) == SKPO_OK);
+    float *b = back_bf16(gq, T * nh * hs);
+    CHECK_MSG(relerr(b, q, T * nh * hs) < 3e-2, "rope inverse %g", relerr(b, q, T * nh * hs));
+    free(a); free(b); free(q); free(ref);
+    skpo_cuda_dfree(gq); skpo_cuda_dfree(gp); skpo_cuda_dfree(gf);
+}
+
+// naive causal GQA attention over packed sequences, double accumulation
+static void attn_ref(float *out, const float *q, const float *k, const float *v, const int *ss, int nseq, int nh,
+                     int nkv, int hs) {
+    for (int s = 0; s < nseq; s++)
+        for (int t = ss[s]; t < ss[s + 1]; t++)
+            for (int h = 0; h < nh; h++) {
+                int hk = h / (nh / nkv);
+                double mx = -1e300, den = 0, *sc = skpo_xmalloc(sizeof(double) * (size_t)(t - ss[s] + 1));
+                for (int j = ss[s]; j <= t; j++) {
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += (double)q[(t * nh + h) * hs + i] * k[(j * nkv + hk) * hs + i];
+                    sc[j - ss[s]] = d / sqrt(hs);
+                    mx = fmax(mx, sc[j - ss[s]]);
+                }
+                for (int j = ss[s]; j <= t; j++) den += exp(sc[j - ss[s]] - mx);
+                for (int i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (int j = ss[s]; j <= t; j++) o += exp(sc[j - ss[s]] - mx) / den * v[(j * nkv + hk) * hs + i];
+                    out[(t * nh + h) * hs + i] = (float)o;
+                }
+                free(sc);
+            }
+}
+
+static void prefill_attention_matches_naive_causal_gqa(void) {
+    int nh = 4, nkv = 2, hs = 64, ss[3] = {0, 9, 23}, T = 23;
+    size_t nq = (size_t)T * nh * hs, nk = (size_t)T * nkv * hs;
+    float *q = skpo_xmalloc(nq * 4), *k = skpo_xmalloc(nk * 4), *v = skpo_xmalloc(nk * 4), *o = skpo_xmalloc(nq * 4);
+    fill(q, nq, 1); fill(k, nk, 1); fill(v, nk, 1);
+    bfround(q, nq); bfround(k, nk); bfround(v, nk);
+    attn_ref(o, q, k, v, ss, 2, nh, nkv, hs);
+    skpo_err e = {0};
+    void *gq = dup_bf16(q, nq), *gk = dup_bf16(k, nk), *gv = dup_bf16(v, nk), *go = dup_bf16(o, nq), *gs = dup_raw(ss, sizeof ss);
+    CHECK(skpo_cuda_attention(G, go, NULL, gq, gk, gv, gs, 2, T, nh, nkv, hs, &e) == SKPO_OK);
+    float *a = back_bf16(go, nq);
+    CHECK_MSG(relerr(a, o, nq) < 2e-2, "attention %g", relerr(a, o, nq));
+    free(a); free(q); free(k); free(v); free(o);
+    skpo_cuda_dfree(gq); skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(go); skpo_cuda_dfree(gs);
+}
+
+static void paged_decode_attention_matches_contiguous(void) {
+    // two sequences of 21 and 9 positions sharing their first block (block size 8)
+    int nh = 4, nkv = 2, hs = 64, kd = nkv * hs, L = 2, layer = 1, bs = 8, nblocks = 8, B = 2, maxb = 3;
+    int32_t table[6] = {0, 1, 2, 0, 3, 0}, len[2] = {21, 9};
+    size_t pool = (size_t)nblocks * L * bs * kd;
+    float *pk = skpo_xmalloc(pool * 4), *pv = skpo_xmalloc(pool * 4), *q = skpo_xmalloc(B * nh * hs * 4);
+    fill(pk, pool, 1); fill(pv, pool, 1); fill(q, B * nh * hs, 1);
+    bfround(pk, pool); bfround(pv, pool); bfround(q, B * nh * hs);
+    float *ref = skpo_xmalloc(B * nh * hs * 4);
+    for (int b = 0; b < B; b++) {  // gather contiguous K/V, then the naive reference for the last row
+        int n = len[b], ss[2] = {0, n};
+        float *K = skpo_xmalloc((size_t)n * kd * 4), *V = skpo_xmalloc((size_t)n * kd * 4);
+        float *Q = skpo_xcalloc((size_t)n * nh * hs, 4), *O = skpo_xmalloc((size_t)n * nh * hs * 4);
+        for (int j = 0; j < n; j++) {
+            size_t o = (((size_t)table[b * maxb + j / bs] * L + layer) * bs + j % bs) * kd;
+            memcpy(K + j * kd, pk + o, kd * 4);
+            memcpy(V + j * kd, pv + o, kd * 4);
+        }
+        memcpy(Q + (size_t)(n - 1) * nh * hs, q + b * nh * hs, nh * hs * 4);
+        attn_ref(O, Q, K, V, ss, 1, nh, nkv, hs);
+        memcpy(ref + b * nh * hs, O + (size_t)(n - 1) * nh * hs, nh * hs * 4);
+        free(K); free(V); free(Q); free(O);
+    }
+    skpo_err e = {0};
+    void *gk = dup_bf16(pk, pool), *gv = dup_bf16(pv, pool), *gq = dup_bf16(q, B * nh * hs), *go = dup_bf16(q, B * nh * hs);
+    void *gt = dup_raw(table, sizeof table), *gl = dup_raw(len, sizeof len);
+    CHECK(skpo_cuda_attention_decode(G, go, gq, gk, gv, gt, maxb, gl, B, L, layer, bs, nh, nkv, hs, &e) == SKPO_OK);
+    float *a = back_bf16(go, B * nh * hs);
+    CHECK_MSG(relerr(a, ref, B * nh * hs) < 2e-2, "decode %g", relerr(a, ref, B * nh * hs));
+    free(a); free(pk); free(pv); free(q); free(ref);
+    skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(gq); skpo_cuda_dfree(go); skpo_cuda_dfree(gt); skpo_cuda_dfree(gl);
+}
+
+static void chunked_logprob_and_entropy_match_cpu_on_large_vocab(void) {
+    int T = 3, V = 151936;
+    float temp = 0.7f;
+    float *z = skpo_xmalloc((size_t)T * V * 4), lp[3], ent[3];
+    int32_t tgt[3] = {0, 4242, V - 1};
+    fill(z, (size_t)T * V, 8);
+    bfround(z, (size_t)T * V);
+    for (int t = 0; t < T; t++) {
+        double m = -1e300, s = 0, w = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, z[(size_t)t * V + i] / temp);
+        for (int i = 0; i < V; i++) {
+            double u = z[(size_t)t * V + i] / temp;
+            s += exp(u - m);
+            w += exp(u - m) * u;
+        }
+        double logZ = m + log(s);
+        lp[t] = (float)(z[(size_t)t * V + tgt[t]] / temp - logZ);
+        ent[t] = (float)(logZ - w / s);
+    }
+    skpo_err e = {0};
+    void *gz = dup_bf16(z, (size_t)T * V), *gt = dup_raw(tgt, sizeof tgt), *gl, *ge;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &gl, 12, "t", &e) == 0 && skpo_cuda_malloc(G, &ge, 12, "t", &e) == 0);
+    CHECK(skpo_cuda_logprob(G, gl, ge, gz, gt, T, V, temp, &e) == SKPO_OK);
+    float *a = back_f32(gl, 3), *b = back_f32(ge, 3);
+    for (int t = 0; t < T; t++) {
+        CHECK_NEAR(a[t], lp[t], 1e-3);
+        CHECK_NEAR(b[t], ent[t], 1e-3);
+    }
+    free(a); free(b); free(z);
+    skpo_cuda_dfree(gz); skpo_cuda_dfree(gt); skpo_cuda_dfree(gl); skpo_cuda_dfree(ge);
+}
+
+static void sampler_is_greedy_at_zero_temperature_and_matches_topk_mass(void) {
+    int V = 1000, B = 1;
+    float *z = skpo_xmalloc(V * 4);
+    for (int i = 0; i < V; i++) z[i] = -10.f;
+    z[3] = 2.f; z[7] = 1.f; z[11] = 0.f;  // three tokens carry almost all mass
+    skpo_err e = {0};
+    void *gz = dup_raw(z, V * 4), *gtok, *glp, *gc;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &gtok, 4, "t", &e) == 0 && skpo_cuda_malloc(G, &glp, 4, "t", &e) == 0);
+    float coin = 0.5f;
+    gc = dup_raw(&coin, 4);
+    CHECK(skpo_cuda_sample(G, gtok, glp, gz, B, V, 0.f, 0, 1.f, gc, &e) == SKPO_OK);
+    int32_t tok;
+    skpo_cuda_d2h(G, &tok, gtok, 4, &e);
+    CHECK(tok == 3);
+    // top-k 2 at T=1: p(3) = e^2/(e^2+e^1) = 0.731; coins below that pick 3, above pick 7
+    int counts[3] = {0, 0, 0};
+    for (int i = 0; i < 200; i++) {
+        coin = (i + 0.5f) / 200.f;
+        skpo_cuda_h2d(G, gc, &coin, 4, &e);
+        CHECK(skpo_cuda_sample(G, gtok, glp, gz, B, V, 1.f, 2, 1.f, gc, &e) == SKPO_OK);
+        skpo_cuda_d2h(G, &tok, gtok, 4, &e);
+        counts[tok == 3 ? 0 : tok == 7 ? 1 : 2]++;
+    }
+    CHECK_MSG(counts[2] == 0 && abs(counts[0] - 146) <= 2, "top-k counts %d %d %d", counts[0], counts[1], counts[2]);
+    free(z);
+    skpo_cuda_dfree(gz); skpo_cuda_dfree(gtok); skpo_cuda_dfree(glp); skpo_cuda_dfree(gc);
+}
+
+static void adamw_step_matches_pytorch_formula(void) {
+    size_t n = 1000;
+    float *w = skpo_xmalloc(n * 4), *m = skpo_xmalloc(n * 4), *v = skpo_xmalloc(n * 4), *g = skpo_xmalloc(n * 4);
+    fill(w, n, 1); fill(m, n, 0.01f); fill(g, n, 1);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(frand()) * 1e-3f;
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    int step = 3;
+    float *rw = skpo_xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] * gs, wi = w[i] * (1 - lr * wd);
+        double mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+        rw[i] = (float)(wi - lr * (mi / (1 - pow(b1, step))) / (sqrt(vi / (1 - pow(b2, step))) + eps));
+    }
+    skpo_err e = {0};
+    void *gw = dup_raw(w, n * 4), *gm = dup_raw(m, n * 4), *gv = dup_raw(v, n * 4), *gg = dup_raw(g, n * 4);
+    CHECK(skpo_cuda_adamw(G, gw, NULL, gm, gv, gg, n, lr, b1, b2, eps, wd, step, gs, &e) == SKPO_OK);
+    float *a = back_f32(gw, n);
+    CHECK_MSG(relerr(a, rw, n) < 1e-5, "adamw %g", relerr(a, rw, n));
+    free(a); free(w); free(m); free(v); free(g); free(rw);
+    skpo_cuda_dfree(gw); skpo_cuda_dfree(gm); skpo_cuda_dfree(gv); skpo_cuda_dfree(gg);
+}
+
+static void no_gpu_present(void) { SKIP("skipped: no GPU"); }
+
+int main(void) {
+    if (skpo_cuda_device_count() == 0) {
+        RUN(no_gpu_present);
+        return TEST_SUMMARY();
+    }
+    skpo_err e = {0};
+    if (skpo_cuda_init(0, &G, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    RUN(linear_matches_cpu_with_bias);
+    RUN(rmsnorm_forward_and_backward_match_cpu);
+    RUN(rope_rotates_half_and_inverse_restores);
+    RUN(prefill_attention_matches_naive_causal_gqa);
+    RUN(paged_decode_attention_matches_contiguous);
+    RUN(chunked_logprob_and_entropy_match_cpu_on_large_vocab);
+    RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);
+    RUN(adamw_step_matches_pytorch_formula);
+    skpo_cuda_free_ctx(G);
+    return TEST_SUMMARY();
+}
+#endif
