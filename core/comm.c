@@ -193,3 +193,17 @@ int skpo_comm_first_failed(skpo_comm *c, int failed) {
     free(v);
     return first;
 }
+
+skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err) {
+    int first = skpo_comm_first_failed(c, st != SKPO_OK);
+    if (first < 0) return SKPO_OK;
+    if (c->size == 1) return st;
+    int code = (int)st;
+    skpo_err mine = *err, e2 = {0};
+    if (skpo_comm_bcast(c, &code, sizeof code, first, &e2) == SKPO_OK &&
+        skpo_comm_bcast(c, mine.msg, sizeof mine.msg, first, &e2) == SKPO_OK) {
+        *err = mine;
+        return code ? (skpo_status)code : SKPO_EIO;
+    }
+    return skpo_err_set(err, SKPO_EIO, "rank %d failed; %s", first, e2.msg);
+}

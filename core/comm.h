@@ -73,5 +73,9 @@ skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int roo
 // Agree on a failure: returns the lowest rank whose `failed` is nonzero, or -1.
 // Lets every rank stop together instead of hanging in the next collective.
 int skpo_comm_first_failed(skpo_comm *c, int failed);
+// The same for a status: returns SKPO_OK when every rank passed SKPO_OK;
+// otherwise every rank returns the first failed rank's status with its
+// message copied into err.
+skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err);
 
 #endif

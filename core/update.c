@@ -221,21 +221,6 @@ static long next_micro(const skpo_batch *b, const int *idx, int cnt, int i, long
     return ntok;
 }
 
-// Every rank learns whether any failed; the first failed rank's message wins.
-static skpo_status agree(skpo_comm *comm, skpo_status st, skpo_err *err) {
-    int first = skpo_comm_first_failed(comm, st != SKPO_OK);
-    if (first < 0) return SKPO_OK;
-    if (comm->size > 1) {
-        int code = st;
-        skpo_err e2 = {0};
-        if (skpo_comm_bcast(comm, &code, sizeof code, first, &e2) == SKPO_OK &&
-            skpo_comm_bcast(comm, err->msg, sizeof err->msg, first, &e2) == SKPO_OK)
-            return code ? (skpo_status)code : SKPO_EIO;
-        return skpo_err_set(err, SKPO_EIO, "rank %d failed; %s", first, e2.msg);
-    }
-    return st;
-}
-
 skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o,
                                       skpo_err *err) {
     for (int k = 0; k < b->nmb; k++) {
@@ -367,7 +352,7 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
         for (int q = i; q < j; q++) m->seqs[b->s[idx[q]].phase] += 1;
     }
     free(seqs);
-    st = agree(comm, st, err);
+    st = skpo_comm_agree(comm, st, err);
     if (st) return st;
     skpo_param *p;
     int np = pol->params(pol->ctx, &p);
@@ -383,7 +368,7 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
                              const skpo_update_opts *o, skpo_update_metrics *met, skpo_err *err) {
     skpo_status st = SKPO_OK;
     if (o->recompute_old && !o->sft) {
-        st = agree(comm, skpo_update_recompute_old(pol, b, o, err), err);
+        st = skpo_comm_agree(comm, skpo_update_recompute_old(pol, b, o, err), err);
         if (st) {
             skpo_err e = *err;
             return skpo_err_set(err, st, "step %" PRId64 ", recomputing old log-probs: %s", o->step, e.msg);
