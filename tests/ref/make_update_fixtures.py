@@ -7,8 +7,15 @@
               counts and d(objective)/d(logp), d(objective)/d(entropy) by autograd.
   adamw.json  torch.optim.AdamW + clip_grad_norm_ over a few tensors for several
               training steps with linear warmup (lr of step s = lr*min(1, s/W)).
-  model/      (with --model) a tiny Qwen2 checkpoint, records of both phases, and
-              the loss, parameter gradients and one AdamW step (see model_case()).
+  model/      a tiny Qwen2 checkpoint (float32, tied embeddings) with stand-in
+              tokenizer files, and records.msgpack.zst: 4 prompts x (1 up + 3 down)
+              records with behaviour logp = model logp + noise, plus ignored kinds
+  model_expected.safetensors
+              one skpo-update step over those records with 2 mini-batches of 2
+              prompts (SKPO defaults: up PPO [0.8,1.2] dual 3, down CISPO
+              [0.8,1.28], token-mean per phase, weights 0.5): grad1.<p> (first
+              mini-batch gradient), final.<p> (weights after both AdamW updates);
+              metadata holds losses and grad norms (see MODEL_ARGS for the flags)
 
 Run from the repository root:  python3 tests/ref/make_update_fixtures.py
 The formulas are written out here on purpose (not imported from verl) and
@@ -113,12 +120,12 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         stats["clip_low"][p] += float(low.sum())
         stats["clip_high"][p] += float(high.sum())
         stats["clip_dual"][p] += float(dm.sum())
-        stats["approx_kl"][p] += float(akl.sum()) if kind != "sft" else 0.0
+        stats["approx_kl"][p] += float(akl.detach().sum()) if kind != "sft" else 0.0
         stats["entropy"][p] += float(s["ent"].sum())
     objective.backward()
     out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft),
                phases=[dict(kind=k, eps_low=lo, eps_high=hi, dual=d) for (k, lo, hi, d) in phases],
-               objective=float(objective), phase_loss=ph_loss, **stats, seqs=[])
+               objective=float(objective.detach()), phase_loss=ph_loss, **stats, seqs=[])
     for s in seqs:
         out["seqs"].append(dict(phase=s["phase"], adv=s["adv"], weight=s["weight"], logp=f32list(s["logp"]),
                                 old=f32list(s["old"]), ref=f32list(s["ref"]), ent=f32list(s["ent"]),
@@ -183,6 +190,141 @@ def adamw_fixtures():
     return dict(cases=[adamw_case("decay_all", False), adamw_case("decay_matrices_only", True)])
 
 
+# --- the model step ---------------------------------------------------------------------
+
+# skpo-update flags the model fixture was computed for (the C test uses the same).
+# adam-eps is raised from 1e-8 so that elements with |grad| ~ float noise do not
+# flip the sign of a full-size Adam step between two correct implementations.
+MODEL_ARGS = dict(minibatch=2, lr=1e-2, warmup_steps=2, step=1, weight_decay=0.1, adam_eps=1e-4, max_grad_norm=1.0)
+
+
+def msgpack(obj):
+    """Just enough msgpack for records: dict, str, int, float, bytes."""
+    import struct
+    if isinstance(obj, dict):
+        out = bytes([0x80 | len(obj)]) if len(obj) < 16 else b"\xde" + struct.pack(">H", len(obj))
+        for k, v in obj.items():
+            out += msgpack(k) + msgpack(v)
+        return out
+    if isinstance(obj, str):
+        b = obj.encode()
+        return (bytes([0xa0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+    if isinstance(obj, bool):
+        return b"\xc3" if obj else b"\xc2"
+    if isinstance(obj, int):
+        return bytes([obj]) if 0 <= obj < 128 else b"\xd3" + struct.pack(">q", obj)
+    if isinstance(obj, float):
+        return b"\xcb" + struct.pack(">d", obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return (b"\xc4" + bytes([len(obj)]) if len(obj) < 256 else b"\xc5" + struct.pack(">H", len(obj))) + obj
+    raise TypeError(type(obj))
+
+
+def i32(xs):
+    import struct
+    return struct.pack("<%di" % len(xs), *xs)
+
+
+def f32(xs):
+    import struct
+    return struct.pack("<%df" % len(xs), *xs)
+
+
+def token_logp(model, prompt, tokens):
+    ids = torch.tensor(prompt + tokens)[None]
+    logits = model(ids).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    n = len(prompt)
+    return lp[n - 1:-1].gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def model_fixture():
+    import subprocess
+    import transformers
+    from safetensors.torch import save_file
+    torch.manual_seed(99)
+    cfg = transformers.AutoConfig.for_model(
+        model_type="qwen2", vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu", bos_token_id=1, eos_token_id=2)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif n.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    outdir = os.path.join(OUT, "model")
+    os.makedirs(outdir, exist_ok=True)
+    model.save_pretrained(outdir, safe_serialization=True)
+    gc = os.path.join(outdir, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    with open(os.path.join(outdir, "tokenizer.json"), "w") as f:
+        f.write('{"version": "1.0", "note": "stand-in: skpo-update copies tokenizer files verbatim"}\n')
+    with open(os.path.join(outdir, "tokenizer_config.json"), "w") as f:
+        f.write('{"model_max_length": 64}\n')
+    # Records: SKPO shape, 4 prompts x (1 up + 3 down); down prefix = up tokens ++ prompt.
+    g = torch.Generator().manual_seed(5)
+    rint = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))
+    recs, seqs = [dict(kind="meta", schema=1, tool="make_update_fixtures.py")], []
+    up_adv = [1.2, -0.4, 0.9, -1.7]
+    for q in range(4):
+        prompt = [rint(3, 63) for _ in range(rint(3, 6))]
+        recs.append(dict(kind="prompt", pid="q%d" % q, prompt=i32(prompt)))
+        up = [rint(3, 63) for _ in range(rint(3, 6))]
+        seqs.append(("up", "q%d" % q, "q%d-up" % q, "q%d" % q, prompt, up, up_adv[q]))
+        for d in range(3):
+            toks = [rint(3, 63) for _ in range(rint(4, 9))]
+            adv = [1.0, -0.5, 0.35][(d + q) % 3] * (1 if q % 2 == 0 else -1)
+            seqs.append(("down", "q%d" % q, "q%d-d%d" % (q, d), "q%d-up" % q, up + prompt, toks, adv))
+    with torch.no_grad():
+        for (kind, pid, uid, gid, prompt, toks, adv) in seqs:
+            lp = token_logp(model, prompt, toks) + 0.3 * torch.randn(len(toks), generator=g)
+            recs.append(dict(kind=kind, pid=pid, uid=uid, gid=gid, prompt=i32(prompt), tokens=i32(toks),
+                             logp=f32(lp.tolist()), adv=float(adv), weight=0.5))
+    raw = b"".join(msgpack(r) for r in recs)
+    with open(os.path.join(outdir, "records.msgpack.zst"), "wb") as f:
+        f.write(subprocess.run(["zstd", "-q", "-c", "--check"], input=raw, stdout=subprocess.PIPE, check=True).stdout)
+    # Reference step: mini-batches of 2 prompts in order; the C side must agree.
+    byname = {r["uid"]: r for r in recs if "uid" in r}
+    A = MODEL_ARGS
+    params = [p for _, p in model.named_parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    opt = torch.optim.AdamW(params, lr=A["lr"] * min(1.0, A["step"] / A["warmup_steps"]), betas=(0.9, 0.999),
+                            eps=A["adam_eps"], weight_decay=A["weight_decay"], foreach=False)
+    phases = {"up": ("ppo", 0.2, 0.2, 3.0), "down": ("cispo", 0.2, 0.28, 0.0)}
+    meta, out = {}, {}
+    for mb in range(2):
+        group = [s for s in seqs if int(s[1][1:]) // A["minibatch"] == mb]
+        cnt = {k: sum(len(s[5]) for s in group if s[0] == k) for k in phases}
+        opt.zero_grad()
+        total = torch.zeros(())
+        for (kind, pid, uid, gid, prompt, toks, adv) in group:
+            lp = token_logp(model, prompt, toks).double()
+            old = torch.tensor(list(__import__("struct").unpack("<%df" % len(toks), byname[uid]["logp"])),
+                               dtype=torch.float64)
+            k, lo, hi, dual = phases[kind]
+            tl = ppo_token(lp, old, adv, lo, hi, dual)[0] if k == "ppo" else cispo_token(lp, old, adv, lo, hi)[0]
+            total = total + 0.5 * tl.sum() / cnt[kind]
+        total.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, A["max_grad_norm"], foreach=False)
+        meta["loss%d" % (mb + 1)] = repr(float(total))
+        meta["grad_norm%d" % (mb + 1)] = repr(float(norm))
+        if mb == 0:  # the unclipped gradient: clip_grad_norm_ scaled p.grad in place
+            coef = min(1.0, A["max_grad_norm"] / (float(norm) + 1e-6))
+            for n, p in zip(names, params):
+                out["grad1." + n] = (p.grad / coef).detach().clone().contiguous()
+        opt.step()
+    for n, p in zip(names, params):
+        out["final." + n] = p.detach().clone().contiguous()
+    meta.update({k: repr(v) for k, v in A.items()})
+    save_file(out, os.path.join(OUT, "model_expected.safetensors"), metadata=meta)
+    print("wrote", outdir, "and model_expected.safetensors", file=sys.stderr)
+
+
 def dump(name, obj):
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, name), "w") as f:
@@ -193,5 +335,4 @@ def dump(name, obj):
 if __name__ == "__main__":
     dump("loss.json", loss_fixtures())
     dump("adamw.json", adamw_fixtures())
-    if "--model" in sys.argv:
-        import make_update_model  # noqa: F401  (the model fixture, see below)
+    model_fixture()
