@@ -110,7 +110,7 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         if kl:
             kv = k3(s["ref"].double(), s["lp"])
             tl = tl + kl * kv
-            stats["kl_ref"][p] += float(kv.sum())
+            stats["kl_ref"][p] += float(kv.detach().sum())
         tl = tl - ent * s["en"]
         scale = phase_scale(agg, norm, cnt[p][0], cnt[p][1], len(tl))
         L = scale * tl.sum()
@@ -285,9 +285,21 @@ def model_fixture():
             lp = token_logp(model, prompt, toks) + 0.3 * torch.randn(len(toks), generator=g)
             recs.append(dict(kind=kind, pid=pid, uid=uid, gid=gid, prompt=i32(prompt), tokens=i32(toks),
                              logp=f32(lp.tolist()), adv=float(adv), weight=0.5))
-    raw = b"".join(msgpack(r) for r in recs)
-    with open(os.path.join(outdir, "records.msgpack.zst"), "wb") as f:
-        f.write(subprocess.run(["zstd", "-q", "-c", "--check"], input=raw, stdout=subprocess.PIPE, check=True).stdout)
+    def write(name, rs):
+        raw = b"".join(msgpack(r) for r in rs)
+        with open(os.path.join(outdir, name), "wb") as f:
+            f.write(subprocess.run(["zstd", "-q", "-c", "--check"], input=raw, stdout=subprocess.PIPE,
+                                   check=True).stdout)
+    write("records.msgpack.zst", recs)
+    # The same with a NaN behaviour log-prob in record q3-d1 (mini-batch 2): the
+    # tool must stop naming it and write nothing.
+    bad = [dict(r) for r in recs]
+    for r in bad:
+        if r.get("uid") == "q3-d1":
+            lp = list(__import__("struct").unpack("<%df" % (len(r["logp"]) // 4), r["logp"]))
+            lp[2] = float("nan")
+            r["logp"] = f32(lp)
+    write("records_nan.msgpack.zst", bad)
     # Reference step: mini-batches of 2 prompts in order; the C side must agree.
     byname = {r["uid"]: r for r in recs if "uid" in r}
     A = MODEL_ARGS
