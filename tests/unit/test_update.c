@@ -205,6 +205,7 @@ static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
     CHECK(skpo_update_step(&pol, opt, c, b, &o, NULL, &e) == SKPO_ENUMERIC);
     CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "mini-batch 2 of 4") && strstr(e.msg, "'p1-d1'"), "%s", e.msg);
     CHECK(opt->t == 1);   // the first mini-batch was applied, the bad one was not
+    bg_release(&m);       // the failed micro-batch's saved forward state
     skpo_optim_free(opt);
     skpo_comm_free(c);
     skpo_batch_free(b);

@@ -75,6 +75,7 @@ static void a_bad_record_on_one_rank_stops_every_rank_with_its_name(void) {
     skpo_err e = {0};
     CHECK(step_with(world, &m, r, n, &o, NULL, &e) == SKPO_ENUMERIC);
     CHECK_MSG(strstr(e.msg, "'p1-d1'") && strstr(e.msg, "step 3"), "rank %d: %s", world->rank, e.msg);
+    bg_release(&m);
     bg_records_free(r, n);
 }
 
