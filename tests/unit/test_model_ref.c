@@ -217,6 +217,75 @@ static void gradients_match_hf_qwen2_bf16_tied(void) { check_grads("qwen2_bf16")
 static void gradients_match_hf_qwen2_untied(void) { check_grads("qwen2_untied"); }
 static void gradients_match_hf_llama3(void) { check_grads("llama3"); }
 
+// A prompt prefilled once and forked (kvcache copy-on-write) continues exactly
+// like HF on one branch and like an unshared sequence on another.
+static void forked_prefix_decodes_like_unshared_sequences(void) {
+    fixture f;
+    if (!fixture_open(&f, "qwen2_untied", 0)) { CHECK(0); return; }
+    int V = skpo_model_config(f.m)->vocab_size, P = 5, n = f.n[0];
+    skpo_err err = {0};
+    skpo_kv *kv = skpo_model_kv_new(f.m, 128, 4, &err);
+    float *ref = ref_tensor(f.ref, "logits.0", NULL);
+    float *lg = malloc(2 * (size_t)V * sizeof(float)), *solo = malloc((size_t)V * sizeof(float));
+    int a = skpo_kv_seq_new(kv), off1[2] = {0, P};
+    CHECK(skpo_model_step(f.m, kv, &a, 1, f.ids[0], off1, lg, &err) == SKPO_OK);
+    int b = skpo_kv_seq_fork(kv, a);
+    size_t used = skpo_kv_blocks_used(kv);
+    int32_t other[32];
+    for (int t = 0; t < n; t++) other[t] = t < P ? f.ids[0][t] : (f.ids[0][t] * 7 + 3) % V;
+    double ea = 0, eb = 0;
+    for (int t = P; t < n; t++) {
+        int seqs[2] = {a, b}, off[3] = {0, 1, 2};
+        int32_t toks[2] = {f.ids[0][t], other[t]};
+        CHECK(skpo_model_step(f.m, kv, seqs, 2, toks, off, lg, &err) == SKPO_OK);
+        double e = max_abs_diff(lg, ref + (size_t)t * V, V);
+        if (e > ea) ea = e;
+        // the same tokens in a fresh, unshared sequence
+        int c = skpo_kv_seq_new(kv), offc[2] = {0, t + 1};
+        CHECK(skpo_model_step(f.m, kv, &c, 1, other, offc, solo, &err) == SKPO_OK);
+        e = max_abs_diff(lg + V, solo, V);
+        if (e > eb) eb = e;
+        skpo_kv_seq_free(kv, c);
+    }
+    CHECK_MSG(ea <= 1e-4, "branch A vs HF %g", ea);
+    CHECK_MSG(eb <= 1e-5, "branch B vs unshared %g", eb);
+    CHECK(used < 2 * (size_t)((P + 15) / 16) + 2); // the prefix was not copied at fork time
+    free(ref); free(lg); free(solo);
+    skpo_kv_free(kv);
+    fixture_close(&f);
+}
+
+static void step_past_cache_or_positions_fails_without_appending(void) {
+    fixture f;
+    if (!fixture_open(&f, "llama3", 0)) { CHECK(0); return; }
+    int V = skpo_model_config(f.m)->vocab_size;
+    skpo_err err = {0};
+    skpo_kv *kv = skpo_model_kv_new(f.m, 16, 2, &err); // 16 / 16 + 2 = 3 blocks
+    float *lg = malloc(2 * (size_t)V * sizeof(float));
+    int32_t toks[64] = {0};
+    int s[2] = {skpo_kv_seq_new(kv), skpo_kv_seq_new(kv)}, off[3] = {0, 10, 60};
+    CHECK(skpo_model_step(f.m, kv, s, 2, toks, off, lg, &err) == SKPO_ERANGE);
+    CHECK(skpo_kv_seq_len(kv, s[0]) == 0 && skpo_kv_seq_len(kv, s[1]) == 0 && skpo_kv_blocks_used(kv) == 0);
+    int offb[3] = {0, 1, 2};
+    toks[1] = V; // out of vocabulary
+    CHECK(skpo_model_step(f.m, kv, s, 2, toks, offb, lg, &err) == SKPO_ERANGE);
+    CHECK(strstr(err.msg, "vocabulary") != NULL);
+    int dup[2] = {s[0], s[0]};
+    toks[1] = 0;
+    CHECK(skpo_model_step(f.m, kv, dup, 2, toks, offb, lg, &err) == SKPO_ERANGE);
+    skpo_kv_free(kv);
+    // max_position_embeddings is 128
+    kv = skpo_model_kv_new(f.m, 256, 1, &err);
+    int z = skpo_kv_seq_new(kv), offp[2] = {0, 129};
+    int32_t *many = calloc(129, sizeof(int32_t));
+    CHECK(skpo_model_step(f.m, kv, &z, 1, many, offp, lg, &err) == SKPO_ERANGE);
+    CHECK(skpo_kv_seq_len(kv, z) == 0);
+    free(many);
+    free(lg);
+    skpo_kv_free(kv);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(logprobs_match_hf_qwen2_bf16_tied);
     RUN(logprobs_match_hf_qwen2_untied);
@@ -224,6 +293,8 @@ int main(void) {
     RUN(batched_decode_matches_hf_qwen2_bf16);
     RUN(batched_decode_matches_hf_qwen2_untied);
     RUN(batched_decode_matches_hf_llama3);
+    RUN(forked_prefix_decodes_like_unshared_sequences);
+    RUN(step_past_cache_or_positions_fails_without_appending);
     RUN(gradients_match_hf_qwen2_bf16_tied);
     RUN(gradients_match_hf_qwen2_untied);
     RUN(gradients_match_hf_llama3);
