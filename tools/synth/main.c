@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "common.h"
 #include "synth.h"
+#include "synth_out.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 
 static const char synopsis[] =
     "[--count N] [--seed S] [--split train|test] [--ops N] [--min-ops N] [--max-operand N] [--kinds OPS]\n"
-    "       [--direct P]";
+    "       [--direct P] [--tokenizer DIR [--template NAME] [--sft]]";
 static const char about[] =
     "Write COUNT distinct arithmetic word problems as JSON lines on stdout: fields id, problem,\n"
     "answer (an integer as a string), solution (worked steps ending 'Answer: N'), source, split.\n"
@@ -22,7 +23,9 @@ static const char about[] =
     "operation kinds (--kinds: any of '+' gets, '-' loses, '*' doubles/triples). A problem's\n"
     "arithmetic decides its split, so test problems never occur in train whatever the seeds.\n"
     "--direct P: a share P of solutions state only 'Answer: N' without the worked steps, so a\n"
-    "model warm-started on them mixes two strategies and RL has a choice to learn from reward.";
+    "model warm-started on them mixes two strategies and RL has a choice to learn from reward.\n"
+    "--tokenizer DIR: write prompt records (as skpo-prep --wording raw would) instead of JSON;\n"
+    "with --sft, `full` records whose tokens are the solution plus EOS, for skpo-update --loss sft.";
 
 // Open-addressing set of skeleton keys (dedupe within one output).
 typedef struct keyset {
@@ -38,9 +41,13 @@ static int keyset_add(keyset *s, uint64_t key) {
     }
 }
 
-static void emit(const synth_problem *p, synth_split split, int direct) {
+static void emit(const synth_problem *p, synth_split split, int direct, synth_out *out) {
     char id[64], ans[32];
     snprintf(id, sizeof id, "synth-%s-%016llx", split == SYNTH_TEST ? "test" : "train", (unsigned long long)p->key);
+    if (out) {
+        synth_out_put(out, id, p, direct ? strstr(p->solution, "Answer: ") : p->solution);
+        return;
+    }
     snprintf(ans, sizeof ans, "%ld", p->answer);
     json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "problem", p->problem, "answer", ans,
                           "solution", direct ? strstr(p->solution, "Answer: ") : p->solution, "source", "synth", "split",
@@ -66,7 +73,8 @@ static void parse_kinds(const char *kinds, synth_opts *o) {
 
 int main(int argc, char **argv) {
     long count = 100, seed = 1, ops = 2, min_ops = 0, max_operand = 20;
-    const char *split = "train", *kinds = "+-";
+    const char *split = "train", *kinds = "+-", *tokdir = NULL, *tmpl = "plain";
+    int sft = 0;
     double direct = 0;
     const skpo_opt opts[] = {
         {"count", 'n', SKPO_OPT_INT, &count, 1, 10000000, "N", "number of problems (default 100)"},
@@ -77,6 +85,9 @@ int main(int argc, char **argv) {
         {"max-operand", 0, SKPO_OPT_INT, &max_operand, 1, 1000000, "N", "operands in 1..N (default 20)"},
         {"kinds", 0, SKPO_OPT_STR, &kinds, 0, 0, "OPS", "operation kinds, e.g. '+-' or '+-*' (default +-)"},
         {"direct", 0, SKPO_OPT_DOUBLE, &direct, 0, 1, "P", "share of solutions without worked steps (default 0)"},
+        {"tokenizer", 0, SKPO_OPT_STR, &tokdir, 0, 0, "DIR", "write prompt records tokenized with DIR"},
+        {"template", 0, SKPO_OPT_STR, &tmpl, 0, 0, "NAME", "chat template for --tokenizer (default plain)"},
+        {"sft", 0, SKPO_OPT_FLAG, &sft, 0, 0, NULL, "--tokenizer: full records with the solution as tokens"},
         {0},
     };
     if (skpo_cli_parse(synopsis, about, opts, argc, argv) != 0) skpo_cli_usage_error(synopsis, "no arguments expected");
@@ -86,6 +97,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(split, "test")) o.split = SYNTH_TEST;
     else skpo_cli_usage_error(synopsis, "--split: '%s' is not train or test", split);
     parse_kinds(kinds, &o);
+    if (sft && !tokdir) skpo_cli_usage_error(synopsis, "--sft needs --tokenizer");
+    synth_out out, *outp = NULL;
+    if (tokdir) synth_out_open(outp = &out, tokdir, tmpl, sft, argc, argv);
 
     keyset seen = {.cap = 1024};
     while (seen.cap < 2 * (size_t)count) seen.cap *= 2;
@@ -101,9 +115,10 @@ int main(int argc, char **argv) {
                 skpo_die("only about %zu distinct %s problems exist for these flags, %ld asked", seen.n, split, count);
             continue;
         }
-        emit(&p, o.split, (double)(synth_rand(&style_rng) >> 11) * 0x1p-53 < direct);
+        emit(&p, o.split, (double)(synth_rand(&style_rng) >> 11) * 0x1p-53 < direct, outp);
     }
     free(seen.k);
+    if (outp) synth_out_close(outp);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }
