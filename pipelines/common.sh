@@ -26,13 +26,15 @@ SKPO_SHARED=${SKPO_SHARED:-$TOP/../shared}
 die() { echo "skpo-pipeline: $*" >&2; exit 1; }
 
 # load_config RUN: defaults, then the run's config (later lines win).
+# REWARD_CMD from the environment wins over the config (a one-off reward swap).
 load_config() {
+  local env_reward=${REWARD_CMD-}
   # shellcheck disable=SC1091
   . "$PIPE/config/defaults.conf"
   [ -f "$1/config" ] || die "no config in run folder '$1' (start it with pipelines/train.sh)"
   # shellcheck disable=SC1090,SC1091
   . "$1/config"
-  REWARD_CMD=${REWARD_CMD:-skpo-reward}
+  REWARD_CMD=${env_reward:-${REWARD_CMD:-skpo-reward}}
 }
 
 last_step() { if [ -f "$1/last" ]; then cat "$1/last"; else echo 0; fi; }
@@ -67,7 +69,14 @@ stage_splice() {
   skpo-splice --model "$CK" --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"}
 }
-stage_reward() { eval "$REWARD_CMD \"\$@\""; }
+# stage_reward [flags]: the flags (DAPO's --overlong) go to skpo-reward only; a
+# swapped-in REWARD_CMD runs as given (it owns its shaping) and a note says so.
+stage_reward() {
+  case "$REWARD_CMD" in
+    skpo-reward|skpo-reward\ *) eval "$REWARD_CMD \"\$@\"";;
+    *) [ $# -gt 0 ] && echo "skpo-pipeline: note: custom REWARD_CMD, not adding: $*" >&2; eval "$REWARD_CMD";;
+  esac
+}
 # stage_advantage MODE [flags]: advantages + tracker update (into $ST) + metrics.
 stage_advantage() {
   local mode=$1; shift

@@ -49,7 +49,7 @@ if [ ! -f "$DIR/sft/config.json" ]; then
     { cat "$DIR/init.log" >&2; die "demo: skpo-init failed"; }
   stamp "init: $(tail -n 1 "$DIR/init.log" | sed 's/^skpo-init: //')"
   skpo-update --loss sft --model "$DIR/init" --out "$DIR/sft" --lr "$SFT_LR" --warmup-steps 0 --weight-decay 0 \
-      --minibatch "$SFT_MINIBATCH" --step 0 ${THREADS:+--threads "$THREADS"} "$DIR/data/sft.msgpack.zst" 2>"$DIR/sft.log" ||
+      --minibatch "$SFT_MINIBATCH" ${THREADS:+--threads "$THREADS"} "$DIR/data/sft.msgpack.zst" 2>"$DIR/sft.log" ||
     { cat "$DIR/sft.log" >&2; die "demo: SFT failed"; }
   stamp "sft: $(tail -n 1 "$DIR/sft.log" | sed 's/^skpo-update: //')"
 fi
