@@ -11,7 +11,8 @@
 #      held-out accuracy did not rise by MIN_GAIN
 # Recipe and its reasons: pipelines/config/demo.conf, docs/demo.md. DIR defaults to
 # ./demo-run; an existing DIR is resumed (delete it to start over). SEED=n picks
-# another seed; DEMO_STEPS=n overrides the number of SKPO steps.
+# another seed; DEMO_STEPS=n overrides the number of SKPO steps; DEMO_PREPARE_ONLY=1
+# stops after the warm start (pipelines/compare.sh uses that).
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 DIR=${1:-$TOP/demo-run}
@@ -53,6 +54,8 @@ if [ ! -f "$DIR/sft/config.json" ]; then
     { cat "$DIR/sft.log" >&2; die "demo: SFT failed"; }
   stamp "sft: $(tail -n 1 "$DIR/sft.log" | sed 's/^skpo-update: //')"
 fi
+
+[ -n "${DEMO_PREPARE_ONLY:-}" ] && exit 0  # compare.sh: data and warm start only
 
 # 4. SKPO
 mapfile -t KV < <(sed '/demo-only keys/,$d' "$PIPE/config/demo.conf" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
