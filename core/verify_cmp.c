@@ -439,7 +439,12 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         int h = new_node(c, VN_DIV, v, new_num(c, 100)); // 40\% = 0.4
         return h > 0 && cmp(c, h, gm, p, pm, depth + 1);
     }
-    if (y->kind == VN_PERCENT) return cmp(c, g, gm, kid(c, p, 0), pm, depth + 1);
+    if (y->kind == VN_PERCENT) { // 50\% for a gold 50 or 0.5
+        int v = kid(c, p, 0);
+        if (cmp(c, g, gm, v, pm, depth + 1)) return true;
+        int h = new_node(c, VN_DIV, v, new_num(c, 100));
+        return h > 0 && cmp(c, g, gm, h, pm, depth + 1);
+    }
     bool xe = (x->kind == VN_CONST && x->op == VC_EMPTY) || (x->kind == VN_BRACKET && x->op == 'S' && x->n == 0);
     bool ye = (y->kind == VN_CONST && y->op == VC_EMPTY) || (y->kind == VN_BRACKET && y->op == 'S' && y->n == 0);
     if (xe || ye) return xe && ye;

@@ -237,7 +237,7 @@ static bool in_math_at(const char *t, size_t a, size_t i) {
 }
 
 // The answer inside a phrase's sentence ("The final answer is $72$. I hope...").
-static bool sentence_answer(const char *t, size_t a, size_t n, char *out, size_t cap) {
+static bool sentence_answer(const char *t, size_t a, size_t n, bool lone_number, char *out, size_t cap) {
     while (a < n && (t[a] == ' ' || t[a] == '\t')) a++;
     size_t b = a;
     size_t lim = n - a > 2000 ? a + 2000 : n;
@@ -283,7 +283,7 @@ static bool sentence_answer(const char *t, size_t a, size_t n, char *out, size_t
         }
     }
     if (words <= 3) return clean_answer(t, a, b, out, cap);
-    if (nums == 1) return clean_answer(t, na, nbnd, out, cap);
+    if (nums == 1 && lone_number) return clean_answer(t, na, nbnd, out, cap);
     return false;
 }
 
@@ -338,7 +338,8 @@ bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, siz
     bool phrase = o->mode == SKPO_VERIFIER_MATH && find_phrase(t, n, &ppos, &pcont);
     if (phrase && nb == 0 && !near_end(t, pcont, n)) phrase = false;
     if (phrase && (nb == 0 || ppos > ring[nb - 1].start)) {
-        if (sentence_answer(t, pcont, n, out, cap)) {
+        // with boxes present, a sentence's lone number ("consistent with 3 checks") is not an answer
+        if (sentence_answer(t, pcont, n, nb == 0, out, cap)) {
             bool words_only = true;
             for (const char *q = out; *q; q++)
                 if (isdigit((unsigned char)*q) || *q == '\\' || *q == '$') words_only = false;

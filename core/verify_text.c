@@ -192,7 +192,7 @@ void vtext_canon(const char *s, size_t len, char *out, size_t cap) {
         for (size_t i = 0; i < o; i++) out[i] = out[i + 1];
         out[o] = 0;
     }
-    bool alpha = o > 0;
+    bool alpha = o > 1; // one letter keeps its case: x and X are different names
     for (size_t i = 0; i < o; i++)
         if (!isalpha((unsigned char)out[i]) && out[i] != '-' && out[i] != '\'') alpha = false;
     if (alpha)
