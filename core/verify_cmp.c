@@ -76,6 +76,16 @@ static bool rounds_to(double gold, int ndec, double x) {
     return fabs(x - gold) <= h * (1 + 1e-9) + 1e-15 * fabs(gold);
 }
 
+// A predicted decimal with >= 10 significant digits that is the exact value x
+// rounded or truncated at its last digit (0.0833333333333333 for 1/12).
+static bool long_decimal_of(double x, const vnode *lit, double y) {
+    if (lit->sig < 10) return false;
+    double ulp = pow(10.0, -lit->ndec), noise = 1e-15 * fabs(x);
+    if (fabs(x - y) <= 0.5 * ulp * (1 + 1e-9) + noise) return true;
+    double d = fabs(x) - fabs(y);
+    return (x >= 0) == (y >= 0) && d >= -noise && d < ulp;
+}
+
 static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     vrat a, b;
     bool pmfree = vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0;
@@ -84,8 +94,7 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     if (pmfree && veval_exact(c, g, NULL, &a, 0) && veval_exact(c, p, NULL, &b, 0)) {
         if (a.n == b.n && a.d == b.d) return true;
         if (gl && !pd && !terminates(b)) return rounds_to(vrat_to_double(a), N(c, gl)->ndec, vrat_to_double(b));
-        if (pl && !gd && N(c, pl)->sig >= 10)
-            return fabs(vrat_to_double(a) - vrat_to_double(b)) <= pow(10.0, -N(c, pl)->ndec) * (1 + 1e-9);
+        if (pl && !gd) return long_decimal_of(vrat_to_double(a), N(c, pl), vrat_to_double(b));
         return false;
     }
     vpoint P = {.pm = gm};
@@ -94,10 +103,7 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     double complex y = veval(c, p, &P, 0);
     if (isnan(creal(x)) || isnan(creal(y)) || isnan(cimag(x)) || isnan(cimag(y))) return false;
     if (gl && !pd) return cimag(y) == 0 ? rounds_to(creal(x), N(c, gl)->ndec, creal(y)) : false;
-    if (pd && !gd) {
-        if (!pl || N(c, pl)->sig < 10) return false;
-        return cabs(x - y) <= pow(10.0, -N(c, pl)->ndec) * (1 + 1e-9);
-    }
+    if (pd && !gd) return pl && cimag(x) == 0 && cimag(y) == 0 && long_decimal_of(creal(x), N(c, pl), creal(y));
     return approx_eq(x, y, 1e-9);
 }
 

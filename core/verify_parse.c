@@ -280,7 +280,15 @@ static int parse_func(parser *P) {
     if (eat_op(P, '^')) { pw = parse_unary(P); if (pw < 0) return -1; }
     int arg;
     if (is_op(P, '(')) { P->p++; arg = parse_item(P); if (!eat_op(P, ')')) return fail(P); }
-    else arg = parse_power(P);
+    else {
+        arg = parse_power(P);
+        // \sin 2x is sin(2x): a number argument takes the names right after it
+        while (arg > 0 && P->c->nodes[arg].kind == VN_NUM && (cur(P)->type == T_VAR || cur(P)->type == T_CONST)) {
+            int v = parse_power(P);
+            if (v < 0) return -1;
+            arg = mk2(P, VN_MUL, arg, v);
+        }
+    }
     if (arg < 0) return -1;
     int fn = base ? mk2(P, VN_FUNC, arg, base) : mk1(P, VN_FUNC, arg);
     if (fn < 0) return -1;
