@@ -2,6 +2,7 @@
 // rates, known failures, zero false positives), behaviours beyond the case
 // set, and generated hostile inputs that must not crash or hang.
 #include "harness.h"
+#include "record.h"
 #include "verify.h"
 
 #include <stdlib.h>
@@ -203,6 +204,56 @@ static void boxed_mode_ignores_answer_lines(void) {
     CHECK(r.correct && !strcmp(r.pred, "34"));
 }
 
+static void overlong_penalty_follows_dapo(void) {
+    skpo_reward_opts o;
+    skpo_reward_opts_default(&o);
+    CHECK(skpo_reward_overlong(&o, 1 << 20) == 0); // off
+    o.overlong_max = 16384;
+    o.overlong_cache = 4096;
+    CHECK(skpo_reward_overlong(&o, 12288) == 0);
+    CHECK_NEAR(skpo_reward_overlong(&o, 12289), -1.0 / 4096, 1e-15);
+    CHECK_NEAR(skpo_reward_overlong(&o, 14336), -0.5, 1e-15);
+    CHECK_NEAR(skpo_reward_overlong(&o, 16384), -1.0, 1e-15);
+    CHECK(skpo_reward_overlong(&o, 16385) == -1.0);
+}
+
+static void reward_record_sets_fields_and_leaves_other_kinds(void) {
+    skpo_reward_opts o;
+    skpo_reward_opts_default(&o);
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_err err = {{0}};
+    bool changed, b;
+    double v;
+    skpo_rec_set_str(&r, F_KIND, "up");
+    skpo_rec_set_str(&r, F_TEXT, "\\boxed{3}");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && !changed && !skpo_rec_get(&r, F_REWARD));
+    skpo_rec_set_str(&r, F_KIND, "down");
+    skpo_rec_set_str(&r, F_UID, "d-7");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_ENOTFOUND && strstr(err.msg, "'d-7'"));
+    skpo_rec_set_str(&r, F_ANSWER, "3");
+    skpo_rec_set_str(&r, "extra", "kept");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && changed);
+    CHECK(skpo_rec_bool(&r, F_CORRECT, &b) && b && skpo_rec_float(&r, F_REWARD, &v) && v == 1.0);
+    CHECK(!strcmp(skpo_rec_str(&r, F_PRED), "3") && !strcmp(skpo_rec_str(&r, "extra"), "kept"));
+    skpo_rec_set_str(&r, F_FINISH, "length");
+    o.zero_one = true;
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK);
+    CHECK(skpo_rec_bool(&r, F_CORRECT, &b) && !b && skpo_rec_float(&r, F_REWARD, &v) && v == 0.0);
+    skpo_rec_set_str(&r, F_TEXT, "no answer here");
+    skpo_rec_set_str(&r, F_FINISH, "stop");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && !skpo_rec_get(&r, F_PRED));
+    o.overlong_max = 10;
+    o.overlong_cache = 5;
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_ENOTFOUND && strstr(err.msg, "tokens"));
+    int32_t toks[8] = {0};
+    skpo_rec_set_i32s(&r, F_TOKENS, toks, 8);
+    skpo_rec_set_str(&r, F_TEXT, "\\boxed{3}");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && skpo_rec_float(&r, F_REWARD, &v));
+    CHECK_NEAR(v, 1.0 + (5.0 - 8.0) / 5.0, 1e-15);
+    skpo_rec_free(&r);
+}
+
 int main(void) {
     RUN(case_set_passes_with_no_false_positive);
     RUN(hedged_and_truncated_answers_are_wrong);
@@ -211,5 +262,7 @@ int main(void) {
     RUN(hostile_inputs_are_wrong_at_worst);
     RUN(dapo_mode_is_exact_string_match);
     RUN(boxed_mode_ignores_answer_lines);
+    RUN(overlong_penalty_follows_dapo);
+    RUN(reward_record_sets_fields_and_leaves_other_kinds);
     return TEST_SUMMARY();
 }
