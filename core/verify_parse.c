@@ -378,6 +378,9 @@ static int parse_postfix(parser *P) {
                 if (strlen(u) + strlen(cur(P)->txt) < sizeof u) strcat(u, cur(P)->txt);
                 P->p++;
                 if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) P->p += 2; // cm^2
+                else if (is_op(P, '^') && P->t[P->p + 1].type == T_OP && P->t[P->p + 1].op == '{' &&
+                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}')
+                    P->p += 4; // cm^{2}
             }
             x = mk1(P, VN_UNIT, x);
             if (x > 0) {

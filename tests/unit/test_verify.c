@@ -58,6 +58,21 @@ static void case_set_passes_with_no_false_positive(void) {
     skpo_verify_cases_free(c, n);
 }
 
+// tests/fixtures/verify/extra_cases.jsonl: skpo's own probes around every kind
+// (equal forms, near misses, extraction formats); all must be decided right.
+static void extra_probe_cases_are_all_right(void) {
+    skpo_verify_case *c;
+    size_t n;
+    char err[512];
+    CHECK_MSG(skpo_verify_cases_load("tests/fixtures/verify/extra_cases.jsonl", &c, &n, err, sizeof err) == 0, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        bool got = verify_math(c[i].response, c[i].rlen, c[i].gold);
+        CHECK_MSG(got == c[i].expect, "%s: gold '%s', got %d", c[i].id, c[i].gold, got);
+    }
+    CHECK(n > 250);
+    skpo_verify_cases_free(c, n);
+}
+
 static void hedged_and_truncated_answers_are_wrong(void) {
     CHECK(!V("so \\boxed{12} or maybe \\boxed{13}", "12"));
     CHECK(!V("\\boxed{12, 13}", "12"));
@@ -256,6 +271,7 @@ static void reward_record_sets_fields_and_leaves_other_kinds(void) {
 
 int main(void) {
     RUN(case_set_passes_with_no_false_positive);
+    RUN(extra_probe_cases_are_all_right);
     RUN(hedged_and_truncated_answers_are_wrong);
     RUN(equal_values_in_other_forms_are_right);
     RUN(different_values_and_forms_that_matter_are_wrong);
