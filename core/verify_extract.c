@@ -331,7 +331,27 @@ static bool near_end(const char *t, size_t a, size_t n) {
     return rest < 100;
 }
 
+// The part of a response that can hold its final answer: before the first
+// chat-template token (the model went on to write another turn), and after the
+// last </think> (answers inside the thinking are tentative). An unclosed
+// <think> has no final answer. Returns false if nothing is left.
+static bool answer_region(const char *t, size_t *a, size_t *n) {
+    static const char *const ends[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", NULL};
+    for (int k = 0; ends[k]; k++) {
+        const char *p = memmem(t + *a, *n - *a, ends[k], strlen(ends[k]));
+        if (p) *n = (size_t)(p - t);
+    }
+    const char *close = NULL;
+    for (const char *p = t + *a; (p = memmem(p, *n - (size_t)(p - t), "</think>", 8)); p += 8) close = p;
+    if (close) { *a = (size_t)(close - t) + 8; return true; }
+    return !memmem(t + *a, *n - *a, "<think>", 7);
+}
+
 bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
+    size_t a = 0;
+    if (!answer_region(t, &a, &n)) return false;
+    t += a;
+    n -= a;
     box ring[RING];
     int nb = find_boxes(t, n, ring);
     size_t ppos = 0, pcont = 0;
