@@ -74,7 +74,7 @@ static const cmd CMDS[] = {
     {"displaystyle", T_SKIP, 0}, {"textstyle", T_SKIP, 0}, {"scriptstyle", T_SKIP, 0},
     {"quad", T_SKIP, 0}, {"qquad", T_SKIP, 0}, {"limits", T_SKIP, 0}, {"circ", T_SKIP, 0},
     {"degree", T_SKIP, 0}, {"enspace", T_SKIP, 0}, {"thinspace", T_SKIP, 0}, {"boxed", T_SKIP, 0},
-    {"fbox", T_SKIP, 0}, {"overline", T_SKIP, 0}, {"mathbf", T_SKIP, 0}, {"bf", T_SKIP, 0},
+    {"fbox", T_SKIP, 0}, {"overline", T_SKIP, 0}, {"angle", T_SKIP, 0}, {"measuredangle", T_SKIP, 0}, {"mathbf", T_SKIP, 0}, {"bf", T_SKIP, 0},
     {"frac", T_FRAC, 0}, {"dfrac", T_FRAC, 0}, {"tfrac", T_FRAC, 0}, {"cfrac", T_FRAC, 0},
     {"over", T_OP, '/'}, {"sqrt", T_SQRT, 0}, {"binom", T_BINOM, 0}, {"dbinom", T_BINOM, 0},
     {"tbinom", T_BINOM, 0}, {"cdot", T_OP, '*'}, {"times", T_OP, '*'}, {"ast", T_OP, '*'},

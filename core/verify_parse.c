@@ -150,6 +150,19 @@ static int parse_number(parser *P) {
     vtok *t = cur(P);
     P->p++;
     int id = num_node(P, t);
+    vtok *u = cur(P);
+    if (id > 0 && (t->flags & NF_INTLIT) && u->type == T_NUM && (u->flags & NF_INTLIT) && u[1].type == T_OP &&
+        u[1].op == '/' && u[2].type == T_NUM && (u[2].flags & NF_INTLIT) && u[2].q.n != 0 &&
+        !(u[3].type == T_OP && u[3].op == '^')) { // "2 1/2": a mixed number too
+        vnode *n = &P->c->nodes[id];
+        vrat f;
+        if (vrat_div(u->q, u[2].q, &f) && vrat_add(n->q, f, &n->q)) {
+            n->d = vrat_to_double(n->q);
+            n->flags = NF_EXACT;
+            P->p += 3;
+            return id;
+        }
+    }
     if (id < 0 || !(t->flags & NF_INTLIT) || cur(P)->type != T_FRAC) return id;
     int save_p = P->p, save_nn = P->c->nn, save_nk = P->c->nk;
     P->p++;
