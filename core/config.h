@@ -32,6 +32,7 @@ typedef struct skpo_config {
     int eos_token_ids[SKPO_MAX_EOS];
     int n_eos;
     char torch_dtype[16];       // "float32" | "bfloat16" | "float16"
+    double initializer_range;   // std of the random init (default 0.02)
 } skpo_config;
 
 skpo_status skpo_config_load(const char *path, skpo_config *c, skpo_err *err);

@@ -36,6 +36,11 @@ typedef struct skpo_model_opts {
 // Load config.json + model.safetensors or a sharded index from dir.
 skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_model **out, skpo_err *err);
 void skpo_model_free(skpo_model *m);
+// A model with random weights for config c, as transformers initialises one:
+// normal(0, std) for projection matrices and embeddings, 1 for norm weights,
+// 0 for biases. Deterministic for a seed (each tensor has its own stream).
+skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *o, uint64_t seed, double std,
+                                   skpo_model **out, skpo_err *err);
 const skpo_config *skpo_model_config(const skpo_model *m);
 // dtype the checkpoint was stored in (what a save keeps by default).
 skpo_dtype skpo_model_src_dtype(const skpo_model *m);

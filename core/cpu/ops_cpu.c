@@ -1,0 +1,369 @@
+/*
+ * ops_cpu.c - the CPU reference backend (ops.h): float32, OpenBLAS sgemm for
+ * the matrix products, OpenMP over rows and heads, no fast-math. Reductions
+ * use `omp simd reduction`, which lets the compiler vectorise a sum without
+ * licensing fast-math anywhere else.
+ *
+ * Attention is computed row by row (one query row x one head per work item)
+ * with the softmax normaliser saved, so memory is O(N * NH) instead of
+ * O(T^2); backward recomputes the probabilities (flash-attention style), in
+ * two race-free passes: dq per query row, then dk/dv per key row.
+ */
+#include "../ops.h"
+#include "../common.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- dense ---------------------------------------------------------------------------
+
+static void cpu_matmul(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int acc) {
+    if (N == 0) return;
+    if (bias && !acc) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * O, bias, (size_t)O * sizeof(float));
+    }
+    float beta = (acc || bias) ? 1.0f : 0.0f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, K, 1.0f, in, K, w, K, beta, out, O);
+    if (bias && acc) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < O; o++) out[(size_t)n * O + o] += bias[o];
+    }
+}
+
+static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                                const float *w, int N, int K, int O) {
+    if (N == 0) return;
+    if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, O, 1.0f, dout, O, w, K, 1.0f, din, K);
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, K, N, 1.0f, dout, O, in, K, 1.0f, dw, K);
+    if (dbias) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < O; o++) {
+            float s = 0;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * O + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+// --- elementwise ---------------------------------------------------------------------------
+
+static void cpu_rmsnorm(float *out, float *rstd, const float *in, const float *w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int i = 0; i < C; i++) ss += x[i] * x[i];
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
+        for (int i = 0; i < C; i++) y[i] = w[i] * (x[i] * r);
+        if (rstd) rstd[n] = r;
+    }
+}
+
+// y = w * x * r, r = (mean(x^2) + eps)^-1/2:
+// dx = r * (w*dy) - x * r^3 / C * sum(w*dy*x); dw = sum_n dy * x * r.
+static void cpu_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                                 const float *rstd, int N, int C) {
+    if (din) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = din + (size_t)n * C, r = rstd[n], dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int i = 0; i < C; i++) dot += w[i] * dy[i] * x[i];
+            float k = dot * r * r * r / (float)C;
+            for (int i = 0; i < C; i++) dx[i] += r * w[i] * dy[i] - k * x[i];
+        }
+    }
+    if (dw) {
+        int nt = omp_get_max_threads();
+        int cb = (C + nt - 1) / nt;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < nt; t++) {
+            int c0 = t * cb, c1 = c0 + cb < C ? c0 + cb : C;
+            for (int n = 0; n < N; n++) {
+                const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
+                float r = rstd[n];
+                for (int i = c0; i < c1; i++) dw[i] += dy[i] * x[i] * r;
+            }
+        }
+    }
+}
+
+static void cpu_rope(float *x, const int *pos, const float *inv_freq, int N, int nh, int HS, int inverse) {
+    int half = HS / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float cs[512], sn[512];
+        SKPO_ASSERT(half <= 512);
+        for (int i = 0; i < half; i++) {
+            float ang = (float)pos[n] * inv_freq[i]; // float32 product, as transformers computes it
+            cs[i] = (float)cos((double)ang);
+            sn[i] = inverse ? -(float)sin((double)ang) : (float)sin((double)ang);
+        }
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)n * nh + h) * HS;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+static void cpu_swiglu(float *h, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        h[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void cpu_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                                size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], s = 1.0f / (1.0f + expf(-g));
+        float d = dh[i];
+        dup[i] = d * g * s;
+        dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+    }
+}
+
+static void cpu_add(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_embed(float *out, const float *wte, const int32_t *ids, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(float));
+}
+
+// Parallel over column blocks so rows with the same id never race.
+static void cpu_embed_backward(float *dwte, const float *dout, const int32_t *ids, int N, int C) {
+    int nt = omp_get_max_threads();
+    int cb = (C + nt - 1) / nt;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < nt; t++) {
+        int c0 = t * cb, c1 = c0 + cb < C ? c0 + cb : C;
+        for (int n = 0; n < N; n++) {
+            float *d = dwte + (size_t)ids[n] * C;
+            const float *s = dout + (size_t)n * C;
+            for (int i = c0; i < c1; i++) d[i] += s[i];
+        }
+    }
+}
+
+// --- attention ------------------------------------------------------------------------------
+
+static inline float dot(const float *a, const float *b, int n) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// Row of sequence containing global row r (seq_off is sorted).
+static int seq_of_row(const int *seq_off, int nseq, int r) {
+    int lo = 0, hi = nseq - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (seq_off[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static int max_seq_len(const int *seq_off, int nseq) {
+    int m = 0;
+    for (int s = 0; s < nseq; s++)
+        if (seq_off[s + 1] - seq_off[s] > m) m = seq_off[s + 1] - seq_off[s];
+    return m;
+}
+
+static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
+                          int nseq, int NH, int NKV, int HS) {
+    int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel
+    {
+        float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
+#pragma omp for schedule(dynamic, 8)
+        for (long it = 0; it < (long)N * NH; it++) {
+            int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
+            int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
+            const float *qr = q + ((size_t)r * NH + h) * HS;
+            float mx = -INFINITY;
+            for (int j = s0; j <= r; j++) {
+                float z = dot(qr, k + ((size_t)j * NKV + g) * HS, HS) * scale;
+                p[j - s0] = z;
+                if (z > mx) mx = z;
+            }
+            float sum = 0;
+            for (int j = 0; j <= r - s0; j++) sum += (p[j] = expf(p[j] - mx));
+            float *o = out + ((size_t)r * NH + h) * HS, inv = 1.0f / sum;
+            memset(o, 0, (size_t)HS * sizeof(float));
+            for (int j = s0; j <= r; j++) axpy(o, p[j - s0] * inv, v + ((size_t)j * NKV + g) * HS, HS);
+            if (lse) lse[(size_t)r * NH + h] = mx + logf(sum);
+        }
+        free(p);
+    }
+}
+
+// P_ij = exp(q_i.k_j * scale - lse_i); dS_ij = P_ij (dO_i.v_j - D_i), D_i = dO_i.O_i;
+// dq_i = scale * sum_j dS_ij k_j; dk_j = scale * sum_i dS_ij q_i; dv_j = sum_i P_ij dO_i.
+static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                   const float *lse, const float *q, const float *k, const float *v,
+                                   const int *seq_off, int nseq, int NH, int NKV, int HS) {
+    int N = seq_off[nseq], grp = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    float *D = skpo_xmalloc((size_t)(N ? N : 1) * NH * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (long it = 0; it < (long)N * NH; it++) D[it] = dot(dout + it * HS, out + it * HS, HS);
+#pragma omp parallel for schedule(dynamic, 8)
+    for (long it = 0; it < (long)N * NH; it++) {
+        int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
+        int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
+        const float *qr = q + it * HS, *dor = dout + it * HS;
+        float *dqr = dq + it * HS, l = lse[it], Dr = D[it];
+        memset(dqr, 0, (size_t)HS * sizeof(float));
+        for (int j = s0; j <= r; j++) {
+            const float *kj = k + ((size_t)j * NKV + g) * HS, *vj = v + ((size_t)j * NKV + g) * HS;
+            float P = expf(dot(qr, kj, HS) * scale - l);
+            float dS = P * (dot(dor, vj, HS) - Dr);
+            axpy(dqr, dS * scale, kj, HS);
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 8)
+    for (long it = 0; it < (long)N * NKV; it++) {
+        int j = (int)(it / NKV), g = (int)(it % NKV);
+        int s = seq_of_row(seq_off, nseq, j), s1 = seq_off[s + 1];
+        const float *kj = k + it * HS, *vj = v + it * HS;
+        float *dkj = dk + it * HS, *dvj = dv + it * HS;
+        memset(dkj, 0, (size_t)HS * sizeof(float));
+        memset(dvj, 0, (size_t)HS * sizeof(float));
+        for (int h = g * grp; h < (g + 1) * grp; h++)
+            for (int i = j; i < s1; i++) {
+                size_t ih = (size_t)i * NH + h;
+                const float *qi = q + ih * HS, *doi = dout + ih * HS;
+                float P = expf(dot(qi, kj, HS) * scale - lse[ih]);
+                float dS = P * (dot(doi, vj, HS) - D[ih]);
+                axpy(dkj, dS * scale, qi, HS);
+                axpy(dvj, P, doi, HS);
+            }
+    }
+    free(D);
+}
+
+static inline size_t paged_row(const skpo_paged_kv *kv, const int *blocks, int layer, int pos) {
+    size_t b = (size_t)blocks[pos / kv->block_size];
+    return ((b * (size_t)kv->n_layers + (size_t)layer) * (size_t)kv->block_size + (size_t)(pos % kv->block_size)) *
+           (size_t)kv->kv_dim;
+}
+
+static void cpu_attention_paged(float *out, const float *q, int N, const int *pos, const int *const *blocks,
+                                const skpo_paged_kv *kv, int layer, int NH, int NKV, int HS) {
+    int T = 0, grp = NH / NKV;
+    for (int r = 0; r < N; r++)
+        if (pos[r] + 1 > T) T = pos[r] + 1;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel
+    {
+        float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
+#pragma omp for schedule(dynamic, 4)
+        for (long it = 0; it < (long)N * NH; it++) {
+            int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
+            const float *qr = q + it * HS;
+            float mx = -INFINITY;
+            for (int j = 0; j <= pos[r]; j++) {
+                float z = dot(qr, kv->pool_k + paged_row(kv, blocks[r], layer, j) + (size_t)g * HS, HS) * scale;
+                p[j] = z;
+                if (z > mx) mx = z;
+            }
+            float sum = 0;
+            for (int j = 0; j <= pos[r]; j++) sum += (p[j] = expf(p[j] - mx));
+            float *o = out + it * HS, inv = 1.0f / sum;
+            memset(o, 0, (size_t)HS * sizeof(float));
+            for (int j = 0; j <= pos[r]; j++)
+                axpy(o, p[j] * inv, kv->pool_v + paged_row(kv, blocks[r], layer, j) + (size_t)g * HS, HS);
+        }
+        free(p);
+    }
+}
+
+// --- log-probs ---------------------------------------------------------------------------------
+
+static void cpu_logprob(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int N, int V,
+                        float temperature) {
+    float it = 1.0f / temperature;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (z[i] * it > mx) mx = z[i] * it;
+        double s = 0, sz = 0; // double: V terms of very different size
+        for (int i = 0; i < V; i++) {
+            double e = exp((double)(z[i] * it - mx));
+            s += e;
+            sz += e * (double)(z[i] * it);
+        }
+        double l = (double)mx + log(s);
+        logp[n] = (float)((double)(z[tgt[n]] * it) - l);
+        if (ent) ent[n] = (float)(l - sz / s);
+        if (lse) lse[n] = (float)l;
+    }
+}
+
+// With z = logits/T, logp_j = z_j - lse, H = -sum p log p:
+// dz_j = dlogp (1[j = y] - p_j) - dH p_j (logp_j + H); dlogits = dz / T.
+static void cpu_logprob_backward(float *logits, const int32_t *tgt, const float *lse, const float *ent,
+                                 const float *dlogp, const float *dent, int N, int V, float temperature) {
+    float it = 1.0f / temperature;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *z = logits + (size_t)n * V;
+        float l = lse[n], dl = dlogp ? dlogp[n] : 0.0f, dh = dent ? dent[n] : 0.0f, H = ent ? ent[n] : 0.0f;
+        for (int i = 0; i < V; i++) {
+            float lp = z[i] * it - l, p = expf(lp);
+            z[i] = (-dl * p - dh * p * (lp + H)) * it;
+        }
+        z[tgt[n]] += dl * it;
+    }
+}
+
+static const skpo_ops CPU_OPS = {
+    .name = "cpu",
+    .alloc = NULL,
+    .free = NULL,
+    .matmul = cpu_matmul,
+    .matmul_backward = cpu_matmul_backward,
+    .rmsnorm = cpu_rmsnorm,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .swiglu_backward = cpu_swiglu_backward,
+    .add = cpu_add,
+    .embed = cpu_embed,
+    .embed_backward = cpu_embed_backward,
+    .attention = cpu_attention,
+    .attention_backward = cpu_attention_backward,
+    .attention_paged = cpu_attention_paged,
+    .logprob = cpu_logprob,
+    .logprob_backward = cpu_logprob_backward,
+};
+
+const skpo_ops *skpo_ops_cpu(void) { return &CPU_OPS; }

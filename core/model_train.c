@@ -1,0 +1,280 @@
+/*
+ * model_train.c - whole-sequence forward (scoring and training) and the full
+ * backward pass of the token-level loss through every parameter.
+ *
+ * A batch is the concatenation of its sequences (N rows); attention is causal
+ * within each sequence. Only the rows that predict a scored token go through
+ * the lm_head, in chunks of rows, so (T, vocab) logits never exist at once;
+ * backward recomputes each chunk's logits from the saved final-norm output
+ * and the saved log-normaliser instead of keeping them.
+ * Not here: KV-cache inference (model.c) and the optimiser (optim).
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOGIT_CHUNK_FLOATS ((size_t)1 << 24) // 64 MiB of logits per chunk
+
+static float *falloc(size_t n) { return skpo_xmalloc((n ? n : 1) * sizeof(float)); }
+
+void model_acts_free(model_acts *a) {
+    free(a->seq_off); free(a->pos); free(a->ids);
+    free(a->x); free(a->ln1); free(a->rstd1); free(a->q); free(a->k); free(a->v);
+    free(a->att); free(a->lse); free(a->xmid); free(a->ln2); free(a->rstd2);
+    free(a->gate); free(a->up); free(a->h); free(a->lnf); free(a->rstdf);
+    free(a->srow); free(a->stgt); free(a->slse); free(a->sent);
+    memset(a, 0, sizeof *a);
+}
+
+static skpo_status check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
+    if (!(temperature > 0) || !isfinite(temperature))
+        return skpo_err_set(err, SKPO_ERANGE, "temperature %g must be positive", (double)temperature);
+    for (int i = 0; i < nseq; i++) {
+        const skpo_seq *s = &seqs[i];
+        if (s->start < 1 || s->start > s->n)
+            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: start %d outside [1, %d]", i, s->start, s->n);
+        if (s->n > m->c.max_position_embeddings)
+            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: %d tokens exceed max_position_embeddings %d", i, s->n,
+                                m->c.max_position_embeddings);
+        for (int t = 0; t < s->n; t++)
+            if (s->ids[t] < 0 || s->ids[t] >= m->c.vocab_size)
+                return skpo_err_set(err, SKPO_ERANGE, "sequence %d: token id %d outside the vocabulary (%d)", i,
+                                    s->ids[t], m->c.vocab_size);
+    }
+    return SKPO_OK;
+}
+
+// Index the batch and allocate activations (per layer when save, else one layer's worth).
+static void acts_alloc(const skpo_model *m, const skpo_seq *seqs, int nseq, int save, model_acts *a) {
+    const skpo_config *c = &m->c;
+    model_acts_free(a);
+    int N = 0, S = 0;
+    for (int i = 0; i < nseq; i++) N += seqs[i].n, S += seqs[i].n - seqs[i].start;
+    a->N = N, a->S = S, a->nseq = nseq, a->saved = save;
+    a->seq_off = skpo_xmalloc((size_t)(nseq + 1) * sizeof(int));
+    a->pos = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int));
+    a->ids = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int32_t));
+    a->srow = skpo_xmalloc((size_t)(S ? S : 1) * sizeof(int));
+    a->stgt = skpo_xmalloc((size_t)(S ? S : 1) * sizeof(int32_t));
+    int r = 0, k = 0;
+    for (int i = 0; i < nseq; i++) {
+        a->seq_off[i] = r;
+        for (int t = 0; t < seqs[i].n; t++) {
+            a->pos[r + t] = t;
+            a->ids[r + t] = seqs[i].ids[t];
+        }
+        for (int t = seqs[i].start; t < seqs[i].n; t++, k++) {
+            a->srow[k] = r + t - 1;
+            a->stgt[k] = seqs[i].ids[t];
+        }
+        r += seqs[i].n;
+    }
+    a->seq_off[nseq] = N;
+    size_t L = save ? (size_t)c->num_hidden_layers : 1, n = (size_t)N;
+    size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_attention_heads;
+    size_t QD = NH * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    a->x = falloc((save ? L + 1 : 1) * n * C);
+    a->ln1 = falloc(L * n * C), a->rstd1 = falloc(L * n);
+    a->q = falloc(L * n * QD), a->k = falloc(L * n * KVD), a->v = falloc(L * n * KVD);
+    a->att = falloc(L * n * QD), a->lse = falloc(L * n * NH);
+    a->xmid = falloc(L * n * C), a->ln2 = falloc(L * n * C), a->rstd2 = falloc(L * n);
+    a->gate = falloc(L * n * F), a->up = falloc(L * n * F), a->h = falloc(n * F);
+    a->lnf = falloc(n * C), a->rstdf = falloc(n);
+    a->slse = falloc((size_t)S), a->sent = falloc((size_t)S);
+}
+
+// Pointers to layer l's activations (layer 0's buffers when not saved).
+typedef struct layer_acts {
+    float *xin, *xout, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *gate, *up;
+} layer_acts;
+
+static layer_acts acts_layer(const skpo_model *m, const model_acts *a, int l) {
+    const skpo_config *c = &m->c;
+    size_t n = (size_t)a->N, li = a->saved ? (size_t)l : 0;
+    size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_attention_heads;
+    size_t QD = NH * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    layer_acts la = {
+        .xin = a->x + li * n * C, .xout = a->x + (a->saved ? li + 1 : 0) * n * C,
+        .ln1 = a->ln1 + li * n * C, .rstd1 = a->rstd1 + li * n,
+        .q = a->q + li * n * QD, .k = a->k + li * n * KVD, .v = a->v + li * n * KVD,
+        .att = a->att + li * n * QD, .lse = a->lse + li * n * NH,
+        .xmid = a->xmid + li * n * C, .ln2 = a->ln2 + li * n * C, .rstd2 = a->rstd2 + li * n,
+        .gate = a->gate + li * n * F, .up = a->up + li * n * F,
+    };
+    return la;
+}
+
+static void layer_forward(skpo_model *m, model_acts *a, int l) {
+    const skpo_config *c = &m->c;
+    const skpo_ops *op = m->ops;
+    const model_layer *L = &m->layers[l];
+    layer_acts la = acts_layer(m, a, l);
+    int N = a->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
+    int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_norm_eps;
+    op->rmsnorm(la.ln1, la.rstd1, la.xin, L->ln1, N, C, eps);
+    op->matmul(la.q, la.ln1, L->wq, L->bq, N, C, QD, 0);
+    op->matmul(la.k, la.ln1, L->wk, L->bk, N, C, KVD, 0);
+    op->matmul(la.v, la.ln1, L->wv, L->bv, N, C, KVD, 0);
+    op->rope(la.q, a->pos, m->inv_freq, N, NH, HS, 0);
+    op->rope(la.k, a->pos, m->inv_freq, N, NKV, HS, 0);
+    op->attention(la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH, NKV, HS);
+    memcpy(la.xmid, la.xin, (size_t)N * C * sizeof(float));
+    op->matmul(la.xmid, la.att, L->wo, L->bo, N, QD, C, 1);         // xmid = xin + att Wo^T
+    op->rmsnorm(la.ln2, la.rstd2, la.xmid, L->ln2, N, C, eps);
+    op->matmul(la.gate, la.ln2, L->wg, NULL, N, C, F, 0);
+    op->matmul(la.up, la.ln2, L->wu, NULL, N, C, F, 0);
+    op->swiglu(a->h, la.gate, la.up, (size_t)N * F);
+    memmove(la.xout, la.xmid, (size_t)N * C * sizeof(float));      // xout may alias xin (not saved)
+    op->matmul(la.xout, a->h, L->wd, NULL, N, F, C, 1);              // xout = xmid + h Wd^T
+}
+
+static int chunk_rows(const skpo_model *m) {
+    size_t r = LOGIT_CHUNK_FLOATS / (size_t)m->c.vocab_size;
+    return r < 1 ? 1 : r > 4096 ? 4096 : (int)r;
+}
+
+// Scored rows through the lm_head, chunk by chunk: logp, entropy, lse.
+static void head_forward(skpo_model *m, model_acts *a, float *logp, float *ent) {
+    int C = m->c.hidden_size, V = m->c.vocab_size, R = chunk_rows(m);
+    float *g = falloc((size_t)R * C), *logits = falloc((size_t)R * V);
+    for (int s0 = 0; s0 < a->S; s0 += R) {
+        int n = a->S - s0 < R ? a->S - s0 : R;
+        for (int i = 0; i < n; i++)
+            memcpy(g + (size_t)i * C, a->lnf + (size_t)a->srow[s0 + i] * C, (size_t)C * sizeof(float));
+        m->ops->matmul(logits, g, m->lm_head, NULL, n, C, V, 0);
+        m->ops->logprob(logp + s0, a->sent + s0, a->slse + s0, logits, a->stgt + s0, n, V, a->temperature);
+        if (ent) memcpy(ent + s0, a->sent + s0, (size_t)n * sizeof(float));
+    }
+    free(g);
+    free(logits);
+}
+
+skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
+                               float *logp, float *entropy, model_acts *a, skpo_err *err) {
+    skpo_status s = check_seqs(m, seqs, nseq, temperature, err);
+    if (s) return s;
+    acts_alloc(m, seqs, nseq, save, a);
+    a->temperature = temperature;
+    const skpo_config *c = &m->c;
+    m->ops->embed(a->x, m->wte, a->ids, a->N, c->hidden_size);
+    for (int l = 0; l < c->num_hidden_layers; l++) layer_forward(m, a, l);
+    float *xl = a->x + (save ? (size_t)c->num_hidden_layers * a->N * c->hidden_size : 0);
+    m->ops->rmsnorm(a->lnf, a->rstdf, xl, m->normf, a->N, c->hidden_size, (float)c->rms_norm_eps);
+    head_forward(m, a, logp, entropy);
+    for (int i = 0; i < a->S; i++)
+        if (!isfinite(logp[i]) || !isfinite(a->sent[i]))
+            return skpo_err_set(err, SKPO_ENUMERIC, "non-finite log-prob at scored token %d", i);
+    return SKPO_OK;
+}
+
+skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                float *entropy, skpo_err *err) {
+    model_acts a = {0};
+    skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 0, logp, entropy, &a, err);
+    model_acts_free(&a);
+    return s;
+}
+
+skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                     float *entropy, skpo_err *err) {
+    if (!m->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
+    m->have_acts = 0;
+    skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 1, logp, entropy, &m->acts, err);
+    if (!s) m->have_acts = 1;
+    return s;
+}
+
+// --- backward ----------------------------------------------------------------------------------
+
+// d(loss)/d(lnf) (N, C) from the head, recomputing logits chunk by chunk.
+static void head_backward(skpo_model *m, model_acts *a, const float *dlogp, const float *dent, float *dlnf) {
+    int C = m->c.hidden_size, V = m->c.vocab_size, R = chunk_rows(m);
+    float *g = falloc((size_t)R * C), *dg = falloc((size_t)R * C), *logits = falloc((size_t)R * V);
+    float *dW = model_grad_of(m, m->lm_head);
+    memset(dlnf, 0, (size_t)a->N * C * sizeof(float));
+    for (int s0 = 0; s0 < a->S; s0 += R) {
+        int n = a->S - s0 < R ? a->S - s0 : R;
+        for (int i = 0; i < n; i++)
+            memcpy(g + (size_t)i * C, a->lnf + (size_t)a->srow[s0 + i] * C, (size_t)C * sizeof(float));
+        m->ops->matmul(logits, g, m->lm_head, NULL, n, C, V, 0);
+        m->ops->logprob_backward(logits, a->stgt + s0, a->slse + s0, dent ? a->sent + s0 : NULL, dlogp + s0,
+                                 dent ? dent + s0 : NULL, n, V, a->temperature);
+        memset(dg, 0, (size_t)n * C * sizeof(float));
+        m->ops->matmul_backward(dg, dW, NULL, logits, g, m->lm_head, n, C, V);
+        for (int i = 0; i < n; i++) { // rows are distinct, but keep it serial and simple
+            float *d = dlnf + (size_t)a->srow[s0 + i] * C;
+            for (int j = 0; j < C; j++) d[j] += dg[(size_t)i * C + j];
+        }
+    }
+    free(g);
+    free(dg);
+    free(logits);
+}
+
+typedef struct bwd_scratch {
+    float *dln, *dq, *dk, *dv, *datt, *dh, *dgate, *dup;
+} bwd_scratch;
+
+// dx (N, C) holds d(loss)/d(xout) on entry and d(loss)/d(xin) on return.
+static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_scratch *b) {
+    const skpo_config *c = &m->c;
+    const skpo_ops *op = m->ops;
+    const model_layer *L = &m->layers[l];
+    layer_acts la = acts_layer(m, a, l);
+    int N = a->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
+    int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+#define G(w) model_grad_of(m, (w))
+    // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
+    op->swiglu(a->h, la.gate, la.up, (size_t)N * F);
+    memset(b->dh, 0, (size_t)N * F * sizeof(float));
+    op->matmul_backward(b->dh, G(L->wd), NULL, dx, a->h, L->wd, N, F, C);
+    op->swiglu_backward(b->dgate, b->dup, b->dh, la.gate, la.up, (size_t)N * F);
+    memset(b->dln, 0, (size_t)N * C * sizeof(float));
+    op->matmul_backward(b->dln, G(L->wg), NULL, b->dgate, la.ln2, L->wg, N, C, F);
+    op->matmul_backward(b->dln, G(L->wu), NULL, b->dup, la.ln2, L->wu, N, C, F);
+    op->rmsnorm_backward(dx, G(L->ln2), b->dln, la.xmid, L->ln2, la.rstd2, N, C); // dx is now d/dxmid
+    // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
+    memset(b->datt, 0, (size_t)N * QD * sizeof(float));
+    op->matmul_backward(b->datt, G(L->wo), G(L->bo), dx, la.att, L->wo, N, QD, C);
+    op->attention_backward(b->dq, b->dk, b->dv, b->datt, la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH,
+                           NKV, HS);
+    op->rope(b->dq, a->pos, m->inv_freq, N, NH, HS, 1);
+    op->rope(b->dk, a->pos, m->inv_freq, N, NKV, HS, 1);
+    memset(b->dln, 0, (size_t)N * C * sizeof(float));
+    op->matmul_backward(b->dln, G(L->wq), G(L->bq), b->dq, la.ln1, L->wq, N, C, QD);
+    op->matmul_backward(b->dln, G(L->wk), G(L->bk), b->dk, la.ln1, L->wk, N, C, KVD);
+    op->matmul_backward(b->dln, G(L->wv), G(L->bv), b->dv, la.ln1, L->wv, N, C, KVD);
+    op->rmsnorm_backward(dx, G(L->ln1), b->dln, la.xin, L->ln1, la.rstd1, N, C); // dx is now d/dxin
+#undef G
+}
+
+skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
+    if (!m->have_acts) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_backward without a train_forward before it");
+    model_acts *a = &m->acts;
+    for (int i = 0; i < a->S; i++)
+        if (!isfinite(dlogp[i]) || (dentropy && !isfinite(dentropy[i])))
+            return skpo_err_set(err, SKPO_ENUMERIC, "non-finite loss gradient at scored token %d", i);
+    const skpo_config *c = &m->c;
+    size_t N = (size_t)a->N, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    float *dlnf = falloc(N * C), *dx = falloc(N * C);
+    head_backward(m, a, dlogp, dentropy, dlnf);
+    memset(dx, 0, N * C * sizeof(float));
+    float *xl = a->x + (size_t)c->num_hidden_layers * N * C;
+    m->ops->rmsnorm_backward(dx, model_grad_of(m, m->normf), dlnf, xl, m->normf, a->rstdf, (int)N, (int)C);
+    bwd_scratch b = {
+        .dln = dlnf, .dq = falloc(N * QD), .dk = falloc(N * KVD), .dv = falloc(N * KVD), .datt = falloc(N * QD),
+        .dh = falloc(N * F), .dgate = falloc(N * F), .dup = falloc(N * F),
+    };
+    for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l, dx, &b);
+    m->ops->embed_backward(model_grad_of(m, m->wte), dx, a->ids, (int)N, (int)C);
+    free(b.dq); free(b.dk); free(b.dv); free(b.datt); free(b.dh); free(b.dgate); free(b.dup);
+    free(dlnf);
+    free(dx);
+    m->have_acts = 0;
+    model_acts_free(a);
+    return SKPO_OK;
+}

@@ -1,0 +1,94 @@
+/*
+ * ops.h - the compute backend interface: every kernel the transformer needs
+ * (forward and backward), as a struct of function pointers that each backend
+ * fills (ggml-backend style). model.c holds the math of the network and calls
+ * only these; the CPU backend (core/cpu/ops_cpu.c, float32, OpenBLAS + OpenMP)
+ * is the reference the CUDA backend is tested against.
+ *
+ * Conventions: row-major float32 tensors in the backend's memory; shapes are
+ * given in the comments as (rows, cols). N is a number of token rows, C the
+ * hidden size, NH / NKV the query / key-value heads, HS the head size. GQA
+ * maps query head h to kv head h / (NH / NKV). "backward" ops ADD into the
+ * gradients they produce (so residual branches and shared weights accumulate)
+ * unless noted.
+ */
+#ifndef SKPO_OPS_H
+#define SKPO_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// A paged KV cache as seen by attention (see kvcache.h for the layout): row
+// `pos` of a sequence at `layer` starts at
+//   pool + ((blocks[pos / block_size] * n_layers + layer) * block_size + pos % block_size) * kv_dim
+typedef struct skpo_paged_kv {
+    const float *pool_k, *pool_v;
+    int n_layers, block_size, kv_dim;
+} skpo_paged_kv;
+
+typedef struct skpo_ops {
+    const char *name;
+
+    // --- memory (optional: NULL on CPU, where plain host pointers are used) ---
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+
+    // --- dense -----------------------------------------------------------------
+    // out (N, O) = in (N, K) @ w^T, w (O, K), + bias (O) when non-NULL.
+    // accumulate = 1 adds into out instead of overwriting it.
+    void (*matmul)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int accumulate);
+    // din (N, K) += dout (N, O) @ w; dw (O, K) += dout^T @ in; dbias (O) += column sums of dout.
+    // Each output may be NULL (not needed).
+    void (*matmul_backward)(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,
+                            int N, int K, int O);
+
+    // --- elementwise / rows -------------------------------------------------------
+    // out (N, C) = in / sqrt(mean(in^2) + eps) * w; rstd (N) keeps 1/sqrt(...) for backward (nullable).
+    void (*rmsnorm)(float *out, float *rstd, const float *in, const float *w, int N, int C, float eps);
+    // din (N, C) += ..., dw (C) += ...
+    void (*rmsnorm_backward)(float *din, float *dw, const float *dout, const float *in, const float *w,
+                             const float *rstd, int N, int C);
+    // Rotate-half RoPE in place on x (N, nh, HS) at positions pos (N) with
+    // frequencies inv_freq (HS/2). inverse = 1 rotates by -angle (the backward).
+    void (*rope)(float *x, const int *pos, const float *inv_freq, int N, int nh, int HS, int inverse);
+    // h (n) = silu(gate) * up
+    void (*swiglu)(float *h, const float *gate, const float *up, size_t n);
+    // dgate, dup (n) = (overwritten, not added) gradients through h = silu(gate) * up.
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+    // y (n) += x (n)
+    void (*add)(float *y, const float *x, size_t n);
+    // out (N, C) = wte[ids[n]]
+    void (*embed)(float *out, const float *wte, const int32_t *ids, int N, int C);
+    // dwte[ids[n]] += dout[n]
+    void (*embed_backward)(float *dwte, const float *dout, const int32_t *ids, int N, int C);
+
+    // --- attention -----------------------------------------------------------------
+    // Causal attention over nseq contiguous sequences, rows seq_off[s] ..
+    // seq_off[s+1] of q (N, NH, HS), k, v (N, NKV, HS). out (N, NH, HS);
+    // lse (N, NH) keeps the softmax log-normaliser for backward (nullable).
+    void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
+                      int nseq, int NH, int NKV, int HS);
+    // dq (N, NH, HS), dk, dv (N, NKV, HS) are OVERWRITTEN.
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                               const float *q, const float *k, const float *v, const int *seq_off, int nseq, int NH,
+                               int NKV, int HS);
+    // Decode / prefill over a paged cache: query row r (of N) sits at position
+    // pos[r] of the sequence whose block table is blocks[r], and attends to
+    // positions 0..pos[r] of it at `layer` (K/V for those are already written).
+    void (*attention_paged)(float *out, const float *q, int N, const int *pos, const int *const *blocks,
+                            const skpo_paged_kv *kv, int layer, int NH, int NKV, int HS);
+
+    // --- log-probs -------------------------------------------------------------------
+    // Rows of logits (N, V), z = logits / temperature: logp[n] = log softmax(z)[tgt[n]],
+    // ent[n] = entropy of softmax(z) (nullable), lse[n] = logsumexp(z) (nullable).
+    void (*logprob)(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int N, int V,
+                    float temperature);
+    // In place: logits (N, V) -> d(loss)/d(logits) from dlogp (N) and dent
+    // (N, nullable), given the lse and ent of the forward (ent nullable iff dent is).
+    void (*logprob_backward)(float *logits, const int32_t *tgt, const float *lse, const float *ent, const float *dlogp,
+                             const float *dent, int N, int V, float temperature);
+} skpo_ops;
+
+const skpo_ops *skpo_ops_cpu(void);
+
+#endif
