@@ -347,7 +347,7 @@ static bool answer_region(const char *t, size_t *a, size_t *n) {
     return !memmem(t + *a, *n - *a, "<think>", 7);
 }
 
-bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
+bool vextract(vctx *c, const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
     size_t a = 0;
     if (!answer_region(t, &a, &n)) return false;
     t += a;
@@ -378,11 +378,9 @@ bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, siz
         char *tmp = skpo_xmalloc(n + 1);
         bool ok = clean_answer(t, 0, n, tmp, n + 1);
         if (ok) {
-            vctx *c = skpo_xmalloc(sizeof *c);
             vctx_init(c);
             int r = vparse(c, tmp, strlen(tmp));
             ok = r > 0 && !vhas_kind(c, r, VN_TEXT, 0);
-            free(c);
         }
         if (ok && strlen(tmp) < cap) { memcpy(out, tmp, strlen(tmp) + 1); free(tmp); return true; }
         free(tmp);

@@ -162,7 +162,8 @@ char vtext_choice(const char *s, size_t len, bool strict);
 
 // Find the final answer in a sanitized response; writes it NUL-terminated into
 // out (cap bytes). Returns false if none.
-bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap);
+// c is scratch space for the bare-answer check.
+bool vextract(vctx *c, const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap);
 // Unwrap a gold answer: strip $...$, \boxed{}, whitespace. Writes into out.
 void vgold_clean(const char *t, size_t n, char *out, size_t cap);
 

@@ -607,8 +607,10 @@ static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_g
 }
 
 int vparse(vctx *c, const char *s, size_t len) {
-    vtok *toks = skpo_xmalloc(sizeof(vtok) * VMAX_TOKS);
-    int nt = vlex(s, len, toks, VMAX_TOKS);
+    // every token but T_END consumes at least one byte of s
+    int cap = len + 2 < VMAX_TOKS ? (int)len + 2 : VMAX_TOKS;
+    vtok *toks = skpo_xmalloc(sizeof(vtok) * (size_t)cap);
+    int nt = vlex(s, len, toks, cap);
     int root = -1;
     if (nt > 1) {
         parser P = {c, toks, 0, nt, 0, 0, false};
