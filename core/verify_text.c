@@ -87,6 +87,11 @@ char *vtext_sanitize(const char *s, size_t len, size_t *outlen) {
     char *out = skpo_xmalloc(cap);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
+        if (u[i] >= 0x20 && u[i] < 0x7F) { // fast path: printable ASCII is copied as is
+            if (o + 2 > cap) skpo_xgrow((void **)&out, &cap, o + 2 + cap / 2, 1);
+            out[o++] = (char)u[i++];
+            continue;
+        }
         const char *rep;
         char tmp[4], one[2];
         if (u[i] < 0x80) {
