@@ -83,7 +83,7 @@ static const cmd CMDS[] = {
     {"ge", T_REL, VR_GE}, {"geq", T_REL, VR_GE}, {"geqslant", T_REL, VR_GE},
     {"lt", T_REL, VR_LT}, {"gt", T_REL, VR_GT}, {"ne", T_REL, VR_NE}, {"neq", T_REL, VR_NE},
     {"in", T_REL, VR_IN}, {"approx", T_REL, VR_APPROX}, {"colon", T_OP, ':'},
-    {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
+    {"setminus", T_SETMINUS, 0}, {"backslash", T_SETMINUS, 0}, {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
     {"pi", T_CONST, VC_PI}, {"emptyset", T_CONST, VC_EMPTY}, {"varnothing", T_CONST, VC_EMPTY},
     {"sin", T_FUNC, VF_SIN}, {"cos", T_FUNC, VF_COS}, {"tan", T_FUNC, VF_TAN},
     {"sec", T_FUNC, VF_SEC}, {"csc", T_FUNC, VF_CSC}, {"cot", T_FUNC, VF_COT},

@@ -519,6 +519,13 @@ static int parse_union(parser *P) {
         if (x < 0) return -1;
         u[n++] = x;
     }
+    if (cur(P)->type == T_SETMINUS) { // \mathbb{R} \setminus \{3\}
+        P->p++;
+        x = parse_sum(P);
+        if (x < 0) return -1;
+        int a = n == 1 ? u[0] : mk(P, VN_UNION, u, n);
+        return a < 0 ? -1 : mk2(P, VN_SETMINUS, a, x);
+    }
     if (is_op(P, ':') && n == 1) { // ratio a:b
         P->p++;
         x = parse_sum(P);
