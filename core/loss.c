@@ -16,7 +16,7 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 3.0};
     c->phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_CISPO, 0.2, 0.28, 0.0};
     c->phase[SKPO_PHASE_FULL] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
-    c->agg = SKPO_AGG_TOKEN_MEAN;
+    for (int p = 0; p < SKPO_NPHASE; p++) c->agg[p] = SKPO_AGG_TOKEN_MEAN;
     c->agg_norm = 3072;
 }
 
@@ -57,8 +57,9 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
         if (pl->dual_clip != 0 && !(pl->dual_clip > 1 && isfinite(pl->dual_clip)))
             return skpo_err_set(err, SKPO_ERANGE, "%s: dual clip %g must be 0 (off) or > 1", phase_names[p], pl->dual_clip);
     }
-    if ((unsigned)c->agg > SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
-        return skpo_err_set(err, SKPO_ERANGE, "unknown loss aggregation %d", (int)c->agg);
+    for (int p = 0; p < SKPO_NPHASE; p++)
+        if ((unsigned)c->agg[p] > SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
+            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss aggregation %d", phase_names[p], (int)c->agg[p]);
     if (!(c->agg_norm > 0 && isfinite(c->agg_norm)))
         return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
     if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
@@ -66,9 +67,10 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
     return SKPO_OK;
 }
 
-double skpo_loss_agg_scale(const skpo_loss_cfg *c, const skpo_loss_count *ph, int n) {
+double skpo_loss_agg_scale(const skpo_loss_cfg *c, int p, const skpo_loss_count *ph, int n) {
+    SKPO_ASSERT(p >= 0 && p < SKPO_NPHASE);
     if (n <= 0 || ph->tokens <= 0 || ph->seqs <= 0) return 0;
-    switch (c->agg) {
+    switch (c->agg[p]) {
     case SKPO_AGG_TOKEN_MEAN: return 1.0 / ph->tokens;
     case SKPO_AGG_SEQ_MEAN_TOKEN_MEAN: return 1.0 / (ph->seqs * n);
     case SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM: return 1.0 / (ph->seqs * c->agg_norm);

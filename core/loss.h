@@ -61,7 +61,7 @@ typedef struct skpo_phase_loss {
 
 typedef struct skpo_loss_cfg {
     skpo_phase_loss phase[SKPO_NPHASE];
-    skpo_loss_agg agg;
+    skpo_loss_agg agg[SKPO_NPHASE];   // per phase (SKPO.md Q5: a seq-mean upstream is one flag away)
     double agg_norm;       // constant of seq-mean-token-sum-norm
     double kl_coef;        // 0 = off; otherwise every record needs ref_logp
     double entropy_coef;   // 0 = off
@@ -92,10 +92,10 @@ typedef struct skpo_loss_count {
     double tokens, seqs;
 } skpo_loss_count;
 
-// The factor every token loss of one sequence of length n is multiplied by to
-// give its phase's aggregate L_phase (not including the record weight);
-// 0 when the phase is empty or n == 0.
-double skpo_loss_agg_scale(const skpo_loss_cfg *c, const skpo_loss_count *phase, int n);
+// The factor every token loss of one sequence of length n in phase p is
+// multiplied by to give the phase's aggregate L_p (not including the record
+// weight); 0 when the phase is empty or n == 0.
+double skpo_loss_agg_scale(const skpo_loss_cfg *c, int p, const skpo_loss_count *count, int n);
 
 // --- per-token loss -------------------------------------------------------------------------
 

@@ -74,12 +74,31 @@ void skpo_optim_free(skpo_optim *o) {
 
 // --- update -------------------------------------------------------------------------
 
+// Sum of squares of one tensor: fixed chunks summed in parallel, then the
+// chunk sums in order, so the bits do not depend on the thread count.
+#define NORM_CHUNK ((size_t)1 << 15)
+
+static double sumsq(const float *g, size_t n) {
+    size_t nc = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    double *part = skpo_xcalloc(nc ? nc : 1, sizeof *part);
+#pragma omp parallel for schedule(static)
+    for (long long c = 0; c < (long long)nc; c++) {
+        size_t lo = (size_t)c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
+        double s = 0;
+        for (size_t k = lo; k < hi; k++) s += (double)g[k] * (double)g[k];
+        part[c] = s;
+    }
+    double s = 0;
+    for (size_t c = 0; c < nc; c++) s += part[c];
+    free(part);
+    return s;
+}
+
 double skpo_optim_grad_norm(const skpo_param *params, int n) {
     double ss = 0;
     for (int i = 0; i < n; i++) {
-        const float *g = params[i].grad;
-        SKPO_ASSERT(g != NULL);
-        for (size_t k = 0; k < params[i].numel; k++) ss += (double)g[k] * (double)g[k];
+        SKPO_ASSERT(params[i].grad != NULL);
+        ss += sumsq(params[i].grad, params[i].numel);
     }
     return sqrt(ss);
 }

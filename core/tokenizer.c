@@ -202,17 +202,90 @@ static skpo_status parse_normalizer(skpo_tok *t, const json_t *n, const char *pa
     return skpo_err_set(err, SKPO_EUNSUPPORTED, "'%s': normalizer type '%s' is not supported (only NFC)", path, ty ? ty : "?");
 }
 
+// Letters and numbers in the Unicode 16 tables of Oniguruma (HF's regex
+// engine) that PCRE2 10.42 (Unicode 14) lacks, found by matching every code
+// point with both; PCRE2 has none that Oniguruma lacks. Added to \p{L} / \p{N}.
+#define ONIG_EXTRA_L \
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}" \
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}" \
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}" \
+    "\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}" \
+    "\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}" \
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}" \
+    "\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}" \
+    "\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
+#define ONIG_EXTRA_N \
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}" \
+    "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}" \
+    "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}"
+
+// Unicode White_Space, which Oniguruma's \s (what HF uses) matches. PCRE2's
+// \s under UCP also takes U+180E, so \s and \S are spelled out instead.
+#define WS_BODY "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+// Copy of pat in Oniguruma's terms: \s -> [WS] (WS inside a class), \S ->
+// [^WS] outside classes (a \S inside a class is left to PCRE2), \p{L} and \p{N}
+// with the ranges above. Other escapes are copied whole.
+static char *onig_compat(const char *pat, size_t n, size_t *outn) {
+    char *o = NULL;
+    size_t len = 0, cap = 0;
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = pat[i];
+        const char *rep = NULL;
+        if (c == '\\' && i + 1 < n) {
+            char d = pat[++i];
+            if (d == 's') rep = in_class ? WS_BODY : "[" WS_BODY "]";
+            else if (d == 'S' && !in_class) rep = "[^" WS_BODY "]";
+            else if (d == 'p' && i + 3 < n && pat[i + 1] == '{' && pat[i + 3] == '}' && (pat[i + 2] == 'L' || pat[i + 2] == 'N')) {
+                int letter = pat[i + 2] == 'L';
+                rep = in_class ? (letter ? "\\p{L}" ONIG_EXTRA_L : "\\p{N}" ONIG_EXTRA_N)
+                               : (letter ? "[\\p{L}" ONIG_EXTRA_L "]" : "[\\p{N}" ONIG_EXTRA_N "]");
+                i += 3;
+            }
+            if (!rep) {
+                char esc[2] = {c, d};
+                buf_put(&o, &len, &cap, esc, 2);
+                continue;
+            }
+            buf_put(&o, &len, &cap, rep, strlen(rep));
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = 1;
+            buf_put(&o, &len, &cap, &c, 1);
+            // a leading ^ and a leading ] belong to the class syntax
+            if (i + 1 < n && pat[i + 1] == '^') buf_put(&o, &len, &cap, &pat[++i], 1);
+            if (i + 1 < n && pat[i + 1] == ']') buf_put(&o, &len, &cap, &pat[++i], 1);
+            continue;
+        }
+        if (c == ']' && in_class) in_class = 0;
+        buf_put(&o, &len, &cap, &c, 1);
+    }
+    if (!o) buf_put(&o, &len, &cap, "", 0);
+    *outn = len;
+    return o;
+}
+
 static skpo_status compile_regex(pretok *p, const char *pat, size_t n, int literal, const char *path, skpo_err *err) {
     int ec;
     PCRE2_SIZE eo;
     uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    p->re = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    size_t m = n;
+    char *src = literal ? NULL : onig_compat(pat, n, &m);
+    p->re = pcre2_compile((PCRE2_SPTR)(src ? src : pat), m, opt, &ec, &eo, NULL);
+    free(src);
     if (!p->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return skpo_err_set(err, SKPO_EFORMAT, "'%s': pre-tokenizer regex does not compile at offset %zu: %s", path, (size_t)eo, (char *)msg);
+        return skpo_err_set(err, SKPO_EFORMAT, "'%s': pre-tokenizer regex does not compile (offset %zu after rewriting \\s, \\p): %s", path,
+                            (size_t)eo, (char *)msg);
     }
     p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
+    // Oniguruma and PCRE2 disagree only on code points >= U+1000 (U+180E and
+    // the letters/digits above), so text below that can use the plain pattern
+    p->re_low = literal ? NULL : pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    p->jit_low = p->re_low && pcre2_jit_compile(p->re_low, PCRE2_JIT_COMPLETE) == 0;
     return SKPO_OK;
 }
 
@@ -233,7 +306,7 @@ static skpo_status add_pretok(skpo_tok *t, const json_t *p, const char *path, sk
         pt.type = PRE_BYTELEVEL;
         pt.add_prefix_space = jbool(p, "add_prefix_space", 1);
         if (jbool(p, "use_regex", 1)) {
-            skpo_status st = compile_regex(&pt, GPT2_REGEX, PCRE2_ZERO_TERMINATED, 0, path, err);
+            skpo_status st = compile_regex(&pt, GPT2_REGEX, strlen(GPT2_REGEX), 0, path, err);
             if (st != SKPO_OK) return st;
         }
         t->bytelevel = 1;
@@ -560,7 +633,7 @@ void skpo_tok_free(skpo_tok *t) {
     free(t->pairs);
     for (int i = 0; i < t->nadded; i++) free(t->added[i].s);
     free(t->added);
-    for (int i = 0; i < t->npre; i++) pcre2_code_free(t->pre[i].re);
+    for (int i = 0; i < t->npre; i++) pcre2_code_free(t->pre[i].re), pcre2_code_free(t->pre[i].re_low);
     free(t->pre);
     cache_free(t->cache);
     free(t);

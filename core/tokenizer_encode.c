@@ -236,11 +236,12 @@ static void pretok_run(enc *e, int level, const char *p, size_t n);
 
 // Next match of re in p[0..n) at or after *pos; HF (onig find_iter) semantics
 // for empty matches: one right after the previous match is skipped.
-static int regex_next(enc *e, const pretok *pt, const char *p, size_t n, size_t *pos, size_t *ms, size_t *me, size_t *last_end) {
+static int regex_next(enc *e, const pcre2_code *re, int jit, const char *p, size_t n, size_t *pos, size_t *ms, size_t *me,
+                      size_t *last_end) {
     for (;;) {
         if (*pos > n) return 0;
-        int rc = pt->jit && !e->mctx ? pcre2_jit_match(pt->re, (PCRE2_SPTR)p, n, *pos, PCRE2_NO_UTF_CHECK, e->md, NULL)
-                                     : pcre2_match(pt->re, (PCRE2_SPTR)p, n, *pos, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
+        int rc = jit && !e->mctx ? pcre2_jit_match(re, (PCRE2_SPTR)p, n, *pos, PCRE2_NO_UTF_CHECK, e->md, NULL)
+                                 : pcre2_match(re, (PCRE2_SPTR)p, n, *pos, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !e->mctx) {
             e->jstack = pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, NULL);
             e->mctx = pcre2_match_context_create(NULL);
@@ -271,6 +272,22 @@ static int regex_next(enc *e, const pretok *pt, const char *p, size_t n, size_t 
     }
 }
 
+// Whether p holds a code point where PCRE2's and Oniguruma's classes differ
+// (see ONIG_EXTRA_L in tokenizer.c): U+180E, U+1C89..U+1C8A, U+A7CB..U+A7DC,
+// or anything beyond the BMP. Text without them can use the faster re_low.
+static int needs_onig(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < 0xE1) continue;
+        if (p[i] >= 0xF0) return 1;
+        if (i + 2 >= n) continue;
+        unsigned b = p[i + 1], c = p[i + 2];
+        if (p[i] == 0xE1 && ((b == 0xA0 && c == 0x8E) || (b == 0xB2 && (c == 0x89 || c == 0x8A)))) return 1;
+        if (p[i] == 0xEA && b == 0x9F && c >= 0x8B && c <= 0x9C) return 1;
+    }
+    return 0;
+}
+
 typedef struct span {
     size_t s, e;
     int m;
@@ -279,8 +296,11 @@ typedef struct span {
 // HF Split: the list of (offsets, is_match) pieces, then the behaviour.
 static void split_regex(enc *e, int level, const pretok *pt, const char *p, size_t n) {
     size_t pos = 0, ms, me, prev = 0, last_end = (size_t)-1;
+    const pcre2_code *re = pt->re;
+    int jit = pt->jit;
+    if (pt->re_low && !needs_onig(p, n)) re = pt->re_low, jit = pt->jit_low;
     if (pt->behavior == SPLIT_ISOLATED && !pt->invert) {
-        while (regex_next(e, pt, p, n, &pos, &ms, &me, &last_end)) {
+        while (regex_next(e, re, jit, p, n, &pos, &ms, &me, &last_end)) {
             if (ms > prev) pretok_run(e, level + 1, p + prev, ms - prev);
             pretok_run(e, level + 1, p + ms, me - ms);
             prev = me;
@@ -290,7 +310,7 @@ static void split_regex(enc *e, int level, const pretok *pt, const char *p, size
     }
     span *sp = NULL;
     size_t ns = 0, cap = 0;
-    while (regex_next(e, pt, p, n, &pos, &ms, &me, &last_end)) {
+    while (regex_next(e, re, jit, p, n, &pos, &ms, &me, &last_end)) {
         skpo_xgrow((void **)&sp, &cap, ns + 2, sizeof *sp);
         if (ms > prev) sp[ns++] = (span){prev, ms, 0};
         sp[ns++] = (span){ms, me, 1};

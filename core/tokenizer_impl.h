@@ -76,8 +76,10 @@ typedef enum { PRE_SPLIT, PRE_BYTELEVEL } pre_type;
 
 typedef struct pretok {
     pre_type type;
-    pcre2_code *re;           // Split pattern, or ByteLevel's GPT-2 regex (NULL if !use_regex)
-    int jit;                  // re was JIT-compiled
+    pcre2_code *re;           // Split pattern, or ByteLevel's GPT-2 regex (NULL if !use_regex),
+    int jit;                  //   rewritten to Oniguruma's \s, \p{L}, \p{N}; re was JIT-compiled
+    pcre2_code *re_low;       // the pattern as written: the same matches on text without code
+    int jit_low;              //   points >= U+1000, and faster (NULL if it does not compile)
     split_behavior behavior;
     int invert, add_prefix_space;
 } pretok;

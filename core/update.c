@@ -254,10 +254,14 @@ skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, con
 }
 
 static int grads_finite(skpo_param *p, int np) {
-    for (int i = 0; i < np; i++)
-        for (size_t k = 0; k < p[i].numel; k++)
-            if (!isfinite(p[i].grad[k])) return 0;
-    return 1;
+    int ok = 1;
+    for (int i = 0; i < np && ok; i++) {
+        const float *g = p[i].grad;
+        long long n = (long long)p[i].numel;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+        for (long long k = 0; k < n; k++) ok = ok && isfinite(g[k]);
+    }
+    return ok;
 }
 
 // Forward, loss and backward of records idx[i..j) (one micro-batch).
@@ -276,7 +280,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
         int nt = s->n - s->start;
         skpo_loss_seq ls = {
             .n = nt, .logp = lp + off, .old = s->old ? s->old : s->behav, .ref = s->ref, .entropy = ent + off,
-            .adv = s->adv, .weight = s->weight, .scale = skpo_loss_agg_scale(lc, &cnt[s->phase], nt),
+            .adv = s->adv, .weight = s->weight, .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], nt),
         };
         double before = m->phase[s->phase].loss;
         st = skpo_loss_seq_eval(lc, o->sft ? &sft : &lc->phase[s->phase], &ls, dlp + off, dent ? dent + off : NULL,

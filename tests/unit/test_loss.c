@@ -24,7 +24,8 @@ static void check_case(json_t *c) {
     const char *name = json_string_value(json_object_get(c, "name"));
     skpo_loss_cfg cfg;
     skpo_loss_cfg_default(&cfg);
-    cfg.agg = skpo_loss_agg_parse(json_string_value(json_object_get(c, "agg")));
+    for (int p = 0; p < SKPO_NPHASE; p++)
+        cfg.agg[p] = skpo_loss_agg_parse(json_string_value(json_object_get(c, "agg")));
     cfg.agg_norm = num(c, "agg_norm");
     cfg.kl_coef = num(c, "kl_coef");
     cfg.entropy_coef = num(c, "entropy_coef");
@@ -56,7 +57,7 @@ static void check_case(json_t *c) {
         float *ref = farr(json_object_get(s, "ref"), &n), *ent = farr(json_object_get(s, "ent"), &n);
         float *want = farr(json_object_get(s, "dlogp"), &n), *wantd = farr(json_object_get(s, "dent"), &n);
         float *g = calloc((size_t)n + 1, sizeof *g), *gd = calloc((size_t)n + 1, sizeof *gd);
-        skpo_loss_seq ls = {n, lp, old, ref, ent, num(s, "adv"), skpo_loss_agg_scale(&cfg, &cnt[p], n),
+        skpo_loss_seq ls = {n, lp, old, ref, ent, num(s, "adv"), skpo_loss_agg_scale(&cfg, p, &cnt[p], n),
                             sft ? 1.0 : num(s, "weight")};
         double before = st[p].loss;
         CHECK(skpo_loss_seq_eval(&cfg, sft ? &sftl : &cfg.phase[p], &ls, g, gd, &st[p], &e) == SKPO_OK);

@@ -39,7 +39,8 @@ static void micro_batches_accumulate_to_the_whole_minibatch_gradient(void) {
     skpo_update_opts_default(&o);
     float a[BG_V * BG_V], ab[BG_V], b[BG_V * BG_V], bb[BG_V];
     for (int agg = 0; agg < 3; agg++) {
-        o.loss.agg = agg;
+        for (int p = 0; p < SKPO_NPHASE; p++) o.loss.agg[p] = agg;
+        if (agg == 0) o.loss.agg[SKPO_PHASE_UP] = SKPO_AGG_SEQ_MEAN_TOKEN_MEAN;   // mixed per phase too
         o.micro_tokens = 1 << 20;
         double la = grad_of(&m, r, n, &o, a, ab);
         o.micro_tokens = 7;   // about one record per micro-batch

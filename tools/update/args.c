@@ -34,6 +34,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     skpo_adamw_cfg_default(&a->a);
     skpo_loss_cfg *L = &a->u.loss;
     const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
+    const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
     long minibatch = a->u.minibatch, warmup = a->a.warmup_steps;
     a->threads = 0;
@@ -62,6 +63,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"full-clip-high", 0, SKPO_OPT_DOUBLE, &P[2].eps_high, 0, B, "E", "full ratio ceiling 1+E (0.28)"},
         {"full-dual-clip", 0, SKPO_OPT_DOUBLE, &P[2].dual_clip, 0, B, "C", "full dual clip for A<0, 0 = off (3)"},
         {"loss-agg", 0, SKPO_OPT_STR, &agg, 0, 0, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"},
+        {"up-loss-agg", 0, SKPO_OPT_STR, &pagg[0], 0, 0, "MODE", "upstream aggregation (default: --loss-agg)"},
+        {"down-loss-agg", 0, SKPO_OPT_STR, &pagg[1], 0, 0, "MODE", "downstream aggregation (default: --loss-agg)"},
+        {"full-loss-agg", 0, SKPO_OPT_STR, &pagg[2], 0, 0, "MODE", "full-response aggregation (default: --loss-agg)"},
         {"loss-norm", 0, SKPO_OPT_DOUBLE, &L->agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"},
         {"kl-coef", 0, SKPO_OPT_DOUBLE, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"},
         {"entropy-coef", 0, SKPO_OPT_DOUBLE, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"},
@@ -90,9 +94,13 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
     static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
     for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
-    int g = skpo_loss_agg_parse(agg);
-    if (g < 0) skpo_cli_usage_error(SYNOPSIS, "--loss-agg: unknown mode '%s'", agg);
-    L->agg = g;
+    static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        const char *v = pagg[p] ? pagg[p] : agg;
+        int g = skpo_loss_agg_parse(v);
+        if (g < 0) skpo_cli_usage_error(SYNOPSIS, "--%s: unknown mode '%s'", pagg[p] ? aflag[p] : "loss-agg", v);
+        L->agg[p] = g;
+    }
     if (!strcmp(decay, "matrices")) a->a.decay_matrices_only = 1;
     else if (strcmp(decay, "all")) skpo_cli_usage_error(SYNOPSIS, "--decay: '%s' is not all or matrices", decay);
     if (!strcmp(comm, "auto")) a->comm = SKPO_COMM_AUTO;
