@@ -46,8 +46,13 @@ const skpo_field_def skpo_schema[] = {
     {F_WEIGHT, SKPO_FT_FLOAT, "phase weight in the loss"},
     {F_CUT, SKPO_FT_INT, "up records: planned split position t_q"},
     {F_NLL, SKPO_FT_FLOAT, "up records: mean NLL of the segment"},
+    {F_SEG_TOKENS, SKPO_FT_I32S, "state records: token ids of the prompt's last upstream segment"},
+    {F_SEG_LOGP, SKPO_FT_F32S, "state records: behaviour log-probs of that segment"},
+    {F_SEG_PROMPT, SKPO_FT_I32S, "state records: prompt ids that segment was conditioned on"},
     {NULL, 0, NULL},
 };
+
+_Static_assert(sizeof skpo_schema / sizeof skpo_schema[0] <= 128, "the duplicate check holds 128 schema fields");
 
 const skpo_field_def *skpo_schema_find(const char *name) {
     for (const skpo_field_def *d = skpo_schema; d->name; d++)
@@ -424,7 +429,7 @@ skpo_status skpo_rec_from_object(const msgpack_object *o, skpo_rec *r, skpo_pbuf
     }
     const msgpack_object_map *m = &o->via.map;
     skpo_xgrow((void **)&r->v, &r->cap, m->size, sizeof *r->v);
-    uint64_t seen = 0; // schema fields seen, to reject duplicates
+    uint64_t seen[2] = {0, 0}; // schema fields seen, to reject duplicates
     for (uint32_t i = 0; i < m->size; i++) {
         const msgpack_object *k = &m->ptr[i].key, *x = &m->ptr[i].val;
         if (k->type != MSGPACK_OBJECT_STR)
@@ -466,9 +471,10 @@ skpo_status skpo_rec_from_object(const msgpack_object *o, skpo_rec *r, skpo_pbuf
         }
         const skpo_field_def *d = skpo_schema_find(v->key);
         if (d) {
-            uint64_t bit = 1ull << ((size_t)(d - skpo_schema) & 63);
-            if (seen & bit) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' appears twice", v->key);
-            seen |= bit;
+            size_t k = (size_t)(d - skpo_schema);
+            uint64_t bit = 1ull << (k & 63);
+            if (seen[k >> 6] & bit) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' appears twice", v->key);
+            seen[k >> 6] |= bit;
             skpo_status st = check_value(d, v, err);
             if (st) return st;
         }

@@ -144,6 +144,15 @@ missing() {
 }
 t "a missing input file is an error naming it" missing
 
+schema_documented() {
+  skpo-cat --schema >"$TMP/schema.txt" || return 1
+  [ "$(wc -l <"$TMP/schema.txt")" -ge 29 ] || return 1
+  while read -r name type _; do
+    grep -qF "| \`$name\` | $type |" "$TOP/docs/records.md" || { echo "'$name' ($type) is not in docs/records.md"; return 1; }
+  done <"$TMP/schema.txt"
+}
+t "every schema field is documented in docs/records.md with its type" schema_documented
+
 # --- usage -------------------------------------------------------------------------------------
 
 help_ok() {
