@@ -106,6 +106,24 @@ static void nested_values_round_trip(void) {
     CHECK(json_round_trips("{\"tokens\":[0,-1,2147483647,-2147483648],\"prompt\":[],\"step\":3,\"correct\":false,\"pred\":null}"));
 }
 
+// Nested values written by another producer: every msgpack type inside a
+// field outside the schema prints as JSON.
+static void nested_msgpack_of_every_type_prints(void) {
+    // [fixext1, ext8, uint64 max, int16 -300, float32 0.5, bin8, str8, fixmap{1:nil}, deep [[[]]]]
+    static const unsigned char raw[] = {0x99, 0xd4, 0x01, 0x41, 0xc7, 0x02, 0xfe, 0x61, 0x62, 0xcf, 0xff, 0xff, 0xff,
+                                        0xff, 0xff, 0xff, 0xff, 0xff, 0xd1, 0xfe, 0xd4, 0xca, 0x3f, 0x00, 0x00, 0x00,
+                                        0xc4, 0x01, 0x00, 0xd9, 0x01, 0x7a, 0x81, 0x01, 0xc0, 0x91, 0x91, 0x90};
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_rec_set_raw(&r, "x", raw, sizeof raw);
+    skpo_jbuf b = {0};
+    const char *want = "{\"x\":[{\"$ext\":[1,\"QQ==\"]},{\"$ext\":[-2,\"YWI=\"]},18446744073709551615,-300,0.5,"
+                       "{\"$bin\":\"AA==\"},\"z\",{\"1\":null},[[[]]]]}";
+    CHECK_MSG(!strcmp(to_json(&r, &b), want), "%s", b.p);
+    skpo_jbuf_free(&b);
+    skpo_rec_free(&r);
+}
+
 static void schema_types_are_enforced_on_the_way_in(void) {
     static const char *bad[] = {
         "[1,2]",                         // not an object
@@ -154,6 +172,7 @@ int main(void) {
     RUN(bins_and_bad_strings_survive_as_base64);
     RUN(strings_escape_controls_and_keep_nul);
     RUN(nested_values_round_trip);
+    RUN(nested_msgpack_of_every_type_prints);
     RUN(schema_types_are_enforced_on_the_way_in);
     RUN(fields_select_and_order);
     return TEST_SUMMARY();
