@@ -82,6 +82,7 @@ static void buf_put(char **out, size_t *len, size_t *cap, const void *p, size_t 
 // returned so the caller can hold it back.
 static size_t utf8_lossy_append(const unsigned char *p, size_t n, int keep_tail, char **out, size_t *len, size_t *cap) {
     size_t i = 0, run = 0;
+    if (n == 0) return 0;
     while (i < n) {
         int k = utf8_step(p + i, n - i);
         if (k > 0) { i += (size_t)k; continue; }
