@@ -565,6 +565,28 @@ static skpo_status load_config(skpo_tok *t, const char *dir, skpo_err *err) {
     return st;
 }
 
+// HF's TemplateProcessing "single" template (possibly inside a Sequence of
+// processors): the id of a leading SpecialToken, else -1.
+static int32_t post_bos(const skpo_tok *t, const json_t *pp) {
+    const char *ty = jtype(pp);
+    if (ty && !strcmp(ty, "Sequence")) {
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(pp, "processors"), i, v) {
+            int32_t id = post_bos(t, v);
+            if (id >= 0) return id;
+        }
+        return -1;
+    }
+    if (!ty || strcmp(ty, "TemplateProcessing")) return -1;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+    if (!name) return -1;
+    json_t *ids = json_object_get(json_object_get(json_object_get(pp, "special_tokens"), name), "ids");
+    json_int_t id = json_array_size(ids) == 1 ? json_integer_value(json_array_get(ids, 0)) : skpo_tok_id(t, name);
+    return id >= 0 && id < t->nvocab ? (int32_t)id : -1;
+}
+
 static skpo_status load_tokenizer_json(skpo_tok *t, const json_t *j, const char *path, skpo_err *err) {
     if (!json_is_object(j)) return skpo_err_set(err, SKPO_EFORMAT, "'%s': not a JSON object", path);
     json_t *model = json_object_get(j, "model");
@@ -587,6 +609,7 @@ static skpo_status load_tokenizer_json(skpo_tok *t, const json_t *j, const char 
     t->unk_id = unk ? smap_get(&t->vocab, unk, strlen(unk)) : -1;
     qsort(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp);
     build_tables(t);
+    t->bos_to_add = post_bos(t, json_object_get(j, "post_processor"));
     return SKPO_OK;
 }
 
@@ -729,3 +752,5 @@ int skpo_tok_eos_ids(const skpo_tok *t, int32_t *out, int max) {
 }
 
 int skpo_tok_bos_id(const skpo_tok *t) { return t->bos_id; }
+
+int skpo_tok_bos_to_add(const skpo_tok *t) { return t->bos_to_add; }

@@ -32,6 +32,11 @@ int skpo_tok_is_special(const skpo_tok *t, int id);
 // end-of-turn token; n returned.
 int skpo_tok_eos_ids(const skpo_tok *t, int32_t *out, int max);
 int skpo_tok_bos_id(const skpo_tok *t);                  // -1 if none
+// The id HF's post-processor puts before a single sequence (a TemplateProcessing
+// that starts with a special token: Llama 3's <|begin_of_text|>); -1 if none
+// (Qwen). skpo_tok_encode never adds it; callers that want HF's
+// add_special_tokens=True prepend it.
+int skpo_tok_bos_to_add(const skpo_tok *t);
 
 // Incremental decoder: feed ids one at a time; returns only complete UTF-8
 // characters (never half a character). Text is appended to the caller's buffer.

@@ -11,7 +11,10 @@
  *   pid      --id-field, else "id", "idx" or "unique_id", else "<source>/<row>"
  *            (row counted from 0 over non-blank lines of the file).
  * Prompts longer than --max-prompt-tokens are skipped and reported on stderr,
- * never truncated. A row without a problem or an answer is an error.
+ * never truncated. A row without a problem or an answer is an error. When the
+ * tokenizer's post-processor adds a BOS (Llama 3) and the rendered prompt does
+ * not start with it (the plain template), it is put in front, as HF's
+ * tokenizer(text) would.
  */
 #include "cli.h"
 #include "common.h"
@@ -148,6 +151,22 @@ static void note_overlong(prep *p, const char *pid) {
     sprintf(p->overlong_pids + n, "%s%s", n ? ", " : "", pid);
 }
 
+// HF's add_special_tokens for tokenizers whose post-processor starts with a
+// BOS (Llama 3 with the plain template): put it in front of ids and text.
+static void add_bos(const skpo_tok *tok, int bos, char **text, int32_t **ids, size_t *n) {
+    const char *s = skpo_tok_str(tok, bos);
+    size_t ls = strlen(s), lt = strlen(*text);
+    char *t = skpo_xmalloc(ls + lt + 1);
+    memcpy(t, s, ls);
+    memcpy(t + ls, *text, lt + 1);
+    free(*text);
+    *text = t;
+    *ids = skpo_xrealloc(*ids, (*n + 1) * sizeof **ids);
+    memmove(*ids + 1, *ids, *n * sizeof **ids);
+    (*ids)[0] = bos;
+    (*n)++;
+}
+
 // Wording -> template -> ids; writes the record unless the prompt is too long.
 static void prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where) {
     static const char *const pnames[] = {"problem", "question", NULL};
@@ -164,6 +183,8 @@ static void prep_row(prep *p, const json_t *row, const char *source, size_t inde
     int32_t *ids;
     size_t n;
     if (!text || skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &err) != SKPO_OK) skpo_die("%s: %s", where, err.msg);
+    int bos = skpo_tok_bos_to_add(p->tok);
+    if (bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
     if ((long)n > p->max_tokens) note_overlong(p, pid);
     else {
         skpo_rec r;
