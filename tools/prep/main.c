@@ -43,8 +43,10 @@ typedef struct prep {
     long max_tokens;
     const skpo_tok *tok;
     skpo_writer *w;
-    size_t written, overlong;
-    char *overlong_pids; // first few, for the report
+    size_t written, overlong, dups;
+    char *overlong_pids, *dup_pids; // first few, for the reports
+    char **seen;                    // open-addressing set of pids written
+    size_t seen_cap, seen_n;
 } prep;
 
 // Canonical text of a JSON scalar or list: numbers as the shortest round-trip
@@ -144,11 +146,36 @@ static char *row_pid(const prep *p, const json_t *row, const char *source, size_
     return s;
 }
 
-static void note_overlong(prep *p, const char *pid) {
-    if (p->overlong++ >= 5) return;
-    size_t n = p->overlong_pids ? strlen(p->overlong_pids) : 0;
-    p->overlong_pids = skpo_xrealloc(p->overlong_pids, n + strlen(pid) + 3);
-    sprintf(p->overlong_pids + n, "%s%s", n ? ", " : "", pid);
+// Append pid to a ", "-separated list of at most 5 (count counts them all).
+static void note_pid(size_t *count, char **list, const char *pid) {
+    if ((*count)++ >= 5) return;
+    size_t n = *list ? strlen(*list) : 0;
+    *list = skpo_xrealloc(*list, n + strlen(pid) + 3);
+    sprintf(*list + n, "%s%s", n ? ", " : "", pid);
+}
+
+// Adds pid to the set; returns 0 if it was already there.
+static int pid_insert(prep *p, const char *pid) {
+    if ((p->seen_n + 1) * 2 > p->seen_cap) {
+        char **old = p->seen;
+        size_t oc = p->seen_cap;
+        p->seen_cap = oc ? oc * 2 : 1024;
+        p->seen = skpo_xcalloc(p->seen_cap, sizeof *p->seen);
+        p->seen_n = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i]) pid_insert(p, old[i]), free(old[i]);
+        free(old);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = pid; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (size_t i = h & (p->seen_cap - 1);; i = (i + 1) & (p->seen_cap - 1)) {
+        if (!p->seen[i]) {
+            p->seen[i] = skpo_xstrdup(pid);
+            p->seen_n++;
+            return 1;
+        }
+        if (!strcmp(p->seen[i], pid)) return 0;
+    }
 }
 
 // HF's add_special_tokens for tokenizers whose post-processor starts with a
@@ -185,8 +212,9 @@ static void prep_row(prep *p, const json_t *row, const char *source, size_t inde
     if (!text || skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &err) != SKPO_OK) skpo_die("%s: %s", where, err.msg);
     int bos = skpo_tok_bos_to_add(p->tok);
     if (bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
-    if ((long)n > p->max_tokens) note_overlong(p, pid);
+    if ((long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
     else {
+        if (!pid_insert(p, pid)) note_pid(&p->dups, &p->dup_pids, pid);
         skpo_rec r;
         skpo_rec_init(&r);
         skpo_rec_set_str(&r, F_KIND, SKPO_KIND_PROMPT);
@@ -262,8 +290,12 @@ int main(int argc, char **argv) {
     if (p.overlong)
         skpo_warn("skipped %zu prompts longer than %ld tokens (%s%s)", p.overlong, p.max_tokens, p.overlong_pids,
                   p.overlong > 5 ? ", ..." : "");
+    if (p.dups)
+        skpo_warn("%zu records repeat a pid written before (%s%s); give each file its own run or --id-field", p.dups,
+                  p.dup_pids, p.dups > 5 ? ", ..." : "");
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
-    free(p.overlong_pids);
+    for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
+    free(p.seen), free(p.overlong_pids), free(p.dup_pids);
     free(argv0);
     skpo_tok_free(tok);
     if (!p.out) skpo_close_stdout_or_die();
