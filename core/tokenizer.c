@@ -1,6 +1,7 @@
 /*
  * tokenizer.c - Hugging Face tokenizer.json, byte-level BPE (Qwen2.5, Llama 3,
- * GPT-2 style files), giving exactly the ids `tokenizers` gives.
+ * GPT-2 style files), giving exactly the ids `tokenizers` gives. This file
+ * loads the file and decodes; tokenizer_encode.c encodes. See docs/tokenizer.md.
  *
  * Pipeline of skpo_tok_encode, in HF's order:
  *   1. added tokens with normalized=false are cut out of the raw text
@@ -8,14 +9,15 @@
  *      when allow_special;
  *   2. each remaining piece is normalized (NFC via utf8proc, or nothing), then
  *      added tokens with normalized=true are cut out of it;
- *   3. pre-tokenizers run in sequence: Split (the file's own regex, PCRE2 with
- *      UTF+UCP and JIT, every HF split behaviour) and ByteLevel (optional GPT-2
- *      regex and prefix space);
- *   4. each pre-token word goes through BPE: a heap of candidate merges ordered
- *      by (rank, position), as HF's Word::merge_all; results are cached per
- *      word (raw bytes -> ids).
- * The post-processor is never applied: callers that want BOS put it in the text
- * (chat templates do) and encode with allow_special.
+ *   3. pre-tokenizers run in sequence: Split (the file's own regex, compiled by
+ *      PCRE2 with UTF+UCP and JIT after rewriting \s and \p{L}/\p{N} to
+ *      Oniguruma's meaning; every HF split behaviour) and ByteLevel (optional
+ *      GPT-2 regex and prefix space);
+ *   4. each pre-token word goes through BPE: merges lowest rank first, leftmost
+ *      on ties, as HF's Word::merge_all; results are cached per word (raw bytes
+ *      -> ids).
+ * The post-processor is never applied; skpo_tok_bos_to_add tells callers which
+ * BOS HF's add_special_tokens would put in front.
  *
  * Deliberately not supported (rejected at load with a message): other
  * normalizers and pre-tokenizers (Metaspace, BertPreTokenizer, ...), BPE
@@ -124,9 +126,9 @@ static void byte_inverse(int16_t inv[324]) {
     }
 }
 
-// Decode a vocab string with the ByteLevel decoder: every char a byte char ->
-// those bytes; otherwise the string's own bytes (as HF). Returns malloc'd or NULL
-// when identical to s.
+// Decode a vocab string with the ByteLevel decoder: when every char is a byte
+// char, the malloc'd bytes; otherwise NULL, and the caller keeps the string's
+// own bytes (as HF does).
 static char *bytelevel_decode(const char *s, size_t n, const int16_t inv[324], uint32_t *outn) {
     char *o = skpo_xmalloc(n + 1);
     size_t m = 0, i = 0;
@@ -283,8 +285,8 @@ static skpo_status compile_regex(pretok *p, const char *pat, size_t n, int liter
                             (size_t)eo, (char *)msg);
     }
     p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
-    // Oniguruma and PCRE2 disagree only on code points >= U+1000 (U+180E and
-    // the letters/digits above), so text below that can use the plain pattern
+    // the two engines agree on text without the code points above (U+180E and
+    // the extra letters/digits; needs_onig finds them): use the faster original
     p->re_low = literal ? NULL : pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
     p->jit_low = p->re_low && pcre2_jit_compile(p->re_low, PCRE2_JIT_COMPLETE) == 0;
     return SKPO_OK;

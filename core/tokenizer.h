@@ -17,11 +17,13 @@ skpo_status skpo_tok_load(const char *dir, skpo_tok **out, skpo_err *err);
 void skpo_tok_free(skpo_tok *t);
 
 // Encode UTF-8 text; added/special tokens in the text are matched when
-// allow_special. *ids is malloc'd.
+// allow_special. *ids is malloc'd. Invalid UTF-8 is SKPO_EFORMAT. Safe to call
+// from several threads on one tokenizer. Never adds BOS (skpo_tok_bos_to_add).
 skpo_status skpo_tok_encode(const skpo_tok *t, const char *text, size_t len, int allow_special,
                             int32_t **ids, size_t *n, skpo_err *err);
 // Decode to a malloc'd NUL-terminated string (invalid UTF-8 from partial
-// byte tokens is replaced by U+FFFD). skip_special drops special tokens.
+// byte tokens is replaced by U+FFFD). skip_special drops special tokens; ids
+// outside the vocab are skipped.
 char *skpo_tok_decode(const skpo_tok *t, const int32_t *ids, size_t n, int skip_special, size_t *len);
 
 int skpo_tok_vocab_size(const skpo_tok *t);        // including added tokens
