@@ -100,8 +100,17 @@ static void prep_matches_reference_for_every_benchmark_format(void) {
     CHECK(json_array_size(want) >= 20);
     CHECK(n == json_array_size(want) + 1);
     CHECK(n > 0 && skpo_rec_is_kind(&recs[0], "meta"));
-    for (size_t i = 1; i < n && i <= json_array_size(want); i++)
+    int with_subject = 0;
+    for (size_t i = 1; i < n && i <= json_array_size(want); i++) {
         CHECK_MSG(rec_matches(&recs[i], json_array_get(want, i - 1)), "record %zu", i);
+        // other row fields come along (MATH-500's subject and level)
+        if (!strcmp(skpo_rec_str(&recs[i], "source"), "math500")) {
+            CHECK(skpo_rec_str(&recs[i], "subject") && skpo_rec_get(&recs[i], "level"));
+            CHECK(!skpo_rec_get(&recs[i], "unique_id"));
+            with_subject++;
+        }
+    }
+    CHECK(with_subject == 2);
     skpo_recs_free(recs, n);
     json_decref(want);
 }
@@ -138,7 +147,7 @@ static void out_flag_writes_the_same_records_to_a_file(void) {
     size_t n, n2;
     char flags[300], path[256];
     snprintf(path, sizeof path, "%s/file.msgpack.zst", tmp);
-    snprintf(flags, sizeof flags, "--out %s --source S --wording raw", path);
+    snprintf(flags, sizeof flags, "--out %s --source S --wording raw --no-extra", path);
     CHECK(run_prep(flags, &recs, &n) == 0);
     CHECK(n == 0); // nothing on stdout
     skpo_err e = {0};
@@ -148,6 +157,7 @@ static void out_flag_writes_the_same_records_to_a_file(void) {
         CHECK(!strcmp(skpo_rec_str(&recs2[i], "source"), "S"));
         const char *text = skpo_rec_str(&recs2[i], "text"), *problem = skpo_rec_str(&recs2[i], "problem");
         CHECK(text && problem && strstr(text, problem) && !strstr(text, "Answer:\"."));
+        CHECK(recs2[i].n == 7); // kind pid source problem answer text prompt: nothing extra
     }
     skpo_recs_free(recs, n);
     skpo_recs_free(recs2, n2);

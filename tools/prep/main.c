@@ -11,7 +11,8 @@
  *   pid      --id-field, else "id", "idx" or "unique_id", else "<source>/<row>"
  *            (row counted from 0 over non-blank lines of the file).
  * Prompts longer than --max-prompt-tokens are skipped and reported on stderr,
- * never truncated. A row without a problem or an answer is an error. When the
+ * never truncated. Other scalar fields of a row are copied unless --no-extra.
+ * A row without a problem or an answer is an error. When the
  * tokenizer's post-processor adds a BOS (Llama 3) and the rendered prompt does
  * not start with it (the plain template), it is put in front, as HF's
  * tokenizer(text) would.
@@ -29,18 +30,20 @@
 
 static const char SYNOPSIS[] =
     "--tokenizer DIR --template NAME [--wording dapo|boxed|raw] [--problem-field F] [--answer-field F]\n"
-    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--out FILE] FILE.jsonl...";
+    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--no-extra] [--out FILE] FILE.jsonl...";
 static const char ABOUT[] =
     "Turns dataset rows into prompt records (pid, source, problem, answer, text, prompt ids)\n"
     "written to stdout or --out FILE (atomically). The problem is worded (dapo: the\n"
     "DAPO-Math-17k instruction, the default; boxed: asks for \\boxed{}; raw: as is) and\n"
     "rendered as one user turn with the chat template (qwen2.5, qwen2.5-math, llama3,\n"
     "plain) plus the assistant opener. Prompts over --max-prompt-tokens are skipped\n"
-    "and reported on stderr. Field detection is described in docs/tokenizer.md.";
+    "and reported on stderr. The row's other scalar fields (level, subject, ...) are\n"
+    "kept unless --no-extra. Field detection is described in docs/tokenizer.md.";
 
 typedef struct prep {
     const char *dir, *tmpl, *wording, *pfield, *afield, *ifield, *source, *out;
     long max_tokens;
+    int no_extra;
     const skpo_tok *tok;
     skpo_writer *w;
     size_t written, overlong, dups;
@@ -194,6 +197,25 @@ static void add_bos(const skpo_tok *tok, int bos, char **text, int32_t **ids, si
     (*n)++;
 }
 
+// Other scalar fields of the row (level, subject, type, url, solution, ...) are
+// kept in the record, except the field-name candidates read above and names
+// the record schema defines (their types are fixed there).
+static void add_extra(const prep *p, skpo_rec *r, const json_t *row) {
+    static const char *const skip[] = {"problem", "question", "answer", "final_answer", "id", "idx", "unique_id", NULL};
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)row, k, v) {
+        int drop = skpo_schema_find(k) != NULL || (p->pfield && !strcmp(k, p->pfield)) ||
+                   (p->afield && !strcmp(k, p->afield)) || (p->ifield && !strcmp(k, p->ifield));
+        for (int i = 0; skip[i] && !drop; i++) drop = !strcmp(k, skip[i]);
+        if (drop) continue;
+        if (json_is_string(v)) skpo_rec_set_strn(r, k, json_string_value(v), json_string_length(v));
+        else if (json_is_integer(v)) skpo_rec_set_int(r, k, json_integer_value(v));
+        else if (json_is_real(v)) skpo_rec_set_float(r, k, json_real_value(v));
+        else if (json_is_boolean(v)) skpo_rec_set_bool(r, k, json_is_true(v));
+    }
+}
+
 // Wording -> template -> ids; writes the record unless the prompt is too long.
 static void prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where) {
     static const char *const pnames[] = {"problem", "question", NULL};
@@ -224,6 +246,7 @@ static void prep_row(prep *p, const json_t *row, const char *source, size_t inde
         skpo_rec_set_str(&r, F_ANSWER, answer);
         skpo_rec_set_str(&r, F_TEXT, text);
         skpo_rec_set_i32s(&r, F_PROMPT, ids, n);
+        if (!p->no_extra) add_extra(p, &r, row);
         if (skpo_writer_put(p->w, &r, &err) != SKPO_OK) skpo_die("%s", err.msg);
         skpo_rec_free(&r);
         p->written++;
@@ -267,6 +290,7 @@ int main(int argc, char **argv) {
         {"source", 0, SKPO_OPT_STR, &p.source, 0, 0, "NAME", "source name (default: file name without .jsonl)"},
         {"max-prompt-tokens", 0, SKPO_OPT_INT, &p.max_tokens, 1, 1 << 24, "N", "skip longer prompts (default 1024)"},
         {"out", 'o', SKPO_OPT_STR, &p.out, 0, 0, "FILE", "write records to FILE atomically instead of stdout"},
+        {"no-extra", 0, SKPO_OPT_FLAG, &p.no_extra, 0, 0, NULL, "do not copy the row's other fields into the record"},
         {0},
     };
     char **argv0 = skpo_xcalloc((size_t)argc + 1, sizeof *argv0); // the parser reorders argv
