@@ -217,25 +217,28 @@ static void add_extra(const prep *p, skpo_rec *r, const json_t *row) {
 }
 
 // Wording -> template -> ids; writes the record unless the prompt is too long.
-static void prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where) {
+static skpo_status prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where, skpo_err *err) {
     static const char *const pnames[] = {"problem", "question", NULL};
     const char *used = NULL;
     const char *problem = json_string_value(first_field(row, p->pfield, pnames, &used));
-    if (!problem) skpo_die("%s: no problem text (field %s; see --problem-field)", where, used ? used : "problem/question");
-    char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index);
-    if (!answer) skpo_die("%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
-    if (!pid) skpo_die("%s: field '%s' is missing or not a string or number", where, p->ifield);
-    skpo_err err = {0};
-    char *user = skpo_prompt_wording(p->wording, problem, &err);
-    skpo_chat_msg msg = {"user", user};
-    char *text = user ? skpo_chat_render(p->tmpl, &msg, 1, 1, &err) : NULL;
-    int32_t *ids;
-    size_t n;
-    if (!text || skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &err) != SKPO_OK) skpo_die("%s: %s", where, err.msg);
+    if (!problem)
+        return skpo_err_set(err, SKPO_ENOTFOUND, "%s: no problem text (field %s; see --problem-field)", where,
+                            used ? used : "problem/question");
+    char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index), *user = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    skpo_status st = SKPO_OK;
+    skpo_err e = {0};
+    if (!answer) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
+    else if (!pid) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%s' is missing or not a string or number", where, p->ifield);
+    else if (!(user = skpo_prompt_wording(p->wording, problem, &e)) ||
+             !(text = skpo_chat_render(p->tmpl, &(skpo_chat_msg){"user", user}, 1, 1, &e)) ||
+             skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &e) != SKPO_OK)
+        st = skpo_err_set(err, SKPO_EFORMAT, "%s: %s", where, e.msg);
     int bos = skpo_tok_bos_to_add(p->tok);
-    if (bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
-    if ((long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
-    else {
+    if (st == SKPO_OK && bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
+    if (st == SKPO_OK && (long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
+    else if (st == SKPO_OK) {
         if (!pid_insert(p, pid)) note_pid(&p->dups, &p->dup_pids, pid);
         skpo_rec r;
         skpo_rec_init(&r);
@@ -247,35 +250,38 @@ static void prep_row(prep *p, const json_t *row, const char *source, size_t inde
         skpo_rec_set_str(&r, F_TEXT, text);
         skpo_rec_set_i32s(&r, F_PROMPT, ids, n);
         if (!p->no_extra) add_extra(p, &r, row);
-        if (skpo_writer_put(p->w, &r, &err) != SKPO_OK) skpo_die("%s", err.msg);
+        st = skpo_writer_put(p->w, &r, err);
         skpo_rec_free(&r);
-        p->written++;
+        p->written += st == SKPO_OK;
     }
     free(ids), free(text), free(user), free(answer), free(pid);
+    return st;
 }
 
-static void prep_file(prep *p, const char *path) {
+static skpo_status prep_file(prep *p, const char *path, skpo_err *err) {
     FILE *f = fopen(path, "r");
-    if (!f) skpo_die("cannot open '%s'", path);
+    if (!f) return skpo_err_set(err, SKPO_ENOTFOUND, "cannot open '%s'", path);
     char *base = skpo_xstrdup(path), *source = skpo_xstrdup(p->source ? p->source : basename(base));
     char *dot = p->source ? NULL : strstr(source, ".jsonl");
     if (dot) *dot = 0;
     char *line = NULL, where[512];
     size_t cap = 0, lineno = 0, index = 0;
     ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
+    skpo_status st = SKPO_OK;
+    while (st == SKPO_OK && (n = getline(&line, &cap, f)) > 0) {
         lineno++;
         if (strspn(line, " \t\r\n") == (size_t)n) continue;
         snprintf(where, sizeof where, "%s:%zu", path, lineno);
         json_error_t je;
         json_t *row = json_loadb(line, (size_t)n, 0, &je);
-        if (!json_is_object(row)) skpo_die("%s: not a JSON object%s%s", where, row ? "" : ": ", row ? "" : je.text);
-        prep_row(p, row, source, index++, where);
+        if (!json_is_object(row)) st = skpo_err_set(err, SKPO_EFORMAT, "%s: not a JSON object%s%s", where, row ? "" : ": ", row ? "" : je.text);
+        else st = prep_row(p, row, source, index++, where, err);
         json_decref(row);
     }
-    if (ferror(f)) skpo_die("cannot read '%s'", path);
+    if (st == SKPO_OK && ferror(f)) st = skpo_err_set(err, SKPO_EIO, "cannot read '%s'", path);
     fclose(f);
     free(line), free(base), free(source);
+    return st;
 }
 
 int main(int argc, char **argv) {
@@ -309,7 +315,11 @@ int main(int argc, char **argv) {
     if ((p.out ? skpo_writer_open_file(p.out, 0, &p.w, &err) : skpo_writer_open_fd(1, 0, &p.w, &err)) != SKPO_OK ||
         skpo_writer_meta(p.w, argc, argv0, NULL, &err) != SKPO_OK)
         skpo_die("%s", err.msg);
-    for (int i = 0; i < npos; i++) prep_file(&p, argv[1 + i]);
+    for (int i = 0; i < npos; i++)
+        if (prep_file(&p, argv[1 + i], &err) != SKPO_OK) {
+            skpo_writer_abort(p.w); // no half-written --out file
+            skpo_die("%s", err.msg);
+        }
     if (skpo_writer_close(p.w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (p.overlong)
         skpo_warn("skipped %zu prompts longer than %ld tokens (%s%s)", p.overlong, p.max_tokens, p.overlong_pids,
