@@ -85,6 +85,6 @@ t "prep warns about pids repeated across files" sh -c '
   grep -q "wrote 4 prompt records" "$1/e"' _ "$TMP" "$FIX"
 
 t "prep that fails half way leaves no --out file behind" sh -c '
-  mkdir -p "$1/o" && echo "{\"problem\":\"p\"}" >"$1/noans2.jsonl" &&
-  skpo-prep --tokenizer "$1/qwen" --template plain --out "$1/o/p.zst" "$2/tokenizer/prep/aime25.jsonl" "$1/noans2.jsonl" 2>/dev/null
-  [ $? = 1 ] && [ -z "$(ls "$1/o")" ]' _ "$TMP" "$FIX"
+  mkdir -p "$1/outdir" && echo "{\"problem\":\"p\"}" >"$1/noans2.jsonl" &&
+  skpo-prep --tokenizer "$1/qwen" --template plain --out "$1/outdir/p.zst" "$2/tokenizer/prep/aime25.jsonl" "$1/noans2.jsonl" 2>/dev/null
+  [ $? = 1 ] && [ -z "$(ls "$1/outdir")" ]' _ "$TMP" "$FIX"
