@@ -1,0 +1,96 @@
+/*
+ * advantage.h - advantages for every algorithm skpo trains (SKPO.md sections 3,
+ * 4.2-4.4, Q4, Q6) computed over one whole step of records in memory.
+ *
+ * Modes and the records they read (other kinds pass through untouched):
+ *   skpo    `up` records (key uid) and their G `down` records (gid = up uid).
+ *           down: A = (R - mean) / (std + 1e-6) within the group (unbiased std),
+ *           optionally batch-normalised again over all downs (--norm-down, Q4);
+ *           up: reward R_I = mean of its G down rewards (written as `reward`),
+ *           A = R_I - V_prev(pid), then (A - mean) / (std + 1e-8) over the
+ *           batch's up records. weight w_up / w_down (0.5 / 0.5).
+ *   grpo    `full` records grouped by pid (G each), group-normalised as above.
+ *   drgrpo  the same without the std division (Dr. GRPO).
+ *   dapo    grpo plus dynamic sampling: groups whose rewards are all equal are
+ *           dropped (keep[i] = 0).
+ *   spo     one `full` record per pid, A = R - V_prev(pid), batch-normalised.
+ * Degenerate groups (all rewards equal) get A = 0. Batches of one record get
+ * A = 0 after batch normalisation (the std is undefined).
+ * The tracker (tracker.h) is updated once per prompt observation after all
+ * advantages used the pre-update baselines: V from R_I (skpo), the group mean
+ * (grpo family) or R (spo); L from the mean downstream / response length (Q6);
+ * skpo and spo also store the segment (tokens, logp, prompt) for the next D.
+ * rho: clamp(2^(-D/tau)) with D from the caller's divergence function on
+ * revisits, D = 0 on first visits; without a divergence function rho = rho_max
+ * (SPO's constant-rho variant, SKPO.md Q1).
+ */
+#ifndef SKPO_ADVANTAGE_H
+#define SKPO_ADVANTAGE_H
+
+#include "common.h"
+#include "record.h"
+#include "tracker.h"
+
+#include <stddef.h>
+
+typedef enum skpo_adv_mode {
+    SKPO_ADV_SKPO = 0,
+    SKPO_ADV_GRPO,
+    SKPO_ADV_DRGRPO,
+    SKPO_ADV_DAPO,
+    SKPO_ADV_SPO,
+} skpo_adv_mode;
+
+// "skpo" ... "spo" -> mode; returns 0 on success, -1 for an unknown name.
+int skpo_adv_mode_parse(const char *name, skpo_adv_mode *out);
+const char *skpo_adv_mode_name(skpo_adv_mode m);
+
+// --- the formulas ------------------------------------------------------------------
+
+// Group-relative advantages of rewards r[0..n) into adv: (r - mean) / (std + eps)
+// with the unbiased std when use_std, else r - mean. Returns 1 (and zeros) when
+// all rewards are equal, else 0. n >= 1.
+int skpo_adv_group(const double *r, size_t n, int use_std, double eps, double *adv);
+// In place: a = (a - mean) / (std + eps), unbiased std; n < 2 gives zeros.
+void skpo_adv_batch_norm(double *a, size_t n, double eps);
+// Unbiased standard deviation (0 for n < 2).
+double skpo_adv_std(const double *a, size_t n);
+
+// --- a whole step ------------------------------------------------------------------
+
+// D for each of n stored segments (see tracker.h): mean_t |logp_now - seg.logp|.
+typedef skpo_status (*skpo_divergence_fn)(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err);
+
+// The divergence of SKPO.md Q1 / SPO's code, with the current checkpoint:
+// D = mean_t |logp_model(seg.tokens[t] | seg.prompt, seg.tokens[<t]) - seg.logp[t]|
+// at the given sampling temperature. Segments without tokens or prompt get D = 0.
+// Sequences are scored in batches of at most max_tokens tokens (0 = 16384).
+typedef struct skpo_adv_model_ctx {
+    struct skpo_model *model;
+    float temperature;
+    size_t max_tokens;
+} skpo_adv_model_ctx;
+skpo_status skpo_adv_model_divergence(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err);
+
+typedef struct skpo_adv_opts {
+    skpo_adv_mode mode;
+    long group;                 // G: downstream records per up (skpo), full records per pid (grpo family)
+    double w_up, w_down;        // phase weights in skpo mode (others write 1.0)
+    int norm_down;              // skpo: batch-normalise downstream advantages too
+    double eps_group;           // 1e-6
+    double eps_batch;           // 1e-8
+    skpo_divergence_fn divergence; // NULL: rho = rho_max
+    void *div_ctx;
+} skpo_adv_opts;
+
+void skpo_adv_opts_default(skpo_adv_opts *o);
+
+// Compute advantages for recs[0..n) in place (fields adv, weight; reward on up
+// records), set keep[i] = 0 for records dropped by dapo (1 otherwise), update
+// the tracker and fill *metrics (cleared first) with a `metrics` record. On
+// error nothing in recs or t is to be trusted: the caller discards both.
+// Errors name the record (uid) or group (gid / pid) at fault.
+skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo_tracker *t,
+                          unsigned char *keep, skpo_rec *metrics, skpo_err *err);
+
+#endif
