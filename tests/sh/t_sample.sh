@@ -48,8 +48,8 @@ t "sample refuses to draw more prompts than the file holds" drawing_more_than_ex
 same_bytes() {
   for i in 1 2; do
     skpo-sample --model "$M" --prompts "$P" --segment --all --group 3 --seed 4 >"$TMP/r$i.zst" || return 1
-    # the meta record holds the start time: compare everything after it
-    zstd -dc "$TMP/r$i.zst" | tail -c +200 >"$TMP/r$i.raw" || return 1
+    # the meta record holds the start time: blank it, compare the rest
+    zstd -dc "$TMP/r$i.zst" | LC_ALL=C sed 's/20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9:]*Z/TIME/' >"$TMP/r$i.raw" || return 1
   done
   [ -s "$TMP/r1.raw" ] && cmp -s "$TMP/r1.raw" "$TMP/r2.raw"
 }
