@@ -106,9 +106,16 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
         s->weight = 1;
         return SKPO_OK;
     }
-    s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
+    // Old log-probs: a recomputed `old_logp` (e.g. skpo-score --field old_logp)
+    // wins over the sampler's `logp`; --recompute-old overrides both later.
+    const char *of = F_OLD_LOGP;
+    s->behav = skpo_rec_f32s(r, F_OLD_LOGP, &nl);
+    if (!s->behav) {
+        of = F_LOGP;
+        s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
+    }
     if (!o->recompute_old && !s->behav) return bad(err, s, "missing field ", "'logp' (or use --recompute-old)");
-    if (s->behav && nl != nt) return bad(err, s, "'logp' length differs from 'tokens'", "");
+    if (s->behav && nl != nt) return bad(err, s, of, " length differs from 'tokens'");
     if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
     if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
     s->weight = 1;

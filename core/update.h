@@ -5,7 +5,8 @@
  * checkpoint; no file I/O here.
  *
  * Records: kinds up, down, full with `prompt` and `tokens` (i32s); `logp`
- * (f32s, one per token) unless --recompute-old or SFT; `adv` (float, required
+ * (f32s, one per token; a recomputed `old_logp` is used instead when present)
+ * unless --recompute-old or SFT; `adv` (float, required
  * except SFT); `weight` (float, default 1); `ref_logp` when the KL term is on;
  * `uid` names the record in errors. Other kinds (prompt, meta, ...) are
  * ignored. A record with no tokens contributes nothing and counts as no sequence.

@@ -282,6 +282,29 @@ static void zero_weight_records_still_count_in_the_token_mean(void) {
     bg_records_free(r, n);
 }
 
+static void old_logp_field_takes_precedence_over_behaviour_logp(void) {
+    bigram m;
+    bg_init(&m, 14);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 3, 2, 0.3, 15, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    float a[BG_V * BG_V], b[BG_V * BG_V];
+    double la = grad_of(&m, r, n, &o, a, NULL);
+    for (size_t i = 0; i < n; i++) {   // move logp to old_logp, put garbage in logp
+        size_t nl;
+        const float *lp = skpo_rec_f32s(&r[i], F_LOGP, &nl);
+        float keep[16], junk[16];
+        memcpy(keep, lp, nl * sizeof *lp);
+        for (size_t t = 0; t < nl; t++) junk[t] = -50.0f;
+        skpo_rec_set_f32s(&r[i], F_OLD_LOGP, keep, nl);
+        skpo_rec_set_f32s(&r[i], F_LOGP, junk, nl);
+    }
+    double lb = grad_of(&m, r, n, &o, b, NULL);
+    CHECK(la == lb && memcmp(a, b, sizeof a) == 0);
+    bg_records_free(r, n);
+}
+
 static void records_missing_fields_are_named(void) {
     bigram m;
     bg_init(&m, 7);
@@ -351,6 +374,7 @@ int main(void) {
     RUN(nonfinite_logprob_stops_naming_step_minibatch_and_record);
     RUN(recompute_old_puts_the_first_minibatch_on_policy);
     RUN(zero_weight_records_still_count_in_the_token_mean);
+    RUN(old_logp_field_takes_precedence_over_behaviour_logp);
     RUN(records_missing_fields_are_named);
     RUN(sft_lowers_the_negative_log_likelihood);
     return TEST_SUMMARY();
