@@ -417,7 +417,7 @@ static void set_ph(skpo_rec *r, const char *what, int p, double v) {
 void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_rec *r) {
     skpo_rec_clear(r);
     skpo_rec_set_str(r, F_KIND, SKPO_KIND_METRICS);
-    skpo_rec_set_str(r, "tool", "update");
+    skpo_rec_set_str(r, "tool", "skpo-update");
     skpo_rec_set_int(r, F_STEP, step);
     skpo_rec_set_int(r, "minibatch", m->minibatch);
     skpo_rec_set_int(r, "prompts", m->prompts);
