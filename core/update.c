@@ -275,8 +275,11 @@ static int grads_finite(skpo_param *p, int np) {
 static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, int i, int j, const skpo_seq *seqs,
                          long ntok, const skpo_update_opts *o, const skpo_loss_count *cnt, skpo_update_metrics *m,
                          double *wloss, skpo_err *err) {
-    const skpo_loss_cfg *lc = &o->loss;
     static const skpo_phase_loss sft = {SKPO_LOSS_SFT, 0, 0, 0};
+    // SFT is plain cross-entropy: no KL or entropy terms even if configured.
+    skpo_loss_cfg sftcfg = o->loss;
+    sftcfg.kl_coef = sftcfg.entropy_coef = 0;
+    const skpo_loss_cfg *lc = o->sft ? &sftcfg : &o->loss;
     size_t nb = (size_t)(ntok ? ntok : 1) * sizeof(float);
     float *lp = skpo_xmalloc(nb), *ent = skpo_xmalloc(nb), *dlp = skpo_xmalloc(nb);
     float *dent = lc->entropy_coef != 0 ? skpo_xmalloc(nb) : NULL;

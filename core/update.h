@@ -24,7 +24,7 @@
  * Old log-probs: the records' `logp` (behaviour policy), or with recompute_old
  * the current weights' log-probs of every record before the first update.
  * SFT (opts.sft): every trained record's tokens in one token-mean of -logp,
- * record weights and advantages ignored.
+ * record weights, advantages and the KL / entropy terms ignored.
  */
 #ifndef SKPO_UPDATE_H
 #define SKPO_UPDATE_H

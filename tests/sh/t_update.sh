@@ -80,6 +80,7 @@ t "truncated input fails with exit 1" sh -c "
 t "unknown loss form is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --down-loss foo
 t "dual clip at or below 1 is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --up-dual-clip 0.5
 t "missing --out is a usage error" expect_exit 2 skpo-update --model "$M"
+t "sft with a KL term is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --loss sft --kl-coef 0.1
 t "sft warm start runs on the same records" sh -c "
   skpo-update --model '$M' --out '$TMP/sft' --loss sft --lr 1e-3 '$R' 2>'$TMP/err-sft' &&
   grep -q 'full ' '$TMP/err-sft'"

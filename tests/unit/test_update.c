@@ -341,6 +341,7 @@ static void sft_lowers_the_negative_log_likelihood(void) {
     skpo_update_opts o;
     skpo_update_opts_default(&o);
     o.sft = 1;
+    o.loss.kl_coef = 0.5;   // ignored by SFT (records carry no ref_logp)
     skpo_adamw_cfg ac;
     skpo_adamw_cfg_default(&ac);
     ac.lr = 0.05;

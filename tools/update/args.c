@@ -92,6 +92,8 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     a->a.warmup_steps = (int)warmup;
     if (!strcmp(loss, "sft")) a->u.sft = 1;
     else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
+    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || a->u.recompute_old))
+        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef or --recompute-old");
     static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
     for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
     static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
