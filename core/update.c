@@ -14,6 +14,8 @@ void skpo_update_opts_default(skpo_update_opts *o) {
     skpo_loss_cfg_default(&o->loss);
     o->minibatch = 32;
     o->micro_tokens = 8192;
+    o->epochs = 1;
+    for (int p = 0; p < SKPO_NPHASE; p++) o->phase_weight[p] = NAN;
     o->temperature = 1.0;
     o->step = 1;
 }
@@ -121,6 +123,7 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
     s->weight = 1;
     if (skpo_rec_get(r, F_WEIGHT) && (!skpo_rec_float(r, F_WEIGHT, &s->weight) || !isfinite(s->weight)))
         return bad(err, s, "'weight' is not a finite number", "");
+    if (!isnan(o->phase_weight[phase])) s->weight = o->phase_weight[phase];
     if (o->loss.kl_coef != 0) {
         s->ref = skpo_rec_f32s(r, F_REF_LOGP, &nr);
         if (!s->ref) return bad(err, s, "missing field ", "'ref_logp' (needed by --kl-coef)");
@@ -389,10 +392,13 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
         }
     }
     double lr = skpo_optim_lr(&opt->cfg, o->step);
-    for (int k = 0; k < b->nmb; k++) {
+    SKPO_ASSERT(o->epochs >= 1);
+    for (int u = 0; u < o->epochs * b->nmb; u++) {
+        int k = u % b->nmb;
         double t0 = skpo_now();
         skpo_update_metrics m;
         st = skpo_update_grad(pol, comm, b, k, o, &m, err);
+        m.epoch = u / b->nmb;
         if (!st && !isfinite(m.loss))
             st = skpo_err_set(err, SKPO_ENUMERIC, "loss is %g", m.loss);
         skpo_param *p;
@@ -400,11 +406,14 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
         if (!st) st = skpo_optim_step(opt, p, np, lr, &m.grad_norm, err);
         if (st) {
             skpo_err e = *err;
+            if (o->epochs > 1)
+                return skpo_err_set(err, st, "step %" PRId64 ", epoch %d, mini-batch %d of %d: %s", o->step, m.epoch + 1,
+                                    k + 1, b->nmb, e.msg);
             return skpo_err_set(err, st, "step %" PRId64 ", mini-batch %d of %d: %s", o->step, k + 1, b->nmb, e.msg);
         }
         m.lr = lr;
         m.seconds = skpo_now() - t0;
-        if (met) met[k] = m;
+        if (met) met[u] = m;
     }
     return SKPO_OK;
 }
@@ -422,6 +431,7 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_str(r, F_KIND, SKPO_KIND_METRICS);
     skpo_rec_set_str(r, "tool", "skpo-update");
     skpo_rec_set_int(r, F_STEP, step);
+    skpo_rec_set_int(r, "epoch", m->epoch);
     skpo_rec_set_int(r, "minibatch", m->minibatch);
     skpo_rec_set_int(r, "prompts", m->prompts);
     skpo_rec_set_float(r, "loss", m->loss);
