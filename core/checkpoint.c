@@ -128,7 +128,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
     snprintf(tmp, len + 32, "%s.tmp.%ld", base, (long)getpid());
     skpo_status s = SKPO_OK;
     if (skpo_path_exists(tmp)) s = skpo_rm_rf(tmp, err);
-    if (!s && mkdir(tmp, 0755) != 0) s = skpo_err_set(err, SKPO_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (!s) s = skpo_mkdir_p(tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
     if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
     if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
     if (!s) {
