@@ -437,7 +437,7 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_float(r, "loss", m->loss);
     skpo_rec_set_float(r, "grad_norm", m->grad_norm);
     skpo_rec_set_float(r, "lr", m->lr);
-    skpo_rec_set_float(r, "tokens", m->tokens);
+    skpo_rec_set_float(r, "n_tokens", m->tokens);   // not `tokens`: that schema field is i32s
     skpo_rec_set_float(r, "seconds", m->seconds);
     skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
     for (int p = 0; p < SKPO_NPHASE; p++) {
@@ -445,8 +445,8 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
         if (m->seqs[p] == 0) continue;
         double n = s->tokens > 0 ? s->tokens : 1;
         set_ph(r, "loss", p, s->loss);
-        set_ph(r, "seqs", p, m->seqs[p]);
-        set_ph(r, "tokens", p, s->tokens);
+        set_ph(r, "n_seqs", p, m->seqs[p]);
+        set_ph(r, "n_tokens", p, s->tokens);
         set_ph(r, "clip_low", p, s->clip_low / n);
         set_ph(r, "clip_high", p, s->clip_high / n);
         set_ph(r, "clip_dual", p, s->clip_dual / n);

@@ -40,6 +40,10 @@ t "summary line on stderr names step, updates and output" \
 
 t "metrics file gets one record per mini-batch" sh -c "
   [ \$(zstd -dc '$TMP/m.zst' | grep -ao grad_norm | wc -l) = 2 ] && zstd -dc '$TMP/m.zst' | grep -aq skpo-update"
+if [ -x "$TOP/bin/skpo-cat" ]; then
+  t "metrics file reads back through skpo-cat (schema-valid)" sh -c "
+    [ \$(skpo-cat --where kind=metrics '$TMP/m.zst' | grep -c '\"grad_norm\"') = 2 ]"
+fi
 
 t "stdout stays empty" sh -c "[ -z \"\$(skpo-update --model '$M' --out '$TMP/ck-q' $A <'$R' 2>/dev/null)\" ]"
 

@@ -120,6 +120,14 @@ static void each_minibatch_holds_whole_prompts(void) {
         CHECK_NEAR(met[k].lr, 1e-7, 1e-20);   // step 1 of a 10-step warmup, same for all 4
     }
     CHECK(opt->t == 4);
+    // The metrics record obeys the record schema (readers validate it).
+    skpo_rec mr;
+    skpo_rec_init(&mr);
+    skpo_update_metrics_rec(&met[0], 1, &mr);
+    CHECK_MSG(skpo_rec_validate(&mr, &e) == SKPO_OK, "%s", e.msg);
+    double v;
+    CHECK(skpo_rec_float(&mr, "n_tokens", &v) && v == met[0].tokens && skpo_rec_float(&mr, "clip_high_down", &v));
+    skpo_rec_free(&mr);
     skpo_optim_free(opt);
     skpo_comm_free(c);
     skpo_batch_free(b);
