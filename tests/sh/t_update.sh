@@ -119,7 +119,7 @@ if have_mpirun && [ -x "$BUILD/tests/test_update_dp" ]; then
     ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
       $(command -v skpo-update) --model '$M' --out '$TMP/dp2' $A <'$R' 2>/dev/null &&
     '$CHK' --same '$TMP/ck1' '$TMP/dp2' 1e-6"
-  # q3-d1 sits on rank 1 (prompt 1 of mini-batch 2): rank 0 reports rank 1's error.
+  # Only the rank holding q3-d1 fails; rank 0 prints that rank's message once.
   t "under mpirun a NaN record on rank 1 stops all ranks and writes nothing" sh -c "
     ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
       $(command -v skpo-update) --model '$M' --out '$TMP/dpn' $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-dpn';
