@@ -141,6 +141,44 @@ static const char *prompt_key(const skpo_rec *r) {
 
 // --- the mini-batch plan ----------------------------------------------------------------
 
+typedef struct prompt_load {
+    double tokens;   // prompt + response tokens of all its records: the compute it costs
+    int prompt;
+} prompt_load;
+
+static int by_load_desc(const void *a, const void *b) {
+    const prompt_load *x = a, *y = b;
+    if (x->tokens != y->tokens) return x->tokens < y->tokens ? 1 : -1;
+    return x->prompt - y->prompt;
+}
+
+// Which rank trains each prompt: within each mini-batch, heaviest prompt first
+// to the least-loaded rank (lowest rank on ties). Every rank sees the same
+// records, so every rank computes the same plan without talking.
+static int *assign_ranks(const skpo_batch *b, int minibatch) {
+    int *owner = skpo_xcalloc(b->nprompts ? (size_t)b->nprompts : 1, sizeof *owner);
+    prompt_load *pl = skpo_xcalloc(b->nprompts ? (size_t)b->nprompts : 1, sizeof *pl);
+    double *load = skpo_xcalloc((size_t)b->size, sizeof *load);
+    for (int q = 0; q < b->nprompts; q++) pl[q].prompt = q;
+    for (size_t i = 0; i < b->ns; i++)
+        if (b->s[i].n > b->s[i].start) pl[b->s[i].prompt].tokens += b->s[i].n;
+    for (int lo = 0; lo < b->nprompts; lo += minibatch) {
+        int cnt = lo + minibatch < b->nprompts ? minibatch : b->nprompts - lo;
+        qsort(pl + lo, (size_t)cnt, sizeof *pl, by_load_desc);
+        memset(load, 0, (size_t)b->size * sizeof *load);
+        for (int q = lo; q < lo + cnt; q++) {
+            int r = 0;
+            for (int k = 1; k < b->size; k++)
+                if (load[k] < load[r]) r = k;
+            owner[pl[q].prompt] = r;
+            load[r] += pl[q].tokens;
+        }
+    }
+    free(load);
+    free(pl);
+    return owner;
+}
+
 static void plan(skpo_batch *b, int minibatch) {
     b->nmb = (b->nprompts + minibatch - 1) / minibatch;
     b->mb = skpo_xcalloc(b->nmb ? (size_t)b->nmb : 1, sizeof *b->mb);
@@ -151,11 +189,13 @@ static void plan(skpo_batch *b, int minibatch) {
         b->mbprompts[k] = hi - lo;
         b->mb[k] = skpo_xmalloc((b->ns ? b->ns : 1) * sizeof(int));
     }
+    int *owner = assign_ranks(b, minibatch);
     for (size_t i = 0; i < b->ns; i++) {
         const sample *s = &b->s[i];
-        int k = s->prompt / minibatch, j = s->prompt % minibatch;
-        if (j % b->size == b->rank && s->n > s->start) b->mb[k][b->mbn[k]++] = (int)i;
+        int k = s->prompt / minibatch;
+        if (owner[s->prompt] == b->rank && s->n > s->start) b->mb[k][b->mbn[k]++] = (int)i;
     }
+    free(owner);
 }
 
 skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opts *o, int rank, int size,
@@ -210,6 +250,13 @@ void skpo_batch_free(skpo_batch *b) {
 int skpo_batch_minibatches(const skpo_batch *b) { return b->nmb; }
 int skpo_batch_prompts(const skpo_batch *b) { return b->nprompts; }
 size_t skpo_batch_records(const skpo_batch *b) { return b->ns; }
+
+void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) {
+    SKPO_ASSERT(k >= 0 && k < b->nmb);
+    *records = b->mbn[k];
+    *tokens = 0;
+    for (int q = 0; q < b->mbn[k]; q++) *tokens += b->s[b->mb[k][q]].n;
+}
 
 // --- micro-batches ------------------------------------------------------------------------
 
@@ -437,7 +484,7 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_float(r, "loss", m->loss);
     skpo_rec_set_float(r, "grad_norm", m->grad_norm);
     skpo_rec_set_float(r, "lr", m->lr);
-    skpo_rec_set_float(r, "tokens", m->tokens);
+    skpo_rec_set_float(r, "n_tokens", m->tokens);   // not `tokens`: that schema field is i32s
     skpo_rec_set_float(r, "seconds", m->seconds);
     skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
     for (int p = 0; p < SKPO_NPHASE; p++) {
@@ -445,8 +492,8 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
         if (m->seqs[p] == 0) continue;
         double n = s->tokens > 0 ? s->tokens : 1;
         set_ph(r, "loss", p, s->loss);
-        set_ph(r, "seqs", p, m->seqs[p]);
-        set_ph(r, "tokens", p, s->tokens);
+        set_ph(r, "n_seqs", p, m->seqs[p]);
+        set_ph(r, "n_tokens", p, s->tokens);
         set_ph(r, "clip_low", p, s->clip_low / n);
         set_ph(r, "clip_high", p, s->clip_high / n);
         set_ph(r, "clip_dual", p, s->clip_dual / n);

@@ -14,8 +14,9 @@
  * Mini-batches: prompts in order of first appearance (key `pid`, else `gid`,
  * else `uid`), `minibatch` prompts per optimizer update, so a prompt's up record
  * and its downs always share one update; 128 prompts / 32 = 4 updates. No
- * shuffling (verl's actor default). Data parallel: prompt j of a mini-batch goes
- * to rank j % size. Micro-batches: a rank's records of one mini-batch are packed
+ * shuffling (verl's actor default). Data parallel: whole prompts go to ranks,
+ * within each mini-batch the heaviest (most tokens) first to the least-loaded
+ * rank, a plan every rank computes identically. Micro-batches: a rank's records of one mini-batch are packed
  * in order up to `micro_tokens` (prompt + response) per forward/backward (a
  * longer record goes alone). Normalisers are counted over the whole mini-batch
  * on all ranks first (SKPO.md 4.6), so the sum of micro-batch gradients equals
@@ -93,6 +94,8 @@ void skpo_batch_free(skpo_batch *b);
 int skpo_batch_minibatches(const skpo_batch *b);
 int skpo_batch_prompts(const skpo_batch *b);
 size_t skpo_batch_records(const skpo_batch *b);   // trained records (all ranks)
+// This rank's share of mini-batch k: records and prompt + response tokens.
+void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens);
 
 // --- the step ----------------------------------------------------------------------
 
