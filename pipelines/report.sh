@@ -58,7 +58,7 @@ step_row() {
     /"tool":"update"/ { for (i = 0; i < 3; i++) { ph = i == 0 ? "_down" : i == 1 ? "_full" : "_up"
         add("kl", jnum($0, "approx_kl" ph)); add("ent", jnum($0, "entropy" ph))
         add("clip", jnum($0, "clip_low" ph) + jnum($0, "clip_high" ph)) }
-      add("gn", jnum($0, "grad_norm")); tok += jnum($0, "tokens") }
+      add("gn", jnum($0, "grad_norm")); tok += jnum($0, "n_tokens") }
     END { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.2f\t%.0f\n", step, rew == "" ? "nan" : rew,
       acc == "" ? "nan" : acc, len == "" ? "nan" : len, lup == "" ? "nan" : lup, mean("kl"), mean("ent"),
       mean("clip"), mean("gn"), tok, secs, (secs > 0 ? tok / secs : 0) }'
