@@ -66,7 +66,7 @@ stage_sample_n() {
     --step "$STEP" ${THREADS:+--threads "$THREADS"}
 }
 stage_splice() {
-  skpo-splice --model "$CK" --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
+  skpo-splice --model "$CK" --group "$G" --layout "${LAYOUT:-skip}" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"}
 }
 # stage_reward [flags]: the flags (DAPO's --overlong) go to skpo-reward only; a
@@ -87,8 +87,8 @@ stage_advantage() {
 }
 stage_update() { # [extra flags]
   skpo-update --model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP" \
-    --minibatch "$MINIBATCH" --lr "$LR" --warmup-steps "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
-    --beta1 "$BETA1" --beta2 "$BETA2" --adam-eps "$ADAM_EPS" --max-grad-norm "$GRAD_CLIP" \
+    --minibatch "$MINIBATCH" --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
+    --beta1 "$BETA1" --beta2 "$BETA2" --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --epochs "$EPOCHS" \
     --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
     ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) "$@"
 }

@@ -55,7 +55,7 @@ step_row() {
     function mean(k) { return c[k] ? s[k] / c[k] : "nan" }
     /"tool":"skpo-advantage"/ { rew = jnum($0, "reward_mean"); acc = jnum($0, "accuracy")
       len = jnum($0, "len_down_mean"); if (len == "") len = jnum($0, "len_full_mean"); lup = jnum($0, "len_up_mean") }
-    /"tool":"update"/ { for (i = 0; i < 3; i++) { ph = i == 0 ? "_down" : i == 1 ? "_full" : "_up"
+    /"tool":"(skpo-)?update"/ { for (i = 0; i < 3; i++) { ph = i == 0 ? "_down" : i == 1 ? "_full" : "_up"
         add("kl", jnum($0, "approx_kl" ph)); add("ent", jnum($0, "entropy" ph))
         add("clip", jnum($0, "clip_low" ph) + jnum($0, "clip_high" ph)) }
       add("gn", jnum($0, "grad_norm")); tok += jnum($0, "n_tokens") }

@@ -40,8 +40,9 @@ prune() {
   for d in "$RUN"/ckpt/*; do
     local n; n=$(basename "$d")
     case "$n" in ''|*[!0-9]*) continue;; esac
-    [ "$n" -gt 0 ] && [ "$n" -le $((last - KEEP)) ] && rm -rf "$d" "$RUN/state/$n"
+    if [ "$n" -gt 0 ] && [ "$n" -le $((last - KEEP)) ]; then rm -rf "$d" "$RUN/state/$n"; fi
   done
+  return 0
 }
 
 mkdir -p "$RUN" || die "cannot create '$RUN'"
@@ -72,3 +73,4 @@ while [ "$(last_step "$RUN")" -lt "$STEPS" ]; do
   if eval_due "$n"; then run_eval "$RUN" "$n" && print_eval "$RUN" "$n" || exit 1; fi
   prune
 done
+exit 0
