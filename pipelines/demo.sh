@@ -39,7 +39,7 @@ if [ ! -s "$DIR/data/sft.msgpack.zst" ]; then
   skpo-synth $SYNTH_FLAGS --count "$N_TRAIN" --seed "$SEED" --tokenizer "$TOK" >"$DIR/data/train.msgpack.zst" &&
   skpo-synth $SYNTH_FLAGS --count "$N_TEST" --seed "$SEED" --split test --tokenizer "$TOK" >"$DIR/data/test.msgpack.zst" &&
   for e in $(seq 1 "$SFT_EPOCHS"); do
-    skpo-synth $SYNTH_FLAGS --count "$N_TRAIN" --seed "$((SEED * 1000 + e))" --direct "$DIRECT" --tokenizer "$TOK" --sft
+    skpo-synth $SYNTH_FLAGS --count "$N_TRAIN" --seed "$((SEED * 1000 + e))" --direct "$DIRECT" --skip "${SFT_SKIP:-0}" --tokenizer "$TOK" --sft
   done >"$DIR/data/sft.tmp" && mv "$DIR/data/sft.tmp" "$DIR/data/sft.msgpack.zst" || die "demo: data generation failed"
   stamp "data: $N_TRAIN train / $N_TEST test problems, $SFT_EPOCHS SFT epochs ($DIRECT without worked steps)"
 fi
