@@ -9,7 +9,7 @@
 # budget is the same and it trains on fewer samples.
 #
 # Prints a table (held-out mean@k before / after: mean and sample std over seeds,
-# best-over-steps, wall time per run) into DIR/compare.txt and draws
+# best-over-steps, training wall time per run: the sum of step times) into DIR/compare.txt and draws
 # DIR/compare.png (held-out mean@k per step, averaged over seeds).
 # Environment: SEEDS (default "1 2 3"), ALGOS (default "skpo grpo spo dapo"),
 # COMPARE_STEPS (default: demo.conf's STEPS), THREADS.
@@ -22,16 +22,16 @@ ALGOS=${ALGOS:-skpo grpo spo dapo}
 DEMO_PREPARE_ONLY=1 SEED=1 bash "$PIPE/demo.sh" "$DIR/base" || die "compare: preparing data and warm start failed"
 mapfile -t KV < <(sed '/demo-only keys/,$d' "$PIPE/config/demo.conf" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
 [ -n "${COMPARE_STEPS:-}" ] && KV+=("STEPS=$COMPARE_STEPS")
-for algo in $ALGOS; do
-  for s in $SEEDS; do
+for s in $SEEDS; do   # seeds outer: a stopped comparison still has every algorithm
+  for algo in $ALGOS; do
     r="$DIR/$algo-$s"
     [ -f "$r/wall" ] && continue
     echo "compare: $algo seed $s" >&2
-    t0=$(date +%s.%N)
     bash "$PIPE/train.sh" "$r" "${KV[@]}" ALGO="$algo" SEED="$s" MODEL="$DIR/base/sft" \
       TRAIN_DATA="$DIR/base/data/train.msgpack.zst" EVAL_DATA="$DIR/base/data/test.msgpack.zst" \
       ${THREADS:+THREADS="$THREADS"} >"$DIR/$algo-$s.log" 2>&1 || { tail -n 20 "$DIR/$algo-$s.log" >&2; die "compare: $algo seed $s failed"; }
-    echo "$(date +%s.%N) $t0" | awk '{ printf "%.1f\n", $1 - $2 }' >"$r/wall"
+    # training wall time = sum of committed step times (survives a resume; evals excluded)
+    cat "$r"/logs/[0-9]*.time | awk '{ s += $1 } END { printf "%.1f\n", s }' >"$r/wall"
   done
 done
 # per run: "algo seed before after best wall"
