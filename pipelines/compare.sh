@@ -13,6 +13,7 @@
 # DIR/compare.png (held-out mean@k per step, averaged over seeds).
 # Environment: SEEDS (default "1 2 3"), ALGOS (default "skpo grpo spo dapo"),
 # COMPARE_STEPS (default: demo.conf's STEPS), THREADS.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 DIR=${1:-$TOP/compare-run}

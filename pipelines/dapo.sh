@@ -4,6 +4,7 @@
 # GRPO plus the soft overlong penalty (window OVERLONG_CACHE before MAX_TOKENS),
 # dynamic sampling (groups whose G rewards are all equal carry no signal and are
 # dropped; the sampler over-draws prompts to make up for them) and Clip-Higher.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/dapo.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"

@@ -13,6 +13,7 @@
 # ./demo-run; an existing DIR is resumed (delete it to start over). SEED=n picks
 # another seed; DEMO_STEPS=n overrides the number of SKPO steps; DEMO_PREPARE_ONLY=1
 # stops after the warm start (pipelines/compare.sh uses that).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 DIR=${1:-$TOP/demo-run}

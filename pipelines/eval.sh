@@ -19,6 +19,7 @@
 #   --out DIR           results folder (default eval-<model folder name>)
 #   --seed S            sampler seed (default 0)
 #   --max-prompt N      skip prompts over N tokens (default 1024)
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 K= MAXTOK=3072 LIMIT= TEMP=1.0 TOPP=0.7 TMPL=qwen2.5-math WORDING=dapo OUTD= ESEED=0 MAXPROMPT=1024
 usage() { sed -n '2,/^\. /p' "$0" | sed -n 's/^# \{0,1\}//p' >&2; exit 2; }

@@ -4,6 +4,7 @@
 # tables they are drawn from (steps.tsv, evals.tsv). With several runs, the
 # curves of all of them share each plot (written into the first run's plots/).
 # Also writes a TensorBoard event file when skpo-tb is built (RUN_DIR/tb).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 [ $# -ge 1 ] || { echo "usage: pipelines/plot.sh RUN_DIR [RUN_DIR...]" >&2; exit 2; }

@@ -4,6 +4,7 @@
 # One response per prompt with the persistent per-prompt value tracker as the
 # baseline and batch-normalized advantages; PROMPTS*G prompts so the sample
 # budget equals GRPO's and SKPO's (the paper: 1024 prompts x 1 response).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/spo.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"

@@ -11,6 +11,7 @@
 # succeeded (see common.sh); on failure it names the stage and exits 1.
 # Swap the reward stage with REWARD_CMD (config or environment), e.g.
 #   REWARD_CMD='skpo-reward --verifier dapo' pipelines/step.sh run/
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"

@@ -9,6 +9,7 @@
 # summary line per step. Overrides on a later call are appended to the config.
 # Interrupted (Ctrl-C, kill, crash, a stage failing)? Run the same command again:
 # it resumes after the last committed step (RUN_DIR/last).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 [ $# -ge 1 ] || { echo "usage: pipelines/train.sh RUN_DIR [KEY=VALUE...]" >&2; exit 2; }
