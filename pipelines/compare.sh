@@ -16,7 +16,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
-DIR=${1:-$TOP/compare-run}
+DIR=${1:-$TOP/runs/compare}
 mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 SEEDS=${SEEDS:-1 2 3}
 ALGOS=${ALGOS:-skpo grpo spo dapo}
