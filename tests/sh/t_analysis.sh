@@ -4,6 +4,7 @@
 # SKPO_TEST_LONG=1 (make test-long); otherwise they print a visible SKIP.
 . "$(dirname "$0")/lib.sh"
 AFIX="$FIX/analysis"
+export TMP TOP FIX AFIX # the sh -c bodies below need them
 
 # --- skpo-signsim ---------------------------------------------------------------
 t "signsim --help goes to stdout with an empty stderr" sh -c '
