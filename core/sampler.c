@@ -1,0 +1,274 @@
+/*
+ * sampler.c - token choice from logits, stop strings, SKPO upstream helpers;
+ * see sampler.h for the contract.
+ */
+#define _GNU_SOURCE // memmem, qsort_r
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- token choice ----------------------------------------------------------------
+
+void skpo_sampler_init(skpo_sampler *s, int vocab) {
+    SKPO_ASSERT(vocab > 0);
+    s->vocab = vocab;
+    s->prob = skpo_xmalloc((size_t)vocab * sizeof *s->prob);
+    s->idx = skpo_xmalloc((size_t)vocab * sizeof *s->idx);
+}
+
+void skpo_sampler_destroy(skpo_sampler *s) {
+    free(s->prob);
+    free(s->idx);
+    memset(s, 0, sizeof *s);
+}
+
+// Index of the largest logit (lowest on ties); -1 if a logit is NaN/+Inf or all are -Inf.
+static int argmax_checked(const float *x, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i]) || x[i] == INFINITY) return -1;
+        if (x[i] == -INFINITY) continue;
+        if (best < 0 || x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
+double skpo_sample_logprob(const float *logits, int vocab, double temperature, int tok) {
+    double inv = temperature > 0 ? 1.0 / temperature : 1.0;
+    float m = -INFINITY;
+    for (int i = 0; i < vocab; i++) m = logits[i] > m ? logits[i] : m;
+    double sum = 0;
+    for (int i = 0; i < vocab; i++) sum += exp(((double)logits[i] - m) * inv);
+    return ((double)logits[tok] - m) * inv - log(sum);
+}
+
+// "a before b": more likely first, ties by lower id, so the kept set and the
+// chosen token never depend on how qsort orders equal keys.
+static int before(const float *p, int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); }
+
+static int cmp_desc(const void *a, const void *b, void *prob) {
+    int i = *(const int *)a, j = *(const int *)b;
+    const float *p = prob;
+    return before(p, i, j) ? -1 : before(p, j, i) ? 1 : 0;
+}
+
+// Partition idx[0..n) so that its first k entries are the k "before"-most (any order).
+static void select_top(int *idx, int n, int k, const float *p) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int piv = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (before(p, idx[i], piv)) i++;
+            while (before(p, piv, idx[j])) j--;
+            if (i <= j) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; i++; j--; }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+// Inverse CDF over ids in index order (no truncation): the common training
+// case, O(vocab) and no sort. Whole blocks below the target are skipped with
+// vectorised block sums; the serial scan inside a block decides the token.
+static int draw_full(const float *p, int n, double sum, double coin) {
+    double target = coin * sum, cum = 0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        double b = 0;
+#pragma omp simd reduction(+ : b)
+        for (int j = 0; j < 64; j++) b += p[i + j];
+        if (cum + b > target) break;
+        cum += b;
+    }
+    for (; i < n; i++) {
+        cum += p[i];
+        if (p[i] > 0 && cum > target) return i;
+    }
+    for (i = n - 1; i > 0 && p[i] <= 0; i--) {} // rounding left target at the very top
+    return i;
+}
+
+// Top-k then top-p over candidates, most likely first.
+static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double sum, double coin) {
+    const float *p = s->prob;
+    int n = 0, V = s->vocab;
+    // Tokens below (1 - top_p) / (V - 1) of the mass cannot be in the nucleus:
+    // together they hold less than 1 - top_p (llama2.c's filter). Only valid
+    // without top-k, where top-p sees the full distribution.
+    double floor_p = (sp->top_k == 0 && V > 1) ? (1.0 - sp->top_p) / (V - 1) * sum : 0;
+    for (int i = 0; i < V; i++)
+        if (p[i] > 0 && p[i] >= floor_p) s->idx[n++] = i;
+    if (sp->top_k > 0 && sp->top_k < n) {
+        select_top(s->idx, n, sp->top_k, p);
+        n = sp->top_k;
+    }
+    qsort_r(s->idx, (size_t)n, sizeof *s->idx, cmp_desc, s->prob);
+    double mass = 0;
+    if (sp->top_k > 0) for (int i = 0; i < n; i++) mass += p[s->idx[i]];
+    else mass = sum;
+    int kept = n;
+    if (sp->top_p < 1) {
+        double cum = 0, want = sp->top_p * mass;
+        for (int i = 0; i < n; i++) {
+            cum += p[s->idx[i]];
+            if (cum >= want) { kept = i + 1; break; }
+        }
+    }
+    double kmass = 0;
+    for (int i = 0; i < kept; i++) kmass += p[s->idx[i]];
+    double target = coin * kmass, cum = 0;
+    for (int i = 0; i < kept; i++) {
+        cum += p[s->idx[i]];
+        if (cum > target) return s->idx[i];
+    }
+    return s->idx[kept - 1];
+}
+
+// Unnormalised probabilities exp((logits - m) / T) into prob; returns their sum.
+// The exponential is Cephes expf for x <= 0 (range reduction by ln 2, degree-6
+// minimax polynomial, ~1 ulp), inlined so the vocabulary loop vectorises:
+// glibc's expf is not vectorised without -ffast-math, and sampling a 32k-152k
+// vocabulary is otherwise as slow as a small model's forward pass.
+// no-trapping-math lets GCC if-convert and vectorise the float->int steps; it
+// does not change results (not fast-math: NaN/Inf semantics stay IEEE).
+__attribute__((optimize("no-trapping-math")))
+static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
+#pragma omp simd
+    for (int i = 0; i < V; i++) {
+        float x0 = (logits[i] - m) * inv, x = x0 < -87.0f ? -87.0f : x0;
+        int ni = (int)(x * 1.44269504088896341f - 0.5f); // round to nearest for x <= 0 (SSE2 has no roundps)
+        float n = (float)ni;
+        float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+        float q = 1.9875691500e-4f;
+        q = q * r + 1.3981999507e-3f;
+        q = q * r + 8.3334519073e-3f;
+        q = q * r + 4.1665795894e-2f;
+        q = q * r + 1.6666665459e-1f;
+        q = q * r + 5.0000001201e-1f;
+        q = q * r * r + r + 1.0f;
+        int32_t keep = -(int32_t)(x0 >= -87.0f); // all ones, or 0 to flush to 0 below e^-87
+        union { int32_t i; float f; } sc = {.i = ((ni + 127) << 23) & keep};
+        prob[i] = q * sc.f;
+    }
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < V; i++) sum += prob[i];
+    return sum;
+}
+
+// Largest logit, or NAN when a logit is NaN/+Inf or all are -Inf.
+static float max_checked(const float *x, int n) {
+    float m = -INFINITY;
+    int bad = 0;
+#pragma omp simd reduction(max : m) reduction(| : bad)
+    for (int i = 0; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        bad |= (x[i] != x[i]) | (x[i] == INFINITY);
+    }
+    return bad || m == -INFINITY ? NAN : m;
+}
+
+int skpo_sample(skpo_sampler *s, const float *logits, const skpo_sample_params *sp, double coin, float *logp) {
+    SKPO_ASSERT(s && logits && sp && coin >= 0 && coin < 1);
+    int V = s->vocab;
+    float m = max_checked(logits, V);
+    if (isnan(m)) return -1;
+    float inv = sp->temperature > 0 ? (float)(1.0 / sp->temperature) : 1.0f;
+    double sum = fill_probs(s->prob, logits, V, m, inv);
+    int tok;
+    if (sp->temperature == 0) tok = argmax_checked(logits, V);
+    else if (sp->top_k == 0 && sp->top_p >= 1) tok = draw_full(s->prob, V, sum, coin);
+    else tok = draw_truncated(s, sp, sum, coin);
+    if (logp) logp[0] = (float)((double)((logits[tok] - m) * inv) - log(sum));
+    return tok;
+}
+
+// --- stop strings ---------------------------------------------------------------------
+
+long skpo_stop_find(const char *text, size_t len, size_t from, const char *const *stops, int nstops) {
+    long first = -1;
+    for (int k = 0; k < nstops; k++) {
+        size_t sl = strlen(stops[k]);
+        if (sl == 0 || sl > len) continue;
+        // A new match must end after `from`, so it starts at or after from - sl + 1.
+        size_t start = from + 1 > sl ? from + 1 - sl : 0;
+        const char *hit = memmem(text + start, len - start, stops[k], sl);
+        if (hit && (first < 0 || hit - text < first)) first = hit - text;
+    }
+    return first;
+}
+
+// --- SKPO upstream ----------------------------------------------------------------------
+
+int skpo_seg_cut(double L, skpo_rng *r) {
+    SKPO_ASSERT(isfinite(L) && L > 0 && L < 1e9);
+    long lo = (long)ceil(L / 6), hi = (long)floor(L / 2);
+    if (lo < 1) lo = 1;
+    if (hi < lo) return (int)lo;
+    return (int)skpo_rng_int(r, lo, hi);
+}
+
+int skpo_seg_len(int n, int t_q, int stopped) {
+    SKPO_ASSERT(n >= 0 && t_q >= 1 && n <= t_q);
+    return stopped ? n / 2 : n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int skpo_median_pick(const double *d, int g) {
+    SKPO_ASSERT(d && g >= 1);
+    double *s = skpo_xmalloc((size_t)g * sizeof *s);
+    memcpy(s, d, (size_t)g * sizeof *s);
+    qsort(s, (size_t)g, sizeof *s, cmp_double);
+    double med = g % 2 ? s[g / 2] : 0.5 * (s[g / 2 - 1] + s[g / 2]);
+    free(s);
+    int best = 0;
+    for (int i = 1; i < g; i++)
+        if (fabs(d[i] - med) < fabs(d[best] - med)) best = i;
+    return best;
+}
+
+double skpo_mean_nll(const float *logp, int n) {
+    if (n <= 0) return 0;
+    double s = 0;
+    for (int i = 0; i < n; i++) s -= logp[i];
+    return s / n;
+}
+
+skpo_status skpo_prio_draw(const double *w, size_t n, size_t B, skpo_rng *r, size_t *out, skpo_err *err) {
+    size_t npos = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(w[i]) || w[i] < 0)
+            return skpo_err_set(err, SKPO_ENUMERIC, "sampling weight %zu is %g (want finite, >= 0)", i, w[i]);
+        npos += w[i] > 0;
+
+    }
+    if (B > npos)
+        return skpo_err_set(err, SKPO_ERANGE, "cannot draw %zu distinct prompts: only %zu have positive weight", B, npos);
+    unsigned char *taken = skpo_xcalloc(n ? n : 1, 1);
+    for (size_t b = 0; b < B; b++) {
+        // Recompute the remaining total each draw so rounding never accumulates.
+        double rem = 0;
+        for (size_t i = 0; i < n; i++) if (!taken[i]) rem += w[i];
+        double target = skpo_rng_uniform(r) * rem, cum = 0;
+        size_t pick = n, last = n;
+        for (size_t i = 0; i < n; i++) {
+            if (taken[i] || w[i] <= 0) continue;
+            cum += w[i];
+            last = i;
+            if (cum > target) { pick = i; break; }
+        }
+        if (pick == n) pick = last;
+        taken[pick] = 1;
+        out[b] = pick;
+    }
+    free(taken);
+    return SKPO_OK;
+}

@@ -1,0 +1,84 @@
+#!/bin/sh
+# skpo-sample / skpo-splice as black boxes: bad prompt records and flag
+# combinations fail with clear messages, identical runs give identical bytes,
+# and splice writes its first groups while its input is still open.
+# Record contents are checked in tests/unit/test_sampler_tools.c.
+. "$(dirname "$0")/lib.sh"
+F="$FIX/sample"
+M="$F/tiny-qwen2"
+export OMP_NUM_THREADS=1
+
+bad_record() { # fixture, expected message part
+  skpo-sample --model "$M" --prompts "$F/bad-$1.msgpack.zst" --n 2 --max-tokens 4 >"$TMP/bad.out" 2>"$TMP/bad.err"
+  rc=$?
+  [ "$rc" = 1 ] || { echo "exit $rc, want 1"; cat "$TMP/bad.err"; return 1; }
+  grep -q "^skpo-sample: prompt record 2: $2.*(pid bad-$1)\$" "$TMP/bad.err" || { cat "$TMP/bad.err"; return 1; }
+}
+t "sample refuses a prompt record without prompt ids, naming its pid" bad_record missing "no 'prompt' token ids"
+t "sample refuses an empty prompt, naming its pid" bad_record empty "empty 'prompt'"
+t "sample refuses a token id outside the vocabulary, naming its pid" bad_record vocab "token 2 is id 300, outside the vocabulary"
+
+usage() { # expected message, args...
+  want=$1; shift
+  "$@" </dev/null >"$TMP/u.out" 2>"$TMP/u.err"; rc=$?
+  [ "$rc" = 2 ] || { echo "exit $rc, want 2"; cat "$TMP/u.err"; return 1; }
+  grep -q "$want" "$TMP/u.err" || { cat "$TMP/u.err"; return 1; }
+  [ ! -s "$TMP/u.out" ] || { echo "stdout not empty"; return 1; }
+}
+P="$F/prompts.msgpack.zst"
+t "sample wants exactly one of --n and --segment" usage "exactly one of --n K and --segment" \
+  skpo-sample --model "$M" --prompts "$P" --n 2 --segment
+t "sample rejects a malformed --shard" usage "not I/N" skpo-sample --model "$M" --prompts "$P" --n 1 --shard 2/2
+t "sample rejects top-p 0" usage "top-p" skpo-sample --model "$M" --prompts "$P" --n 1 --top-p 0
+t "splice says --layout inside is not implemented" usage "not implemented" skpo-splice --model "$M" --layout inside
+t "splice rejects an unknown layout" usage "not skip or continual" skpo-splice --model "$M" --layout sideways
+
+missing_model() {
+  skpo-sample --model "$TMP/nope" --prompts "$P" --n 1 >/dev/null 2>"$TMP/m.err"; rc=$?
+  [ "$rc" = 1 ] && grep -q "^skpo-sample: " "$TMP/m.err"
+}
+t "sample fails with a message for a missing checkpoint" missing_model
+
+drawing_more_than_exist() {
+  skpo-sample --model "$M" --prompts "$P" --segment --prompts-per-step 7 >/dev/null 2>"$TMP/d.err"; rc=$?
+  [ "$rc" = 1 ] && grep -q "more than the 6 prompts" "$TMP/d.err"
+}
+t "sample refuses to draw more prompts than the file holds" drawing_more_than_exist
+
+same_bytes() {
+  for i in 1 2; do
+    skpo-sample --model "$M" --prompts "$P" --segment --all --group 3 --seed 4 >"$TMP/r$i.zst" || return 1
+    # the meta record holds the start time: compare everything after it
+    zstd -dc "$TMP/r$i.zst" | tail -c +200 >"$TMP/r$i.raw" || return 1
+  done
+  [ -s "$TMP/r1.raw" ] && cmp -s "$TMP/r1.raw" "$TMP/r2.raw"
+}
+t "sample with the same seed writes the same records" same_bytes
+
+pass_through() {
+  skpo-sample --model "$M" --prompts "$P" --n 1 --max-tokens 3 >"$TMP/full.zst" || return 1
+  skpo-splice --model "$M" --group 2 <"$TMP/full.zst" >"$TMP/pt.zst" || return 1
+  # no up records: splice writes its meta, then the input records byte for byte
+  zstd -dc "$TMP/full.zst" >"$TMP/in.raw" && zstd -dc "$TMP/pt.zst" >"$TMP/out.raw" || return 1
+  a=$(wc -c <"$TMP/in.raw"); b=$(wc -c <"$TMP/out.raw")
+  [ "$b" -gt "$a" ] && tail -c "$a" "$TMP/out.raw" | cmp -s - "$TMP/in.raw"
+}
+t "splice passes records other than up through unchanged" pass_through
+
+overlap() {
+  skpo-sample --model "$M" --prompts "$P" --segment --all --group 2 >"$TMP/up.zst" || return 1
+  # input stays open for 4 s after the up records: output must appear before that
+  { cat "$TMP/up.zst"; sleep 4; } | skpo-splice --model "$M" --group 2 --max-tokens 4 >"$TMP/ov.zst" &
+  pid=$!
+  sleep 2.5
+  early=$(zstd -dc "$TMP/ov.zst" 2>/dev/null | grep -c "down" || true)
+  wait $pid || return 1
+  [ "$early" -gt 0 ] || { echo "no down records before the input ended"; return 1; }
+}
+t "splice writes down records before its input ends" overlap
+
+corrupt() {
+  head -c 150 "$TMP/up.zst" | skpo-splice --model "$M" --group 2 >/dev/null 2>"$TMP/c.err"; rc=$?
+  [ "$rc" = 1 ] && grep -q "^skpo-splice: " "$TMP/c.err"
+}
+t "splice fails on a truncated input stream" corrupt

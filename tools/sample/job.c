@@ -1,0 +1,141 @@
+/*
+ * job.c - skpo-sample settings and work list: read the prompt records, check
+ * them, choose the prompts (all, or a prioritized draw from the tracker),
+ * keep this shard's slice and plan each prompt's split position t_q.
+ */
+#include "sample.h"
+
+#include "cli.h"
+#include "sampler.h"
+#include "tracker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void sample_cfg_default(sample_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->ro.batch = 64;
+    c->ro.max_tokens = 3072;
+    c->ro.sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
+    c->group = 8;
+    c->per_step = 128;
+    c->batch = 64;
+    c->step = -1;
+    c->shard_n = 1;
+}
+
+void sample_cfg_check(sample_cfg *c, const char *syn) {
+    if (!c->ro.model_dir) skpo_cli_usage_error(syn, "--model is required");
+    if (!c->prompts) skpo_cli_usage_error(syn, "--prompts is required");
+    if ((c->n > 0) == (c->segment != 0)) skpo_cli_usage_error(syn, "give exactly one of --n K and --segment");
+    if (!c->segment && (c->state || c->all)) skpo_cli_usage_error(syn, "--state and --all go with --segment");
+    if (c->shard) {
+        char *e1, *e2;
+        long i = strtol(c->shard, &e1, 10), n = *e1 == '/' ? strtol(e1 + 1, &e2, 10) : 0;
+        if (*e1 != '/' || *e2 || n < 1 || i < 0 || i >= n || n > 1 << 20)
+            skpo_cli_usage_error(syn, "--shard: '%s' is not I/N with 0 <= I < N", c->shard);
+        c->shard_i = (int)i;
+        c->shard_n = (int)n;
+    }
+    c->ro.batch = (int)c->batch;
+    c->ro.sample.top_k = (int)c->top_k;
+    c->ro.threads = (int)c->threads;
+    c->ro.share_prefix = !c->no_share;
+    c->ro.stops = c->stops.v;
+    c->ro.n_stops = c->stops.n;
+}
+
+// Check one prompt record; dies naming the record and pid.
+static void check_prompt(const skpo_rec *r, size_t idx, const skpo_rollout *ro, sample_item *it) {
+    const char *pid = skpo_rec_str(r, F_PID);
+    if (!pid) skpo_die("prompt record %zu: no 'pid' string", idx + 1);
+    size_t n = 0;
+    const int32_t *ids = skpo_rec_i32s(r, F_PROMPT, &n);
+    if (!ids && !skpo_rec_get(r, F_PROMPT)) skpo_die("prompt record %zu: no 'prompt' token ids (pid %s)", idx + 1, pid);
+    if (n == 0) skpo_die("prompt record %zu: empty 'prompt' (pid %s)", idx + 1, pid);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= ro->vocab)
+            skpo_die("prompt record %zu: token %zu is id %d, outside the vocabulary [0, %d) (pid %s)", idx + 1, i,
+                     (int)ids[i], ro->vocab, pid);
+    if ((long)n >= ro->ctx)
+        skpo_die("prompt record %zu: %zu tokens leave no room in the context of %d (pid %s)", idx + 1, n, ro->ctx, pid);
+    *it = (sample_item){.rec = r, .pid = pid, .prompt = ids, .n_prompt = (int)n};
+}
+
+// Prioritized draw of per_step prompts (SKPO.md Q10): same on every shard.
+static void draw(const sample_cfg *c, const skpo_tracker *t, sample_job *job, sample_item *all, size_t nall) {
+    if ((size_t)c->per_step > nall)
+        skpo_die("--prompts-per-step %ld is more than the %zu prompts in '%s'", c->per_step, nall, c->prompts);
+    double *w = skpo_xmalloc(nall * sizeof *w);
+    for (size_t i = 0; i < nall; i++) w[i] = skpo_tracker_weight(t, all[i].pid);
+    size_t *pick = skpo_xmalloc((size_t)c->per_step * sizeof *pick);
+    skpo_rng r;
+    skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "draw", "", 0));
+    skpo_err err = {0};
+    if (skpo_prio_draw(w, nall, (size_t)c->per_step, &r, pick, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    job->drawn = (size_t)c->per_step;
+    job->items = skpo_xmalloc(job->drawn * sizeof *job->items);
+    for (size_t i = 0; i < job->drawn; i++) job->items[i] = all[pick[i]];
+    free(w);
+    free(pick);
+}
+
+void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *job) {
+    memset(job, 0, sizeof *job);
+    skpo_err err = {0};
+    if (skpo_read_all(c->prompts, &job->recs, &job->nrecs, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    sample_item *all = skpo_xmalloc((job->nrecs ? job->nrecs : 1) * sizeof *all);
+    size_t nall = 0;
+    for (size_t i = 0; i < job->nrecs; i++)
+        if (skpo_rec_is_kind(&job->recs[i], SKPO_KIND_PROMPT)) check_prompt(&job->recs[i], i, ro, &all[nall++]);
+    if (nall == 0) skpo_die("no prompt records in '%s'", c->prompts);
+    skpo_tracker *t = NULL;
+    if (c->segment) {
+        if (c->state) {
+            if (skpo_tracker_load(c->state, &t, &err) != SKPO_OK) skpo_die("%s", err.msg);
+        } else {
+            t = skpo_tracker_new(NULL);
+        }
+    }
+    job->step = c->step >= 0 ? c->step : t ? skpo_tracker_step(t) : 0;
+    if (c->segment && !c->all) {
+        draw(c, t, job, all, nall);
+        free(all);
+    } else {
+        job->items = all;
+        job->drawn = nall;
+    }
+    // This shard's contiguous slice of the (identical) work list.
+    size_t lo = job->drawn * (size_t)c->shard_i / (size_t)c->shard_n;
+    size_t hi = job->drawn * (size_t)(c->shard_i + 1) / (size_t)c->shard_n;
+    memmove(job->items, job->items + lo, (hi - lo) * sizeof *job->items);
+    job->n = hi - lo;
+    for (size_t i = 0; c->segment && i < job->n; i++) {
+        skpo_rng r;
+        skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));
+        double L = skpo_tracker_len(t, job->items[i].pid);
+        if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);
+        job->items[i].t_q = skpo_seg_cut(L, &r);
+    }
+    skpo_tracker_free(t);
+}
+
+void sample_job_free(sample_job *job) {
+    skpo_recs_free(job->recs, job->nrecs);
+    free(job->items);
+    memset(job, 0, sizeof *job);
+}
+
+void sample_write_meta(const sample_cfg *c, const sample_job *job, skpo_writer *w, int argc, char **argv) {
+    skpo_rec m;
+    skpo_rec_init(&m);
+    skpo_rec_set_str(&m, "model", c->ro.model_dir);
+    skpo_rec_set_int(&m, F_STEP, job->step);
+    skpo_rec_set_int(&m, F_SEED, c->seed);
+    skpo_rec_set_str(&m, "mode", c->segment ? "segment" : "full");
+    skpo_rec_set_int(&m, "prompts", (int64_t)job->n);
+    skpo_rec_set_str(&m, "shard", c->shard ? c->shard : "0/1");
+    skpo_err err = {0};
+    if (skpo_writer_meta(w, argc, argv, &m, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    skpo_rec_free(&m);
+}
