@@ -110,3 +110,45 @@ t "analyze fails on continuations without a reward" sh -c '
   skpo-analyze shortcut "$AFIX/noreward.msgpack.zst" 2>"$TMP/e"; [ $? = 1 ] && grep -q skpo-reward "$TMP/e"'
 t "analyze rejects an unknown analysis" expect_exit 2 skpo-analyze variance "$AFIX/signs.msgpack.zst"
 t "analyze implicit with one method has no rows and says so" expect_exit 1 skpo-analyze implicit "$AFIX/signs.msgpack.zst"
+
+# --- the pipelines on a real (tiny) model: make test-long only -----------------------
+# The demo model when the pipelines branch provides one, else the sampler's tiny fixture.
+M= P=
+for d in "$FIX/demo/model" "$FIX/sample/tiny-qwen2"; do [ -f "$d/config.json" ] && { M=$d; break; }; done
+for f in "$FIX/demo/prompts.msgpack.zst" "$FIX/sample/prompts.msgpack.zst"; do [ -f "$f" ] && { P=$f; break; }; done
+export M P OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+A="$TOP/pipelines/analysis"
+if [ "${SKPO_TEST_LONG:-0}" != 1 ]; then
+  skip "analysis pipelines on a model (sign_empirical, shortcut, implicit_adv)" "set SKPO_TEST_LONG=1 (make test-long)"
+elif [ -z "$M" ] || [ -z "$P" ] || ! command -v skpo-sample >/dev/null || ! command -v skpo-reward >/dev/null; then
+  skip "analysis pipelines on a model" "needs skpo-sample, skpo-splice, skpo-reward and a model fixture (merge h-sample, h-verify)"
+else
+  export A
+  t "sign_empirical.sh: rows for GRPO and each k at every position" sh -c '
+    sh "$A/sign_empirical.sh" --model "$M" --prompts "$P" --out "$TMP/se" --group 4 --n 8 --max-tokens 12 \
+      --at 0.25,0.5 --k 1,2,4,8 >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; exit 1; }
+    for g in grpo mc_k=1 mc_k=2 mc_k=4; do
+      [ "$(awk -v g=$g "\$2 == g" "$TMP/se/signs.txt" | wc -l)" = 2 ] || { echo "no rows for $g"; exit 1; }
+    done
+    ! grep -q "mc_k=8 " "$TMP/se/signs.txt" && [ -s "$TMP/se/continuations.msgpack.zst" ]'
+  t "shortcut.sh: three layouts at six positions, same segments for continual and skip" sh -c '
+    sh "$A/shortcut.sh" --model "$M" --prompts "$P" --out "$TMP/sc" --group 3 --max-tokens 12 >/dev/null 2>"$TMP/e" ||
+      { cat "$TMP/e"; exit 1; }
+    T=$TMP/sc/shortcut.txt
+    for l in unconditional continual skip; do
+      [ "$(awk -v l=$l "\$1 == l && \$2 == \"all\"" "$T" | wc -l)" = 6 ] || { echo "$l: not 6 positions"; exit 1; }
+    done
+    awk "!/^#/ && \$10 != 3 { exit 1 }" "$T" || { echo "not 3 continuations per segment"; exit 1; }
+    awk "!/^#/ && \$1 == \"unconditional\" && \$9 != 0 { exit 1 }" "$T" || { echo "unconditional has a segment"; exit 1; }
+    c=$(awk "!/^#/ && \$1 == \"continual\" { printf \"%s %s;\", \$3, \$9 }" "$T")
+    s=$(awk "!/^#/ && \$1 == \"skip\" { printf \"%s %s;\", \$3, \$9 }" "$T")
+    [ "$c" = "$s" ] || { echo "segment lengths differ: $c / $s"; exit 1; }
+    { ! command -v gnuplot >/dev/null || [ -s "$TMP/sc/shortcut.png" ]; }'
+  t "implicit_adv.sh: per-position advantages of the methods sum to zero" sh -c '
+    sh "$A/implicit_adv.sh" --judge "$M" --prompts "$P" --method one="$M" --method two="$M" --out "$TMP/ia" \
+      --k 3 --m 2 --responses 2 --max-tokens 12 --all-responses >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; exit 1; }
+    T=$TMP/ia/implicit.txt
+    [ "$(awk "!/^#/" "$T" | wc -l)" = 6 ] &&
+    awk "!/^#/ { s[\$3] += \$6 } END { for (r in s) if (s[r] > 1e-9 || s[r] < -1e-9) exit 1 }" "$T"'
+  t "implicit_adv.sh needs two methods" expect_exit 2 sh "$A/implicit_adv.sh" --judge "$M" --prompts "$P" --method one="$M"
+fi

@@ -8,8 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Segments are keyed by label and gid: the same response cut for several
+// layouts or methods gives the same segment uids under different labels.
 static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const char *where) {
-    size_t i = strmap_get(&ps->by_gid, gid);
+    const char *label = skpo_rec_str(r, "label");
+    label = label && *label ? label : "-";
+    char key[2048];
+    if ((size_t)snprintf(key, sizeof key, "%s\x1f%s", label, gid) >= sizeof key)
+        skpo_die("down record (%s): label and gid longer than %zu bytes", where, sizeof key);
+    size_t i = strmap_get(&ps->by_gid, key);
     if (i != (size_t)-1) return &ps->p[i];
     double rel;
     if (!skpo_rec_float(r, "rel", &rel))
@@ -18,16 +25,16 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     skpo_xgrow((void **)&ps->p, &ps->cap, ps->n + 1, sizeof *ps->p);
     prefix *p = &ps->p[ps->n];
     memset(p, 0, sizeof *p);
-    const char *pid = skpo_rec_str(r, F_PID), *label = skpo_rec_str(r, "label"), *sg = skpo_rec_str(r, "src_gid");
+    const char *pid = skpo_rec_str(r, F_PID), *sg = skpo_rec_str(r, "src_gid");
     p->gid = skpo_xstrdup(gid);
     p->pid = skpo_xstrdup(pid ? pid : "?");
-    p->label = skpo_xstrdup(label && *label ? label : "-");
+    p->label = skpo_xstrdup(label);
     p->src_gid = skpo_xstrdup(sg ? sg : p->pid);
     p->rel = rel;
     bool c;
     p->src_ok = skpo_rec_bool(r, "src_correct", &c) ? c : -1;
     if (!skpo_rec_int(r, "seg", &p->seg)) p->seg = -1;
-    strmap_put(&ps->by_gid, gid, ps->n);
+    strmap_put(&ps->by_gid, key, ps->n);
     ps->n++;
     return p;
 }

@@ -8,7 +8,7 @@
  * replaced by one `up` record per position r in --at: the same record with
  * tokens (and logp) cut to the first floor(r * len) tokens, where len is the
  * response length, and these fields added:
- *   uid "<source uid>@<i>" (i = index of r in --at), rel = r (float),
+ *   uid "<source uid>@<i>[/<label>]" (i = index of r in --at), rel = r,
  *   seg = segment length (int), src = source uid, src_gid = source gid,
  *   src_len = source length, src_correct / src_reward = the source's outcome
  *   (when it had one), label = --label (when given).
@@ -93,7 +93,8 @@ static void cut_one(const cut_cfg *c, const skpo_rec *r, const char *where, uint
         skpo_rec_copy(&o, r);
         skpo_rec_set_str(&o, F_KIND, SKPO_KIND_UP);
         char id[1200];
-        snprintf(id, sizeof id, "%s@%d", uid, i);
+        int len = c->label ? snprintf(id, sizeof id, "%s@%d/%s", uid, i, c->label) : snprintf(id, sizeof id, "%s@%d", uid, i);
+        if (len < 0 || (size_t)len >= sizeof id) skpo_die("response '%s' (%s): uid with position and label too long", uid, where);
         skpo_rec_set_str(&o, F_UID, id);
         skpo_rec_set_i32s(&o, F_TOKENS, t, seg);
         if (lp && nl == nt) skpo_rec_set_f32s(&o, F_LOGP, l, seg);
