@@ -91,8 +91,9 @@ static int64_t binom_inversion(skpo_signsim_rng *r, int64_t n, double p) {
 static int64_t binom_btrs(skpo_signsim_rng *r, int64_t n, double p) {
     double q = 1.0 - p, spq = sqrt((double)n * p * q);
     double b = 1.15 + 2.53 * spq, a = -0.0873 + 0.0248 * b + 0.01 * p, c = (double)n * p + 0.5;
-    double vr = 0.92 - 4.2 / b, alpha = (2.83 + 5.1 / b) * spq, lpq = log(p / q);
-    double m = floor((double)(n + 1) * p), h = lgam(m + 1) + lgam((double)n - m + 1);
+    double vr = 0.92 - 4.2 / b, alpha = (2.83 + 5.1 / b) * spq;
+    double m = floor((double)(n + 1) * p), lpq = 0, h = 0;
+    int slow_ready = 0; // the exact test's constants cost two lgammas: only when the squeeze fails
     for (;;) {
         double u = skpo_signsim_rng_uniform(r) - 0.5, v = skpo_signsim_rng_uniform(r);
         double us = 0.5 - fabs(u);
@@ -100,6 +101,11 @@ static int64_t binom_btrs(skpo_signsim_rng *r, int64_t n, double p) {
         if (k < 0 || k > (double)n) continue;
         if (us >= 0.07 && v <= vr) return (int64_t)k;
         if (v <= 0) continue;
+        if (!slow_ready) {
+            lpq = log(p / q);
+            h = lgam(m + 1) + lgam((double)n - m + 1);
+            slow_ready = 1;
+        }
         v = log(v * alpha / (a / (us * us) + b));
         if (v <= h - lgam(k + 1) - lgam((double)n - k + 1) + (k - m) * lpq) return (int64_t)k;
     }
