@@ -197,7 +197,10 @@ static void sub_short(ustr *s, const char *name, int nargs) {
 static void normalize(ustr *s) {
     size_t eq = s->n;
     for (size_t i = 0; i < s->n; i++) if (s->v[i] == '=') eq = i;
-    if (eq < s->n) { memmove(s->v, s->v + eq + 1, (s->n - eq - 1) * sizeof(uint32_t)); s->n -= eq + 1; }
+    if (eq < s->n) {
+        if (s->n - eq - 1 > 0) memmove(s->v, s->v + eq + 1, (s->n - eq - 1) * sizeof(uint32_t));
+        s->n -= eq + 1;
+    }
     for (size_t i = 0; i < sizeof SUBS / sizeof SUBS[0]; i++) us_replace(s, SUBS[i][0], SUBS[i][1]);
     for (size_t i = 0; i < sizeof REMOVED / sizeof REMOVED[0]; i++) us_replace(s, REMOVED[i], "");
     sub_dollars(s);
@@ -219,7 +222,7 @@ static void normalize(ustr *s) {
     size_t a = 0, b = s->n;
     while (a < b && py_space(s->v[a])) a++;
     while (b > a && py_space(s->v[b - 1])) b--;
-    memmove(s->v, s->v + a, (b - a) * sizeof(uint32_t));
+    if (b > a) memmove(s->v, s->v + a, (b - a) * sizeof(uint32_t));
     s->n = b - a;
 }
 

@@ -188,8 +188,8 @@ void vtext_canon(const char *s, size_t len, char *out, size_t cap) {
             else if (out[i] == '}' && --d == 0 && i != o - 1) { whole = false; break; }
         }
         if (!whole) break;
-        memmove(out, out + 1, o - 2);
         o -= 2;
+        for (size_t i = 0; i < o; i++) out[i] = out[i + 1];
         out[o] = 0;
     }
     bool alpha = o > 0;

@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     args a;
     skpo_reward_opts o;
     parse(argc, argv, &a, &o);
-    if (a.cases) return verify_cases(&a, &o);
+    if (a.cases) { free(orig); return verify_cases(&a, &o); }
     skpo_err err = {{0}};
     skpo_reader *rd;
     skpo_writer *w;

@@ -1,0 +1,44 @@
+#!/bin/sh
+# bench/b_sample.sh - rollout throughput: generated tokens/s for G = 8 samples
+# per prompt on two small random Qwen2 configs (skpo-init), skpo-sample with
+# and without prefix sharing vs Hugging Face generate (transformers, PyTorch
+# CPU) on the same checkpoint, prompts, lengths and thread count, measured in
+# the same run. Both sides generate exactly NEW tokens per sequence (no EOS in
+# the config; HF min_new_tokens = max_new_tokens). Model loading is not timed.
+# Env: SKPO_BENCH_THREADS (default: nproc), SKPO_BENCH_QUICK=1 (small config only).
+set -eu
+top=${SKPO_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
+PATH="$top/bin:$PATH"
+T=${SKPO_BENCH_THREADS:-$(nproc)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -c "import torch, transformers" 2>/dev/null || { echo "b_sample: SKIP (no torch/transformers for the HF peer)"; exit 0; }
+
+# name layers hidden heads kv_heads ffn prompts prompt_len new_tokens
+run_cfg() {
+  name=$1 L=$2 H=$3 NH=$4 NKV=$5 FF=$6 N=$7 PLEN=$8 NEW=$9 G=8
+  cat >"$tmp/$name.json" <<JSON
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 32000, "hidden_size": $H,
+ "intermediate_size": $FF, "num_hidden_layers": $L, "num_attention_heads": $NH, "num_key_value_heads": $NKV,
+ "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": true,
+ "bos_token_id": 1, "torch_dtype": "float32", "hidden_act": "silu"}
+JSON
+  skpo-init --config "$tmp/$name.json" --out "$tmp/$name" >/dev/null 2>&1
+  python3 "$top/bench/hf_generate.py" prompts "$tmp/p.msgpack.zst" "$N" "$PLEN" 32000 1
+  ours() {
+    OMP_NUM_THREADS=$T skpo-sample --model "$tmp/$name" --prompts "$tmp/p.msgpack.zst" --n $G --max-tokens "$NEW" \
+      --batch $((N * G)) --no-text --stats "$@" 2>&1 >/dev/null | sed -n 's/.*generated \([0-9]*\) tokens in .* (\([0-9.]*\) tok\/s).*/\1 \2/p'
+  }
+  set -- $(ours); tok_s=$1 share=$2
+  set -- $(ours --no-share); noshare=$2
+  hf=$(OMP_NUM_THREADS=$T python3 "$top/bench/hf_generate.py" generate "$tmp/$name" "$tmp/p.msgpack.zst.ids" $G "$NEW" "$T" 2>/dev/null |
+    sed -n 's/.*hf_tokens_per_s \([0-9.]*\).*/\1/p')
+  echo "sample $name (${L}x$H, vocab 32000): $N prompts x G=$G x $NEW new tokens (prompt $PLEN), $T threads, $tok_s tokens"
+  echo "  skpo-sample shared prefix   $share tok/s"
+  echo "  skpo-sample no sharing      $noshare tok/s"
+  echo "  HF generate (torch CPU)     $hf tok/s"
+  awk -v a="$share" -v b="$noshare" -v h="$hf" 'BEGIN { printf "  ratio skpo/HF: %.2fx shared, %.2fx unshared (target >= 3x)\n", a / h, b / h }'
+}
+
+run_cfg small 4 256 4 2 704 8 64 128
+[ "${SKPO_BENCH_QUICK:-0}" = 1 ] || run_cfg medium 12 768 12 4 2048 4 64 64
