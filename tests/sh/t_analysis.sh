@@ -30,74 +30,59 @@ t "signsim.sh writes the table, tsv and plot" sh -c '
   { ! command -v gnuplot >/dev/null || [ -s "$TMP/ss/signsim.png" ]; }'
 
 # --- skpo-cut ---------------------------------------------------------------------
-# hex of a record stream on one line, to count msgpack byte patterns without a
-# decoder; the helpers live in a file that each sh -c body sources
-KIND_UP="a4 6b 69 6e 64 a2 75 70" # "kind": "up"
-SEG="a3 73 65 67"                 # "seg"
-export KIND_UP SEG
-cat >"$TMP/cutlib.sh" <<'LIB'
-hex() { zstd -dc "$1" | od -An -tx1 -v | tr -s ' \n' '  '; }
-count() { hex "$1" | grep -o "$2" | wc -l; }
-LIB
-t "cut makes one up record per response and position" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.25,0.5,1 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "$KIND_UP")" = 9 ]'
-t "cut segments are floor(r * length) tokens" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.25,0.5,1 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "$SEG 03")" = 2 ] && [ "$(count "$TMP/c.zst" "$SEG 01")" = 2 ] &&
-  [ "$(count "$TMP/c.zst" "$SEG 0c")" = 1 ] && [ "$(count "$TMP/c.zst" "$SEG 07")" = 1 ] &&
-  [ "$(count "$TMP/c.zst" "$SEG 06")" = 1 ] && [ "$(count "$TMP/c.zst" "$SEG 02")" = 1 ] &&
-  [ "$(count "$TMP/c.zst" "$SEG 04")" = 1 ] &&
-  [ "$(count "$TMP/c.zst" "a6 74 6f 6b 65 6e 73 c4 0c")" = 2 ]' # tokens: bin of 3 int32, twice
-t "cut drops the whole-response fields and keeps the source outcome" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.5 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "a4 74 65 78 74")" = 0 ] && [ "$(count "$TMP/c.zst" "a6 72 65 77 61 72 64")" = 0 ] &&
-  [ "$(count "$TMP/c.zst" "ab 73 72 63 5f 63 6f 72 72 65 63 74 c3")" = 2 ] &&
-  [ "$(count "$TMP/c.zst" "ab 73 72 63 5f 63 6f 72 72 65 63 74 c2")" = 1 ] &&
-  [ "$(count "$TMP/c.zst" "aa 73 72 63 5f 72 65 77 61 72 64")" = 3 ]'
-t "cut passes other records through" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.5 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "a4 6b 69 6e 64 a6 70 72 6f 6d 70 74")" = 1 ]'
-t "cut --only-correct keeps correct responses (correct or reward > 0)" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.25,0.5,1 --only-correct "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "$KIND_UP")" = 6 ]'
-t "cut --empty gives zero-token segments with the position kept" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 0.5 --empty --label uncond "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
-  [ "$(count "$TMP/c.zst" "$SEG 00")" = 3 ] && [ "$(count "$TMP/c.zst" "a5 6c 61 62 65 6c a6 75 6e 63 6f 6e 64")" = 3 ] &&
-  [ "$(count "$TMP/c.zst" "a3 72 65 6c cb 3f e0")" = 3 ]' # rel = 0.5
+# Expected segments (cut*.expected.jsonl, checked by hand): responses of 12, 7
+# and 4 tokens cut at 0.25, 0.5, 1 keep floor(r * len) = 3,6,12 / 1,3,7 / 1,2,4
+# tokens; text, reward, correct, pred and finish are gone; the source outcome
+# moves to src_correct / src_reward (p1:0:2 has only a reward of +1).
+CUTF=kind,uid,gid,pid,rel,seg,tokens,logp,src,src_gid,src_len,src_correct,src_reward,label,text,reward,correct,pred,finish
+export CUTF
+t "cut makes one up record per response and position, floor(r * length) tokens each" sh -c '
+  skpo-cut --at 0.25,0.5,1 "$AFIX/full.msgpack.zst" | skpo-cat --where kind=up --fields "$CUTF" >"$TMP/c.jsonl" &&
+  diff "$AFIX/cut.expected.jsonl" "$TMP/c.jsonl"'
+t "cut --empty gives zero-token segments with the position and label kept" sh -c '
+  skpo-cut --at 0.5 --empty --label uncond "$AFIX/full.msgpack.zst" | skpo-cat --where kind=up --fields "$CUTF" >"$TMP/c.jsonl" &&
+  diff "$AFIX/cut-empty.expected.jsonl" "$TMP/c.jsonl"'
+t "cut passes other records through, meta included" sh -c '
+  skpo-cut --at 0.5 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
+  [ "$(skpo-cat --where kind=prompt --count "$TMP/c.zst")" = 1 ] && [ "$(skpo-cat --where kind=meta --count "$TMP/c.zst")" = 2 ] &&
+  [ "$(skpo-cat --where kind=full --count "$TMP/c.zst")" = 0 ]'
+t "cut --only-correct keeps correct responses (correct, or reward > 0)" sh -c '
+  [ "$(skpo-cut --at 0.25,0.5,1 --only-correct "$AFIX/full.msgpack.zst" | skpo-cat --where kind=up --count)" = 6 ] &&
+  [ "$(skpo-cut --at 0.5 --only-correct "$AFIX/full.msgpack.zst" | skpo-cat --where src=p1:0:1 --count)" = 0 ]'
 t "cut reads stdin" sh -c '
-  . "$TMP/cutlib.sh"; skpo-cut --at 1 <"$AFIX/full.msgpack.zst" >"$TMP/c.zst" && [ "$(count "$TMP/c.zst" "$KIND_UP")" = 3 ]'
+  [ "$(skpo-cut --at 1 <"$AFIX/full.msgpack.zst" | skpo-cat --where kind=up --count)" = 3 ]'
 t "cut without --at is a usage error" expect_exit 2 skpo-cut "$AFIX/full.msgpack.zst"
 t "cut rejects a position above 1" expect_exit 2 skpo-cut --at 0.5,1.5 "$AFIX/full.msgpack.zst"
 t "cut fails on a response without prompt ids" expect_exit 1 skpo-cut --at 0.5 "$AFIX/signs.msgpack.zst"
 t "cut fails on a truncated stream" sh -c '
-  head -c 100 "$AFIX/full.msgpack.zst" >"$TMP/trunc.zst"; skpo-cut --at 0.5 "$TMP/trunc.zst" >/dev/null 2>"$TMP/e"; [ $? = 1 ] && [ -s "$TMP/e" ]'
+  head -c 100 "$AFIX/full.msgpack.zst" >"$TMP/trunc.zst"; skpo-cut --at 0.5 "$TMP/trunc.zst" >/dev/null 2>"$TMP/e"
+  [ $? = 1 ] && grep -q "^skpo-cut: " "$TMP/e"'
 
 # --- skpo-analyze (numbers hand-computed in tests/fixtures/analysis/make_fixtures.py) ---
 # val TABLE LABEL GROUP COLUMN: a cell of skpo-analyze's table; near A B: |A - B| <= 1e-5
-cat >>"$TMP/cutlib.sh" <<'LIB'
+cat >"$TMP/helpers.sh" <<'LIB'
 val() { awk -v l="$2" -v g="$3" -v c="$4" '!/^#/ && $1 == l && $2 == g { print $c }' "$1"; }
 near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5) }'; }
 LIB
 t "analyze signs: GRPO outcomes vs the all-N reference" sh -c '
-  . "$TMP/cutlib.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
+  . "$TMP/helpers.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" - grpo 6)" 1 && near "$(val "$TMP/s" - grpo 7)" 1 && near "$(val "$TMP/s" - grpo 8)" 0.5'
 t "analyze signs: k=1 blocks vs leave-out reference" sh -c '
-  . "$TMP/cutlib.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
+  . "$TMP/helpers.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" - mc_k=1 5)" 4 && near "$(val "$TMP/s" - mc_k=1 6)" 0.25 &&
   near "$(val "$TMP/s" - mc_k=1 7)" 0.416667 && near "$(val "$TMP/s" - mc_k=1 8)" 0.333333 &&
   near "$(val "$TMP/s" - mc_k=1:c=2/3 6)" 0.25'
 t "analyze signs: k=2 and no k above N/2" sh -c '
-  . "$TMP/cutlib.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
+  . "$TMP/helpers.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" - mc_k=2 6)" 0 && near "$(val "$TMP/s" - mc_k=2 7)" 0.333333 && ! grep -q "mc_k=4" "$TMP/s"'
 t "analyze shortcut: diversity, all-same, accuracy, length per label" sh -c '
-  . "$TMP/cutlib.sh"; skpo-analyze shortcut "$AFIX/shortcut.msgpack.zst" >"$TMP/s" &&
+  . "$TMP/helpers.sh"; skpo-analyze shortcut "$AFIX/shortcut.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" skip all 4)" 2 && near "$(val "$TMP/s" skip all 5)" 2 && near "$(val "$TMP/s" skip all 6)" 0.5 &&
   near "$(val "$TMP/s" skip all 7)" 0.75 && near "$(val "$TMP/s" skip all 8)" 16.5 && near "$(val "$TMP/s" skip all 9)" 6 &&
   near "$(val "$TMP/s" continual all 5)" 1 && near "$(val "$TMP/s" continual all 6)" 1 &&
   near "$(val "$TMP/s" continual all 7)" 0 && near "$(val "$TMP/s" continual all 8)" 2'
 t "analyze implicit: rates normalised across methods per problem" sh -c '
-  . "$TMP/cutlib.sh"; skpo-analyze implicit "$AFIX/implicit.msgpack.zst" >"$TMP/s" &&
+  . "$TMP/helpers.sh"; skpo-analyze implicit "$AFIX/implicit.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" A all 4)" 2 && near "$(val "$TMP/s" A all 5)" 0.875 && near "$(val "$TMP/s" A all 6)" 0.125 &&
   near "$(val "$TMP/s" B all 5)" 0.625 && near "$(val "$TMP/s" B all 6)" -0.125 && near "$(val "$TMP/s" B all 7)" -0.499998 &&
   [ "$(grep -c "0.2500" "$TMP/s")" = 0 ]' # q1 at 0.25 has one method only: no row
