@@ -46,6 +46,9 @@ t "cut passes other records through, meta included" sh -c '
   skpo-cut --at 0.5 "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
   [ "$(skpo-cat --where kind=prompt --count "$TMP/c.zst")" = 1 ] && [ "$(skpo-cat --where kind=meta --count "$TMP/c.zst")" = 2 ] &&
   [ "$(skpo-cat --where kind=full --count "$TMP/c.zst")" = 0 ]'
+t "cut --cuts-only drops the other records" sh -c '
+  skpo-cut --at 0.5 --cuts-only "$AFIX/full.msgpack.zst" >"$TMP/c.zst" &&
+  [ "$(skpo-cat --count "$TMP/c.zst")" = 4 ] && [ "$(skpo-cat --where kind=up --count "$TMP/c.zst")" = 3 ]' # + own meta
 t "cut --only-correct keeps correct responses (correct, or reward > 0)" sh -c '
   [ "$(skpo-cut --at 0.25,0.5,1 --only-correct "$AFIX/full.msgpack.zst" | skpo-cat --where kind=up --count)" = 6 ] &&
   [ "$(skpo-cut --at 0.5 --only-correct "$AFIX/full.msgpack.zst" | skpo-cat --where src=p1:0:1 --count)" = 0 ]'

@@ -16,7 +16,9 @@
  * per-token side arrays other than logp are dropped: they describe the whole
  * response, not the segment. --empty writes segments of zero tokens (the
  * "Unconditional" baseline: the continuation sees q only) while keeping the
- * position fields. Every other record passes through unchanged.
+ * position fields. Every other record passes through unchanged, unless
+ * --cuts-only: cutting skpo-splice output would otherwise hand its `up`
+ * records to the next skpo-splice, which would continue them too.
  * Not here: continuing the segments (skpo-splice --layout continual|skip).
  */
 #include "cli.h"
@@ -29,7 +31,7 @@
 
 #define MAX_AT 1024
 
-static const char synopsis[] = "--at R1,R2,... [--label NAME] [--only-correct] [--empty] [FILE...]";
+static const char synopsis[] = "--at R1,R2,... [--label NAME] [--only-correct] [--empty] [--cuts-only] [FILE...]";
 static const char about[] =
     "Replaces each full/down response record by one `up` record per relative position R in [0, 1]:\n"
     "the response cut to its first floor(R * length) tokens, with rel, seg, src, src_gid, src_len and the\n"
@@ -39,7 +41,7 @@ typedef struct cut_cfg {
     double at[MAX_AT];
     int n_at;
     const char *label;
-    int only_correct, empty;
+    int only_correct, empty, cuts_only;
 } cut_cfg;
 
 static int parse_at(const char *s, double *out) {
@@ -126,7 +128,7 @@ static void run(const cut_cfg *c, const char *path, skpo_writer *w) {
     while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
         if (skpo_rec_is_kind(&r, SKPO_KIND_FULL) || skpo_rec_is_kind(&r, SKPO_KIND_DOWN))
             cut_one(c, &r, skpo_reader_name(rd), skpo_reader_count(rd), w);
-        else if (skpo_writer_put(w, &r, &err)) // meta records too: the provenance chain
+        else if (!c->cuts_only && skpo_writer_put(w, &r, &err)) // meta records too: the provenance chain
             skpo_die("%s", err.msg);
         if (skpo_reader_count(rd) % SKPO_FLUSH_RECORDS == 0 && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
     }
@@ -143,6 +145,7 @@ int main(int argc, char **argv) {
         {"label", 0, SKPO_OPT_STR, &c.label, 0, 0, "NAME", "set field `label` (method, layout) on every cut"},
         {"only-correct", 0, SKPO_OPT_FLAG, &c.only_correct, 0, 0, NULL, "cut only responses that are correct"},
         {"empty", 0, SKPO_OPT_FLAG, &c.empty, 0, 0, NULL, "zero-token segments (unconditional baseline)"},
+        {"cuts-only", 0, SKPO_OPT_FLAG, &c.cuts_only, 0, 0, NULL, "drop every other record (e.g. the up records of splice output)"},
         {0},
     };
     char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // parsing reorders argv; meta keeps it whole
