@@ -25,7 +25,8 @@ static const char about[] =
 
 row *rows_get(rows *t, const char *label, double rel, const char *group) {
     char key[2048];
-    snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", label, group, rel);
+    if ((size_t)snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", label, group, rel) >= sizeof key)
+        skpo_die("label '%.40s...' too long for a table row", label);
     size_t i = strmap_get(&t->idx, key);
     if (i != (size_t)-1) return &t->r[i];
     skpo_xgrow((void **)&t->r, &t->cap, t->n + 1, sizeof *t->r);

@@ -81,7 +81,8 @@ void analyze_implicit(const prefixes *ps, rows *out) {
         const prefix *p = &ps->p[i];
         if (p->n == 0) continue;
         char key[2048];
-        snprintf(key, sizeof key, "%s\x1f%.17g", p->pid, p->rel);
+        if ((size_t)snprintf(key, sizeof key, "%s\x1f%.17g", p->pid, p->rel) >= sizeof key)
+            skpo_die("pid '%.40s...' too long", p->pid);
         size_t c = strmap_get(&cells, key);
         if (c == (size_t)-1) {
             skpo_xgrow((void **)&cs, &ccap, nc + 1, sizeof *cs);

@@ -102,7 +102,8 @@ void analyze_signs(const prefixes *ps, const long *ks, int nks, rows *out) {
     for (size_t i = 0; i < ps->n; i++) {
         const prefix *p = &ps->p[i];
         char key[2048];
-        snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", p->label, p->src_gid, p->rel);
+        if ((size_t)snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", p->label, p->src_gid, p->rel) >= sizeof key)
+            skpo_die("source group '%.40s...' too long", p->src_gid);
         size_t g = strmap_get(&idx, key);
         if (g == (size_t)-1) {
             skpo_xgrow((void **)&gs, &cap, ng + 1, sizeof *gs);
