@@ -100,16 +100,15 @@ t "analyze rejects an unknown analysis" expect_exit 2 skpo-analyze variance "$AF
 t "analyze implicit with one method has no rows and says so" expect_exit 1 skpo-analyze implicit "$AFIX/signs.msgpack.zst"
 
 # --- the pipelines on a real (tiny) model: make test-long only -----------------------
-# The demo model when the pipelines branch provides one, else the sampler's tiny fixture.
-M= P=
-for d in "$FIX/demo/model" "$FIX/sample/tiny-qwen2"; do [ -f "$d/config.json" ] && { M=$d; break; }; done
-for f in "$FIX/demo/prompts.msgpack.zst" "$FIX/sample/prompts.msgpack.zst"; do [ -f "$f" ] && { P=$f; break; }; done
+# A tiny Qwen2 fine-tuned on skpo-synth problems (about 20% correct: mixed groups,
+# see tests/fixtures/analysis/make_sft_model.sh) and 8 held-out problems.
+M="$AFIX/sft-model" P="$AFIX/prompts.msgpack.zst"
 export M P OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 A="$TOP/pipelines/analysis"
 if [ "${SKPO_TEST_LONG:-0}" != 1 ]; then
   skip "analysis pipelines on a model (sign_empirical, shortcut, implicit_adv)" "set SKPO_TEST_LONG=1 (make test-long)"
-elif [ -z "$M" ] || [ -z "$P" ] || ! command -v skpo-sample >/dev/null || ! command -v skpo-reward >/dev/null; then
-  skip "analysis pipelines on a model" "needs skpo-sample, skpo-splice, skpo-reward and a model fixture (merge h-sample, h-verify)"
+elif ! command -v skpo-sample >/dev/null || ! command -v skpo-splice >/dev/null || ! command -v skpo-reward >/dev/null; then
+  skip "analysis pipelines on a model" "needs skpo-sample, skpo-splice and skpo-reward"
 else
   export A
   t "sign_empirical.sh: rows for GRPO and each k at every position" sh -c '
