@@ -25,13 +25,14 @@ series() {
     END { for (i = 1; i <= n; i++) { printf "%s\n\n", data[i] > out; printf "%s ", name[i] } }' "$1"
 }
 
-# panel TABLE COL FILTER YLABEL: gnuplot commands for one plot of column COL
+# panel TABLE COL FILTER YLABEL [KEYPOS]: gnuplot commands for one plot of
+# column COL, legend at KEYPOS (default "top right")
 panel() {
   _dat=$(mktemp "${TMPDIR:-/tmp}/skpo-plot.XXXXXX")
   _titles=$(series "$1" "$2" "$3" "$_dat")
   PLOT_FILES="$PLOT_FILES $_dat"
-  printf "set ylabel '%s'\ntitles = '%s'\nplot for [i=1:words(titles)] '%s' index (i-1) using 1:2 with linespoints title word(titles, i)\n" \
-    "$4" "$_titles" "$_dat"
+  printf "set key inside %s font ',9'\nset ylabel '%s'\ntitles = '%s'\nplot for [i=1:words(titles)] '%s' index (i-1) using 1:2 with linespoints title word(titles, i)\n" \
+    "${5:-top right}" "$4" "$_titles" "$_dat"
 }
 
 # plot PNG TITLE LAYOUT < gnuplot panel commands: writes PNG atomically, or
@@ -39,7 +40,7 @@ panel() {
 plot() {
   if ! command -v gnuplot >/dev/null 2>&1; then log "gnuplot not found: no $1"; cat >/dev/null; return 0; fi
   { printf "set terminal pngcairo size 1100,800 noenhanced\nset output '%s.tmp'\nset multiplot layout %s title '%s'\n" "$1" "$3" "$2"
-    printf "set xlabel 'relative position of the cut'\nset grid\nset key inside top right font ',9'\nset format x '%%.2f'\n"
+    printf "set xlabel 'relative position of the cut'\nset grid\nset format x '%%.2f'\n"
     cat; printf "unset multiplot\n"; } | gnuplot && mv "$1.tmp" "$1"
   rm -f $PLOT_FILES
   PLOT_FILES=
