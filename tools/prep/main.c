@@ -2,13 +2,17 @@
  * skpo-prep - dataset rows (JSON lines) to `prompt` records: the problem is put
  * in a prompt wording, rendered with a chat template and tokenized.
  *
- * Fields are found by name unless given (docs/tokenizer.md):
- *   problem  --problem-field, else "problem", else "question"
- *   answer   --answer-field, else "answer", else "final_answer", else the last
- *            \boxed{...} of "solution" (Minerva). Numbers become canonical text
+ * Fields are found by name unless given (docs/tokenizer.md; flags take dotted
+ * paths):
+ *   problem  --problem-field, else "problem", else "question", else a verl /
+ *            DAPO-Math-17k "prompt" message list, rendered as stored
+ *   answer   --answer-field, else "answer", else "final_answer", else
+ *            "reward_model.ground_truth", else the last \boxed{...} of
+ *            "solution" (Minerva). Numbers become canonical text
  *            (27.0 -> "27"), lists are joined with ", ", and a GSM8K answer
  *            "... #### 1,600" becomes "1600".
- *   pid      --id-field, else "id", "idx" or "unique_id", else "<source>/<row>"
+ *   pid      --id-field, else "id", "idx", "unique_id" or "extra_info.index",
+ *            else "<source>/<row>"
  *            (row counted from 0 over non-blank lines of the file).
  * Prompts longer than --max-prompt-tokens are skipped and reported on stderr,
  * never truncated. Other scalar fields of a row are copied unless --no-extra.
@@ -117,17 +121,30 @@ static char *gsm8k_answer(const char *s) {
     return a;
 }
 
+// A field by dotted path ("reward_model.ground_truth"; a number indexes an array).
+static const json_t *field_path(const json_t *row, const char *path) {
+    char *dup = skpo_xstrdup(path), *save = NULL;
+    const json_t *v = row;
+    for (char *k = strtok_r(dup, ".", &save); k && v; k = strtok_r(NULL, ".", &save)) {
+        long i;
+        if (json_is_array(v) && skpo_parse_long(k, 0, 1L << 30, &i) == 0) v = json_array_get(v, (size_t)i);
+        else v = json_object_get(v, k);
+    }
+    free(dup);
+    return v;
+}
+
 static const json_t *first_field(const json_t *row, const char *given, const char *const *names, const char **used) {
-    if (given) return *used = given, json_object_get(row, given);
+    if (given) return *used = given, field_path(row, given);
     for (; *names; names++) {
-        const json_t *v = json_object_get(row, *names);
+        const json_t *v = field_path(row, *names);
         if (v && !json_is_null(v)) return *used = *names, v;
     }
     return NULL;
 }
 
 static char *row_answer(const prep *p, const json_t *row) {
-    static const char *const names[] = {"answer", "final_answer", NULL};
+    static const char *const names[] = {"answer", "final_answer", "reward_model.ground_truth", NULL};
     const char *used = NULL;
     const json_t *v = first_field(row, p->afield, names, &used);
     if (!v) {
@@ -139,7 +156,7 @@ static char *row_answer(const prep *p, const json_t *row) {
 }
 
 static char *row_pid(const prep *p, const json_t *row, const char *source, size_t index) {
-    static const char *const names[] = {"id", "idx", "unique_id", NULL};
+    static const char *const names[] = {"id", "idx", "unique_id", "extra_info.index", NULL};
     const char *used = NULL;
     const json_t *v = first_field(row, p->ifield, names, &used);
     char *s = v ? value_text(v) : NULL;
@@ -216,23 +233,60 @@ static void add_extra(const prep *p, skpo_rec *r, const json_t *row) {
     }
 }
 
+// verl / DAPO-Math-17k rows carry the conversation, already worded, in
+// "prompt": [{"role", "content"}...]. Returns the message count (0 if not).
+static int row_messages(const json_t *row, skpo_chat_msg *msgs, int max) {
+    const json_t *a = json_object_get(row, "prompt"), *m;
+    size_t i;
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > (size_t)max) return 0;
+    json_array_foreach(a, i, m) {
+        msgs[i].role = json_string_value(json_object_get(m, "role"));
+        msgs[i].content = json_string_value(json_object_get(m, "content"));
+        if (!msgs[i].role || !msgs[i].content) return 0;
+    }
+    return (int)i;
+}
+
+// The problem inside a user message worded with `wording` (DAPO-Math-17k's
+// rows hold the DAPO-worded message only), or NULL when it is not so worded.
+static char *unword(const char *wording, const char *content) {
+    char *w = skpo_prompt_wording(wording, "\001", NULL), *mark = w ? strchr(w, '\001') : NULL;
+    char *out = NULL;
+    if (mark) {
+        size_t head = (size_t)(mark - w), tail = strlen(mark + 1), n = strlen(content);
+        if (n >= head + tail && !strncmp(content, w, head) && !strcmp(content + n - tail, mark + 1))
+            out = skpo_xstrndup(content + head, n - head - tail);
+    }
+    free(w);
+    return out;
+}
+
 // Wording -> template -> ids; writes the record unless the prompt is too long.
 static skpo_status prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where, skpo_err *err) {
     static const char *const pnames[] = {"problem", "question", NULL};
     const char *used = NULL;
+    skpo_chat_msg msgs[16];
+    int nmsg = 0;
     const char *problem = json_string_value(first_field(row, p->pfield, pnames, &used));
+    char *bare = NULL; // the problem without the row's own wording
+    if (!problem && !p->pfield && (nmsg = row_messages(row, msgs, 16)) > 0) {
+        for (int i = 0; i < nmsg; i++)
+            if (!strcmp(msgs[i].role, "user")) problem = msgs[i].content;
+        if (!problem) nmsg = 0;
+        else if ((bare = unword("dapo", problem)) != NULL) problem = bare;
+    }
     if (!problem)
         return skpo_err_set(err, SKPO_ENOTFOUND, "%s: no problem text (field %s; see --problem-field)", where,
-                            used ? used : "problem/question");
+                            used ? used : "problem/question/prompt");
     char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index), *user = NULL, *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     skpo_status st = SKPO_OK;
     skpo_err e = {0};
+    if (!nmsg && (user = skpo_prompt_wording(p->wording, problem, &e)) != NULL) msgs[0] = (skpo_chat_msg){"user", user}, nmsg = 1;
     if (!answer) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
     else if (!pid) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%s' is missing or not a string or number", where, p->ifield);
-    else if (!(user = skpo_prompt_wording(p->wording, problem, &e)) ||
-             !(text = skpo_chat_render(p->tmpl, &(skpo_chat_msg){"user", user}, 1, 1, &e)) ||
+    else if (!nmsg || !(text = skpo_chat_render(p->tmpl, msgs, nmsg, 1, &e)) ||
              skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &e) != SKPO_OK)
         st = skpo_err_set(err, SKPO_EFORMAT, "%s: %s", where, e.msg);
     int bos = skpo_tok_bos_to_add(p->tok);
@@ -254,7 +308,7 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
         skpo_rec_free(&r);
         p->written += st == SKPO_OK;
     }
-    free(ids), free(text), free(user), free(answer), free(pid);
+    free(ids), free(text), free(user), free(answer), free(pid), free(bare);
     return st;
 }
 
