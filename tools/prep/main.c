@@ -372,7 +372,7 @@ int main(int argc, char **argv) {
     prep p = {.wording = "dapo", .max_tokens = 1024};
     const skpo_opt table[] = {
         {"tokenizer", 0, SKPO_OPT_STR, &p.dir, 0, 0, "DIR", "folder with tokenizer.json"},
-        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2.5-math, llama3, plain"},
+        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"},
         {"wording", 0, SKPO_OPT_STR, &p.wording, 0, 0, "W", "prompt wording: dapo (default), boxed, raw"},
         {"problem-field", 0, SKPO_OPT_STR, &p.pfield, 0, 0, "F", "field with the problem text"},
         {"answer-field", 0, SKPO_OPT_STR, &p.afield, 0, 0, "F", "field with the gold answer"},
