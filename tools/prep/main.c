@@ -41,7 +41,7 @@ static const char ABOUT[] =
     "Turns dataset rows into prompt records (pid, source, problem, answer, text, prompt ids)\n"
     "written to stdout or --out FILE (atomically). The problem is worded (dapo: the\n"
     "DAPO-Math-17k instruction, the default; boxed: asks for \\boxed{}; raw: as is) and\n"
-    "rendered as one user turn with the chat template (qwen2.5, qwen2.5-math, llama3,\n"
+    "rendered as one user turn with the chat template (qwen2.5, qwen2, qwen2.5-math, llama3,\n"
     "plain) plus the assistant opener. Prompts over --max-prompt-tokens are skipped\n"
     "and reported on stderr. The row's other scalar fields (level, subject, ...) are\n"
     "kept unless --no-extra. Field detection is described in docs/tokenizer.md.";
