@@ -1,5 +1,8 @@
 # pipelines/analysis/common.sh - helpers the analysis scripts source: tool
 # PATH, messages, position lists, and gnuplot panels from skpo-analyze tables.
+# The scripts are POSIX sh without pipefail: a stage that dies mid-pipe still
+# fails the pipe, because the next tool reads a truncated or empty record
+# stream and exits 1 (set -e then stops the script).
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 PATH="$TOP/bin:$PATH"
 export PATH

@@ -37,6 +37,7 @@ done
 [ "$(echo $methods | wc -w)" -ge 2 ] || usage_die "give at least two --method NAME=..."
 need_tools skpo-sample skpo-reward skpo-cut skpo-splice skpo-analyze
 mkdir -p "$out"
+trap 'rm -f "$out"/*.tmp "$out"/.*.gp' EXIT # a failed stage leaves no partial stream
 at=$(centres "$k")
 conts=
 for spec in $methods; do

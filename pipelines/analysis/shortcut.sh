@@ -30,6 +30,7 @@ done
 [ -n "$model" ] && [ -n "$prompts" ] || usage_die "--model and --prompts are required"
 need_tools skpo-sample skpo-reward skpo-cut skpo-splice skpo-analyze
 mkdir -p "$out"
+trap 'rm -f "$out"/*.tmp "$out"/.*.gp' EXIT # a failed stage leaves no partial stream
 at=$(linspace 0.1666667 0.5 "$positions")
 
 log "sampling $responses response(s) per prompt"

@@ -31,6 +31,7 @@ done
 [ -n "$model" ] && [ -n "$prompts" ] || usage_die "--model and --prompts are required"
 need_tools skpo-sample skpo-reward skpo-cut skpo-splice skpo-analyze
 mkdir -p "$out"
+trap 'rm -f "$out"/*.tmp "$out"/.*.gp' EXIT # a failed stage leaves no partial stream
 
 log "sampling $group responses per prompt"
 # shellcheck disable=SC2086 # flag lists are word lists

@@ -99,6 +99,12 @@ t "analyze fails on continuations without a reward" sh -c '
 t "analyze rejects an unknown analysis" expect_exit 2 skpo-analyze variance "$AFIX/signs.msgpack.zst"
 t "analyze implicit with one method has no rows and says so" expect_exit 1 skpo-analyze implicit "$AFIX/signs.msgpack.zst"
 
+t "sign_empirical.sh fails on a missing checkpoint and leaves no partial stream" sh -c '
+  sh "$TOP/pipelines/analysis/sign_empirical.sh" --model "$TMP/nope" --prompts "$AFIX/prompts.msgpack.zst" \
+    --out "$TMP/fail" >/dev/null 2>"$TMP/e"; rc=$?
+  [ $rc != 0 ] && grep -q "skpo-sample: " "$TMP/e" && [ -z "$(ls "$TMP/fail")" ]'
+t "shortcut.sh without --model is a usage error" expect_exit 2 sh "$TOP/pipelines/analysis/shortcut.sh" --prompts x
+
 # --- the pipelines on a real (tiny) model: make test-long only -----------------------
 # A tiny Qwen2 fine-tuned on skpo-synth problems (about 20% correct: mixed groups,
 # see tests/fixtures/analysis/make_sft_model.sh) and 8 held-out problems.
