@@ -212,6 +212,8 @@ skpo_status skpo_writer_open_append(const char *path, int level, skpo_writer **o
 // Write the provenance `meta` record: kind, schema, tool, argv, time, plus any
 // extra fields of `extra` (may be NULL).
 skpo_status skpo_writer_meta(skpo_writer *w, int argc, char **argv, const skpo_rec *extra, skpo_err *err);
+// Records are validated first (skpo_rec_validate): an invalid one is not
+// written and its error (naming the field) does not stop the writer.
 skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err);
 // Make everything written so far readable by a consumer (ZSTD_e_flush + write).
 skpo_status skpo_writer_flush(skpo_writer *w, skpo_err *err);

@@ -322,7 +322,7 @@ struct skpo_writer {
     char *out;
     size_t out_cap;
     skpo_pbuf pk;
-    uint64_t since_flush;
+    uint64_t since_flush, count;
     double last_flush;
     skpo_status sticky;
     skpo_err sticky_err;
@@ -431,6 +431,14 @@ skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err) {
         if (err) *err = w->sticky_err;
         return w->sticky;
     }
+    // Catch a bad field where it is made, not in the next stage; the stream
+    // stays usable (nothing was written), so this error is not sticky.
+    skpo_err ve;
+    skpo_status vst = skpo_rec_validate(r, &ve);
+    if (vst)
+        return skpo_err_set(err, vst, "record %llu written to '%s' is invalid: %s", (unsigned long long)w->count + 1,
+                            w->name, ve.msg);
+    w->count++;
     w->pk.n = 0;
     skpo_rec_pack_into(&w->pk, r);
     if (w->pk.n > SKPO_MAX_RECORD_BYTES)

@@ -687,6 +687,27 @@ static void file_appears_only_on_successful_close(void) {
     free(p);
 }
 
+static void writer_refuses_an_invalid_record_and_goes_on(void) {
+    char *p = tpath("inval.zst");
+    skpo_writer *w;
+    skpo_err e = {0};
+    skpo_rec r;
+    skpo_rec_init(&r);
+    CHECK(skpo_writer_open_file(p, 0, &w, &e) == SKPO_OK);
+    make_rec(&r, 1);
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    skpo_rec_set_str(&r, F_REWARD, "high");
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_ETYPE);
+    CHECK_MSG(strstr(e.msg, "record 2 written to") && strstr(e.msg, "field 'reward' is str, want float"), "%s", e.msg);
+    skpo_rec_set_float(&r, F_REWARD, 1.0);
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    CHECK(skpo_writer_close(w, &e) == SKPO_OK);
+    skpo_status st;
+    CHECK(read_until_error(p, &st, &e) == 2 && st == SKPO_EOF);
+    skpo_rec_free(&r);
+    free(p);
+}
+
 static void validate_names_the_field(void) {
     skpo_rec r;
     skpo_rec_init(&r);
@@ -735,6 +756,7 @@ int main(void) {
     RUN(hundred_megabyte_record_round_trips);
     RUN(flushed_records_reach_a_pipe_reader_before_close);
     RUN(file_appears_only_on_successful_close);
+    RUN(writer_refuses_an_invalid_record_and_goes_on);
     RUN(validate_names_the_field);
     skpo_err e = {0};
     skpo_rm_rf(tmpdir, &e);
