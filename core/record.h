@@ -15,12 +15,14 @@
  * Values
  *   Token ids are msgpack bin holding little-endian int32; per-token floats are
  *   bin holding little-endian float32. Other values keep their msgpack type.
- *   Fields and kinds a tool does not know pass through unchanged (nested maps
- *   and arrays are kept as raw msgpack bytes).
+ *   Fields and kinds a tool does not know pass through unchanged: nested maps,
+ *   arrays and ext values are kept as their exact msgpack bytes (SKPO_V_RAW);
+ *   scalars keep their type (float32 stays float32) and are re-encoded in the
+ *   shortest form, as every msgpack library writes them.
  *
  * Schema: the table skpo_schema[] (record.c) is the single definition of field
- * names and types; docs/records.md documents it. The reader validates every
- * schema field's type and that text fields are valid UTF-8.
+ * names and types; docs/records.md documents it. The reader and the writer
+ * validate every schema field's type and that str fields are valid UTF-8.
  */
 #ifndef SKPO_RECORD_H
 #define SKPO_RECORD_H

@@ -108,7 +108,6 @@ skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skp
     rd->dctx = ZSTD_createDCtx();
     rd->in = skpo_xmalloc(READ_CHUNK);
     if (!rd->dctx) {
-        if (rd->dctx) ZSTD_freeDCtx(rd->dctx);
         free(rd->in);
         free(rd->name);
         free(rd);
