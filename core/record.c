@@ -46,8 +46,13 @@ const skpo_field_def skpo_schema[] = {
     {F_WEIGHT, SKPO_FT_FLOAT, "phase weight in the loss"},
     {F_CUT, SKPO_FT_INT, "up records: planned split position t_q"},
     {F_NLL, SKPO_FT_FLOAT, "up records: mean NLL of the segment"},
+    {F_SEG_TOKENS, SKPO_FT_I32S, "state records: token ids of the prompt's last upstream segment"},
+    {F_SEG_LOGP, SKPO_FT_F32S, "state records: behaviour log-probs of that segment"},
+    {F_SEG_PROMPT, SKPO_FT_I32S, "state records: prompt ids that segment was conditioned on"},
     {NULL, 0, NULL},
 };
+
+_Static_assert(sizeof skpo_schema / sizeof skpo_schema[0] <= 128, "the duplicate check holds 128 schema fields");
 
 const skpo_field_def *skpo_schema_find(const char *name) {
     for (const skpo_field_def *d = skpo_schema; d->name; d++)
@@ -411,68 +416,122 @@ void skpo_rec_pack(const skpo_rec *r, char **buf, size_t *len) {
     *len = b.n;
 }
 
-// Copy one unpacked map into r (cleared first) and validate it. `scratch`
-// receives re-packed nested values. Returns an error message without the
-// "at record N" suffix.
-skpo_status skpo_rec_from_object(const msgpack_object *o, skpo_rec *r, skpo_pbuf *scratch, skpo_err *err) {
-    static const char *const otype[] = {"nil", "bool", "int", "int", "float64", "str", "array", "map", "bin", "ext", "float32"};
-    skpo_rec_clear(r);
-    if (o->type != MSGPACK_OBJECT_MAP) {
-        unsigned t = (unsigned)o->type;
-        const char *tn = t == MSGPACK_OBJECT_FLOAT32 ? "float32" : t < 10 ? otype[t] : "unknown";
-        return skpo_err_set(err, SKPO_EFORMAT, "record is not a msgpack map (got %s)", tn);
+// --- decoding one record ------------------------------------------------------------
+// The bytes were walked by skpo_mp_check first (framing), so every count and
+// length below is backed by the buffer; the bounds checks stay as a second
+// line of defence. Nested values are copied as their exact bytes.
+
+static uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+static const char *mp_type_name(unsigned c) {
+    if (c <= 0x7f || c >= 0xe0 || (c >= 0xcc && c <= 0xd3)) return "int";
+    if (c <= 0x8f || c == 0xde || c == 0xdf) return "map";
+    if (c <= 0x9f || c == 0xdc || c == 0xdd) return "array";
+    if (c <= 0xbf || (c >= 0xd9 && c <= 0xdb)) return "str";
+    if (c == 0xc0) return "nil";
+    if (c == 0xc2 || c == 0xc3) return "bool";
+    if (c >= 0xc4 && c <= 0xc6) return "bin";
+    if (c == 0xca) return "float32";
+    if (c == 0xcb) return "float64";
+    return "ext";
+}
+
+// Length of a str or bin header at p: header bytes in *h, payload bytes
+// returned; -1 if p is neither (bin when want_bin).
+static int64_t str_bin_len(const unsigned char *p, size_t avail, bool want_bin, size_t *h) {
+    unsigned c = p[0];
+    int lb = 0;
+    if (!want_bin && c >= 0xa0 && c <= 0xbf) { *h = 1; return c & 0x1f; }
+    if (want_bin) lb = c == 0xc4 ? 1 : c == 0xc5 ? 2 : c == 0xc6 ? 4 : 0;
+    else lb = c == 0xd9 ? 1 : c == 0xda ? 2 : c == 0xdb ? 4 : 0;
+    if (!lb || avail < 1 + (size_t)lb) return -1;
+    *h = 1 + (size_t)lb;
+    return (int64_t)be(p + 1, lb);
+}
+
+// One value at p[0..avail) into v (key already set); *used = its size.
+static skpo_status decode_value(const unsigned char *p, size_t avail, skpo_value *v, size_t *used, skpo_err *err) {
+    unsigned c = p[0];
+    size_t h;
+    int64_t n;
+    static const int intw[] = {1, 2, 4, 8};
+    if (c <= 0x7f || c >= 0xe0) { v->type = SKPO_V_INT; v->i = (int8_t)c; *used = 1; return SKPO_OK; }
+    if (c == 0xc0) { v->type = SKPO_V_NIL; *used = 1; return SKPO_OK; }
+    if (c == 0xc2 || c == 0xc3) { v->type = SKPO_V_BOOL; v->b = c == 0xc3; *used = 1; return SKPO_OK; }
+    if ((c >= 0xcc && c <= 0xd3) || c == 0xca || c == 0xcb) {
+        int w = c == 0xca ? 4 : c == 0xcb ? 8 : intw[(c - 0xcc) & 3];
+        if (avail < 1 + (size_t)w) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' is cut short", v->key);
+        uint64_t x = be(p + 1, w);
+        *used = 1 + (size_t)w;
+        if (c == 0xca) { uint32_t u = (uint32_t)x; float f; memcpy(&f, &u, 4); v->type = SKPO_V_F32; v->f = f; return SKPO_OK; }
+        if (c == 0xcb) { double d; memcpy(&d, &x, 8); v->type = SKPO_V_F64; v->f = d; return SKPO_OK; }
+        if (c >= 0xd0) { // signed: sign-extend from w bytes
+            v->type = SKPO_V_INT;
+            v->i = w == 8 ? (int64_t)x : (int64_t)(x ^ (1ull << (8 * w - 1))) - (int64_t)(1ull << (8 * w - 1));
+            return SKPO_OK;
+        }
+        if (x <= (uint64_t)INT64_MAX) { v->type = SKPO_V_INT; v->i = (int64_t)x; return SKPO_OK; }
+        // a uint64 above INT64_MAX stays packed (RAW) so it passes through unchanged
+    } else if ((n = str_bin_len(p, avail, false, &h)) >= 0 || (n = str_bin_len(p, avail, true, &h)) >= 0) {
+        if ((uint64_t)n > avail - h) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' is cut short", v->key);
+        bool str = !(c >= 0xc4 && c <= 0xc6);
+        v->type = str ? SKPO_V_STR : SKPO_V_BIN;
+        v->len = (size_t)n;
+        v->data = (str || n) ? dup_bytes(p + h, (size_t)n, str) : NULL;
+        *used = h + (size_t)n;
+        return SKPO_OK;
+    } else {
+        skpo_err e;
+        if (skpo_mp_check((const char *)p, avail, 0, used, &e) != SKPO_OK)
+            return skpo_err_set(err, SKPO_EFORMAT, "field '%s': %s", v->key, e.msg);
     }
-    const msgpack_object_map *m = &o->via.map;
-    skpo_xgrow((void **)&r->v, &r->cap, m->size, sizeof *r->v);
-    uint64_t seen = 0; // schema fields seen, to reject duplicates
-    for (uint32_t i = 0; i < m->size; i++) {
-        const msgpack_object *k = &m->ptr[i].key, *x = &m->ptr[i].val;
-        if (k->type != MSGPACK_OBJECT_STR)
-            return skpo_err_set(err, SKPO_EFORMAT, "record key %u is not a string", i);
+    v->type = SKPO_V_RAW;
+    v->data = dup_bytes(p, *used, false);
+    v->len = *used;
+    return SKPO_OK;
+}
+
+skpo_status skpo_rec_decode(const char *buf, size_t len, skpo_rec *r, skpo_err *err) {
+    const unsigned char *p = (const unsigned char *)buf;
+    skpo_rec_clear(r);
+    if (!len) return skpo_err_set(err, SKPO_EFORMAT, "empty record");
+    unsigned c = p[0];
+    uint64_t n;
+    size_t o;
+    if (c >= 0x80 && c <= 0x8f) { n = c & 0x0f; o = 1; }
+    else if ((c == 0xde && len >= 3) || (c == 0xdf && len >= 5)) { o = c == 0xde ? 3 : 5; n = be(p + 1, (int)o - 1); }
+    else return skpo_err_set(err, SKPO_EFORMAT, "record is not a msgpack map (got %s)", mp_type_name(c));
+    if (n > (len - o) / 2) return skpo_err_set(err, SKPO_EFORMAT, "record map declares %llu fields in %zu bytes", (unsigned long long)n, len);
+    skpo_xgrow((void **)&r->v, &r->cap, (size_t)n, sizeof *r->v);
+    uint64_t seen[2] = {0, 0}; // schema fields seen, to reject duplicates
+    for (uint64_t i = 0; i < n; i++) {
+        size_t h, used = 0;
+        int64_t kl = o < len ? str_bin_len(p + o, len - o, false, &h) : -1;
+        if (kl < 0) return skpo_err_set(err, SKPO_EFORMAT, "record key %llu is not a string", (unsigned long long)i);
+        if ((uint64_t)kl > len - o - h || o + h + (size_t)kl >= len)
+            return skpo_err_set(err, SKPO_EFORMAT, "record key %llu is cut short", (unsigned long long)i);
+        if (memchr(p + o + h, 0, (size_t)kl)) return skpo_err_set(err, SKPO_EFORMAT, "record key %llu contains a NUL byte", (unsigned long long)i);
         skpo_value *v = &r->v[r->n++];
         memset(v, 0, sizeof *v);
-        v->key = dup_bytes(k->via.str.ptr, k->via.str.size, true);
-        if (memchr(k->via.str.ptr, 0, k->via.str.size))
-            return skpo_err_set(err, SKPO_EFORMAT, "record key %u contains a NUL byte", i);
-        switch (x->type) {
-        case MSGPACK_OBJECT_NIL: v->type = SKPO_V_NIL; break;
-        case MSGPACK_OBJECT_BOOLEAN: v->type = SKPO_V_BOOL; v->b = x->via.boolean; break;
-        case MSGPACK_OBJECT_POSITIVE_INTEGER:
-            if (x->via.u64 <= (uint64_t)INT64_MAX) { v->type = SKPO_V_INT; v->i = (int64_t)x->via.u64; break; }
-            goto raw;
-        case MSGPACK_OBJECT_NEGATIVE_INTEGER: v->type = SKPO_V_INT; v->i = x->via.i64; break;
-        case MSGPACK_OBJECT_FLOAT32: v->type = SKPO_V_F32; v->f = x->via.f64; break;
-        case MSGPACK_OBJECT_FLOAT64: v->type = SKPO_V_F64; v->f = x->via.f64; break;
-        case MSGPACK_OBJECT_STR:
-            v->type = SKPO_V_STR;
-            v->data = dup_bytes(x->via.str.ptr, x->via.str.size, true);
-            v->len = x->via.str.size;
-            break;
-        case MSGPACK_OBJECT_BIN:
-            v->type = SKPO_V_BIN;
-            v->len = x->via.bin.size;
-            v->data = v->len ? dup_bytes(x->via.bin.ptr, v->len, false) : NULL;
-            break;
-        default:
-        raw: {
-            msgpack_packer pk;
-            scratch->n = 0;
-            msgpack_packer_init(&pk, scratch, skpo_pbuf_write);
-            msgpack_pack_object(&pk, *x);
-            v->type = SKPO_V_RAW;
-            v->data = dup_bytes(scratch->p, scratch->n, false);
-            v->len = scratch->n;
-        }
-        }
+        v->key = dup_bytes(p + o + h, (size_t)kl, true);
+        o += h + (size_t)kl;
+        skpo_status st = decode_value(p + o, len - o, v, &used, err);
+        if (st) return st;
+        o += used;
         const skpo_field_def *d = skpo_schema_find(v->key);
         if (d) {
-            uint64_t bit = 1ull << ((size_t)(d - skpo_schema) & 63);
-            if (seen & bit) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' appears twice", v->key);
-            seen |= bit;
-            skpo_status st = check_value(d, v, err);
-            if (st) return st;
+            size_t k = (size_t)(d - skpo_schema);
+            uint64_t bit = 1ull << (k & 63);
+            if (seen[k >> 6] & bit) return skpo_err_set(err, SKPO_EFORMAT, "field '%s' appears twice", v->key);
+            seen[k >> 6] |= bit;
+            if ((st = check_value(d, v, err))) return st;
         }
     }
+    if (o != len) return skpo_err_set(err, SKPO_EFORMAT, "%zu bytes left inside the record", len - o);
     return SKPO_OK;
 }
 
@@ -484,22 +543,7 @@ skpo_status skpo_rec_unpack(const char *buf, size_t len, skpo_rec *r, skpo_err *
     if (st == SKPO_EOF) return skpo_err_set(err, SKPO_EFORMAT, "truncated record (%zu bytes)", len);
     if (st) return skpo_err_set(err, SKPO_EFORMAT, "malformed msgpack (%s)", e.msg);
     if (used != len) return skpo_err_set(err, SKPO_EFORMAT, "%zu trailing bytes after the record", len - used);
-    msgpack_unpacked res;
-    msgpack_unpacked_init(&res);
-    size_t off = 0;
-    msgpack_unpack_return ur = msgpack_unpack_next(&res, buf, len, &off);
-    if (ur == MSGPACK_UNPACK_SUCCESS && off == len) {
-        skpo_pbuf scratch = {0};
-        st = skpo_rec_from_object(&res.data, r, &scratch, err);
-        free(scratch.p);
-    } else if (ur == MSGPACK_UNPACK_SUCCESS) {
-        st = skpo_err_set(err, SKPO_EFORMAT, "%zu trailing bytes after the record", len - off);
-    } else if (ur == MSGPACK_UNPACK_CONTINUE || ur == MSGPACK_UNPACK_EXTRA_BYTES) {
-        st = skpo_err_set(err, SKPO_EFORMAT, "truncated record (%zu bytes)", len);
-    } else {
-        st = skpo_err_set(err, SKPO_EFORMAT, "malformed msgpack (rejected by the decoder)");
-    }
-    msgpack_unpacked_destroy(&res);
+    st = skpo_rec_decode(buf, len, r, err);
     if (st) skpo_rec_clear(r);
     return st;
 }

@@ -19,9 +19,9 @@ typedef struct skpo_pbuf {
 int skpo_pbuf_write(void *data, const char *buf, size_t len);
 // Append the msgpack map of r to b.
 void skpo_rec_pack_into(skpo_pbuf *b, const skpo_rec *r);
-// Copy one unpacked map into r (cleared first) and validate it against the
-// schema; nested values are re-packed through `scratch`. The message has no
-// "at record N" suffix.
-skpo_status skpo_rec_from_object(const msgpack_object *o, skpo_rec *r, skpo_pbuf *scratch, skpo_err *err);
+// Decode one complete msgpack map (already walked by skpo_mp_check, exactly
+// len bytes) into r (cleared first) and validate it against the schema. The
+// message has no "at record N" suffix.
+skpo_status skpo_rec_decode(const char *buf, size_t len, skpo_rec *r, skpo_err *err);
 
 #endif

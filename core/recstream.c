@@ -1,12 +1,14 @@
 /*
  * recstream.c - record streams: reader and writer (see record.h).
  *
- * Reading: compressed bytes are read from the fd in chunks, decompressed with
- * ZSTD_decompressStream straight into the msgpack_unpacker's buffer; each
- * record is framed by skpo_mp_check first, then taken out with
- * msgpack_unpacker_next_with_size and copied into a skpo_rec before the next
- * call (the unpacked object points into the unpacker's buffer). Damage is
- * reported only after every record decoded before it has been returned.
+ * Reading: compressed bytes are read from the fd in chunks and decompressed
+ * with ZSTD_decompressStream into one growing buffer; skpo_mp_check finds
+ * where each record ends (and rejects counts the bytes cannot back) and
+ * skpo_rec_decode copies it into a skpo_rec. msgpack-c's unpacker is not used
+ * on input: it sizes allocations from declared counts (a 5-byte header can ask
+ * for gigabytes), builds a 24-byte object per nested element, and re-encodes
+ * nested values instead of keeping their bytes. Damage is reported only after
+ * every record decoded before it has been returned.
  * Writing: records are packed into a reused buffer and fed to
  * ZSTD_compressStream2; frames carry a checksum.
  */
@@ -45,14 +47,13 @@ struct skpo_reader {
     ZSTD_inBuffer zin;
     uint64_t in_base;  // compressed bytes read before `in`
     size_t last_ret;   // last ZSTD_decompressStream result: 0 = at a frame end
-    msgpack_unpacker mp;
-    msgpack_unpacked res;
-    uint64_t fed;      // decompressed bytes handed to the unpacker
+    char *buf;         // decompressed bytes: [off, used) not yet returned
+    size_t off, used, cap;
+    uint64_t fed;      // decompressed bytes produced so far
     ckpt *ck;
     size_t ck_head, ck_n, ck_cap;
     uint64_t count;
     size_t recheck_at; // walk a pending record again once this many bytes are buffered
-    skpo_pbuf scratch;
     skpo_status sticky;
     skpo_err sticky_err;
 };
@@ -75,9 +76,9 @@ static uint64_t ck_map(skpo_reader *rd, uint64_t d) {
     return rd->in_base + rd->zin.size;
 }
 
-// Start (decompressed offset) of the value the unpacker is working on.
+// Start (decompressed offset) of the record not yet returned.
 static uint64_t cur_start(const skpo_reader *rd) {
-    return rd->fed - (rd->mp.used - rd->mp.off) - rd->mp.parsed;
+    return rd->fed - (rd->used - rd->off);
 }
 
 static skpo_status fail(skpo_reader *rd, skpo_status st, uint64_t off, skpo_err *err, const char *fmt, ...)
@@ -106,9 +107,7 @@ skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skp
     rd->name = skpo_xstrdup(name);
     rd->dctx = ZSTD_createDCtx();
     rd->in = skpo_xmalloc(READ_CHUNK);
-    msgpack_unpacked_init(&rd->res);
-    if (!rd->dctx || !msgpack_unpacker_init(&rd->mp, (size_t)1 << 20)) {
-        if (rd->dctx) ZSTD_freeDCtx(rd->dctx);
+    if (!rd->dctx) {
         free(rd->in);
         free(rd->name);
         free(rd);
@@ -130,7 +129,18 @@ skpo_status skpo_reader_open(const char *path, skpo_reader **out, skpo_err *err)
     return st;
 }
 
-// Decompress more bytes into the unpacker. SKPO_EOF when the input is
+// Room for OUT_CHUNK more decompressed bytes: drop what was returned, then grow.
+static void reserve(skpo_reader *rd) {
+    if (rd->cap - rd->used >= OUT_CHUNK) return;
+    if (rd->off) {
+        memmove(rd->buf, rd->buf + rd->off, rd->used - rd->off);
+        rd->used -= rd->off;
+        rd->off = 0;
+    }
+    skpo_xgrow((void **)&rd->buf, &rd->cap, rd->used + OUT_CHUNK, 1);
+}
+
+// Decompress more bytes into the buffer. SKPO_EOF when the input is
 // exhausted and the decompressor holds nothing more.
 static skpo_status fill(skpo_reader *rd, skpo_err *err) {
     for (;;) {
@@ -150,11 +160,10 @@ static skpo_status fill(skpo_reader *rd, skpo_err *err) {
             }
             rd->any_input = true;
         }
-        if (msgpack_unpacker_message_size(&rd->mp) > SKPO_MAX_RECORD_BYTES)
+        if (rd->used - rd->off > SKPO_MAX_RECORD_BYTES)
             return fail(rd, SKPO_ERANGE, ck_map(rd, cur_start(rd)), err, "record larger than %zu bytes", SKPO_MAX_RECORD_BYTES);
-        if (!msgpack_unpacker_reserve_buffer(&rd->mp, OUT_CHUNK))
-            return fail(rd, SKPO_ENOMEM, ck_map(rd, cur_start(rd)), err, "out of memory buffering a record");
-        ZSTD_outBuffer zout = {msgpack_unpacker_buffer(&rd->mp), msgpack_unpacker_buffer_capacity(&rd->mp), 0};
+        reserve(rd);
+        ZSTD_outBuffer zout = {rd->buf + rd->used, rd->cap - rd->used, 0};
         uint64_t in_start = rd->in_base + rd->zin.pos;
         size_t ret = ZSTD_decompressStream(rd->dctx, &zout, &rd->zin);
         if (ZSTD_isError(ret))
@@ -162,7 +171,7 @@ static skpo_status fill(skpo_reader *rd, skpo_err *err) {
         rd->last_ret = ret;
         rd->out_full = zout.pos == zout.size;
         if (zout.pos) {
-            msgpack_unpacker_buffer_consumed(&rd->mp, zout.pos);
+            rd->used += zout.pos;
             rd->fed += zout.pos;
             ck_push(rd, rd->fed, in_start);
             return SKPO_OK;
@@ -175,9 +184,9 @@ static skpo_status at_eof(skpo_reader *rd, skpo_err *err) {
     uint64_t end = rd->in_base;
     if (!rd->any_input) return fail(rd, SKPO_EFORMAT, 0, err, "empty input (no zstd frame)");
     if (rd->last_ret != 0) return fail(rd, SKPO_EFORMAT, end, err, "truncated zstd frame");
-    if (msgpack_unpacker_message_size(&rd->mp) > 0)
+    if (rd->used > rd->off)
         return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "truncated record (%zu bytes of an incomplete msgpack value at the end)",
-                    msgpack_unpacker_message_size(&rd->mp));
+                    rd->used - rd->off);
     return SKPO_EOF;
 }
 
@@ -199,17 +208,17 @@ static bool more_ready(skpo_reader *rd) {
     return poll(&pf, 1, 0) == 1;
 }
 
-// Find the next complete record in the unpacker's buffer (*size its bytes).
+// Find the next complete record in the buffer (*size its bytes).
 // skpo_mp_check walks it before msgpack-c sees it, so msgpack-c never sizes
 // an allocation from a declared count the bytes cannot back. A record that
 // spans many reads is walked again only once its buffered prefix has doubled
 // or no more input is ready: linear overall, and no added latency in a pipe.
 static skpo_status frame(skpo_reader *rd, bool final, size_t *size, skpo_err *err) {
-    size_t pending = rd->mp.used - rd->mp.off;
+    size_t pending = rd->used - rd->off;
     if (!pending) return SKPO_EOF;
     if (!final && pending < rd->recheck_at && more_ready(rd)) return SKPO_EOF;
     skpo_err e;
-    skpo_status st = skpo_mp_check(rd->mp.buffer + rd->mp.off, pending, 0, size, &e);
+    skpo_status st = skpo_mp_check(rd->buf + rd->off, pending, 0, size, &e);
     if (st == SKPO_EOF) {
         rd->recheck_at = 2 * pending;
         return SKPO_EOF;
@@ -222,20 +231,11 @@ static skpo_status frame(skpo_reader *rd, bool final, size_t *size, skpo_err *er
 // Decode the complete record of `size` bytes at the front of the buffer.
 static skpo_status decode(skpo_reader *rd, skpo_rec *r, size_t size, skpo_err *err) {
     uint64_t off = ck_map(rd, cur_start(rd));
-    size_t got = 0;
-    msgpack_unpack_return ur = msgpack_unpacker_next_with_size(&rd->mp, &rd->res, &got);
-    skpo_status st;
-    if (ur != MSGPACK_UNPACK_SUCCESS || got != size) {
-        msgpack_unpacked_destroy(&rd->res);
-        st = fail(rd, SKPO_EFORMAT, off, err, "malformed msgpack (%s)",
-                  ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory or nested too deeply" : "rejected by the decoder");
-    } else {
-        skpo_err e;
-        st = skpo_rec_from_object(&rd->res.data, r, &rd->scratch, &e);
-        msgpack_unpacked_destroy(&rd->res);
-        if (!st) st = check_meta(rd, r, off, err);
-        else fail(rd, st, off, err, "%s", e.msg);
-    }
+    skpo_err e;
+    skpo_status st = skpo_rec_decode(rd->buf + rd->off, size, r, &e);
+    rd->off += size;
+    if (!st) st = check_meta(rd, r, off, err);
+    else fail(rd, st, off, err, "%s", e.msg);
     if (st) {
         skpo_rec_clear(r);
         return st;
@@ -273,12 +273,10 @@ const char *skpo_reader_name(const skpo_reader *rd) { return rd->name; }
 void skpo_reader_close(skpo_reader *rd) {
     if (!rd) return;
     if (rd->own_fd) close(rd->fd);
-    msgpack_unpacked_destroy(&rd->res);
-    msgpack_unpacker_destroy(&rd->mp);
+    free(rd->buf);
     ZSTD_freeDCtx(rd->dctx);
     free(rd->in);
     free(rd->ck);
-    free(rd->scratch.p);
     free(rd->name);
     free(rd);
 }
@@ -323,7 +321,7 @@ struct skpo_writer {
     char *out;
     size_t out_cap;
     skpo_pbuf pk;
-    uint64_t since_flush;
+    uint64_t since_flush, count;
     double last_flush;
     skpo_status sticky;
     skpo_err sticky_err;
@@ -432,6 +430,14 @@ skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err) {
         if (err) *err = w->sticky_err;
         return w->sticky;
     }
+    // Catch a bad field where it is made, not in the next stage; the stream
+    // stays usable (nothing was written), so this error is not sticky.
+    skpo_err ve;
+    skpo_status vst = skpo_rec_validate(r, &ve);
+    if (vst)
+        return skpo_err_set(err, vst, "record %llu written to '%s' is invalid: %s", (unsigned long long)w->count + 1,
+                            w->name, ve.msg);
+    w->count++;
     w->pk.n = 0;
     skpo_rec_pack_into(&w->pk, r);
     if (w->pk.n > SKPO_MAX_RECORD_BYTES)
