@@ -417,7 +417,7 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_float(r, "loss", m->loss);
     skpo_rec_set_float(r, "grad_norm", m->grad_norm);
     skpo_rec_set_float(r, "lr", m->lr);
-    skpo_rec_set_float(r, "tokens", m->tokens);
+    skpo_rec_set_float(r, "n_tokens", m->tokens);
     skpo_rec_set_float(r, "seconds", m->seconds);
     skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
     for (int p = 0; p < SKPO_NPHASE; p++) {
