@@ -11,8 +11,8 @@
  *          the f64 all-reduce, broadcast and barrier stay on MPI with host
  *          buffers (counts, metrics, error agreement). Bootstrapped through
  *          MPI (rank 0's NCCL unique id is broadcast). Needs a CUDA build and
- *          a device context: skpo_comm_init_nccl(); compiled, not yet run on
- *          more than one GPU.
+ *          a device context: skpo_comm_init_nccl(). Compiled in CUDA builds
+ *          but never run yet (no GPU where it was written).
  * SKPO_COMM_AUTO picks mpi when the process was started by an MPI launcher
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and local
  * otherwise, so `bin/skpo-update` and `mpirun -np N bin/skpo-update` both work.
@@ -31,7 +31,7 @@ typedef enum skpo_comm_kind {
     SKPO_COMM_AUTO = 0,
     SKPO_COMM_LOCAL = 1,
     SKPO_COMM_MPI = 2,
-    SKPO_COMM_NCCL = 3,   // reserved: device buffers (not implemented)
+    SKPO_COMM_NCCL = 3,   // device buffers: created by skpo_comm_init_nccl only
 } skpo_comm_kind;
 
 typedef struct skpo_comm skpo_comm;

@@ -8,7 +8,7 @@ M="$FIX/update/model"
 R="$M/records.msgpack.zst"
 CHK="$BUILD/tests/test_update_model"
 # The flags tests/ref/make_update_fixtures.py computed its reference step with.
-A="--minibatch 2 --lr 1e-2 --warmup 2 --eps 1e-4 --micro-tokens 24"
+A="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"
 
 # mpirun as root needs these; --oversubscribe lets 2 ranks share fewer cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -94,6 +94,9 @@ t "pipeline flags: --epochs 2 makes 4 updates; --clip-* and --w-* change the res
     --up-clip-high 0.1 --down-clip-high 0.1 '$R' 2>/dev/null && '$CHK' --same '$TMP/cl' '$TMP/cl2' 0 &&
   skpo-update --model '$M' --out '$TMP/w' $A --w-up 0.5 --w-down 0.5 '$R' 2>/dev/null &&
   '$CHK' --same '$TMP/w' '$TMP/ck1' 0"
+t "--warmup/--eps/--grad-clip spell the same options as --warmup-steps/--adam-eps/--max-grad-norm" sh -c "
+  skpo-update --model '$M' --out '$TMP/sp' --minibatch 2 --lr 1e-2 --warmup 2 --eps 1e-4 --grad-clip 1.0 \
+    --micro-tokens 24 '$R' 2>/dev/null && '$CHK' --same '$TMP/sp' '$TMP/ck1' 0"
 t "sft with a KL term is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --loss sft --kl-coef 0.1
 t "sft warm start runs on the same records" sh -c "
   skpo-update --model '$M' --out '$TMP/sft' --loss sft --lr 1e-3 '$R' 2>'$TMP/err-sft' &&

@@ -11,7 +11,7 @@
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
     "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
-    "       [--lr X] [--warmup N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
+    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
 
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
@@ -80,18 +80,22 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"kl-coef", 0, SKPO_OPT_DOUBLE, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"},
         {"entropy-coef", 0, SKPO_OPT_DOUBLE, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"},
         {"lr", 0, SKPO_OPT_DOUBLE, &a->a.lr, 0, 1, "X", "peak learning rate (1e-6)"},
-        {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "linear warmup over N training steps (10)"},
+        {"warmup-steps", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "linear warmup over N training steps (10)"},
         {"weight-decay", 0, SKPO_OPT_DOUBLE, &a->a.weight_decay, 0, 1e6, "X", "decoupled weight decay (0.1)"},
         {"decay", 0, SKPO_OPT_STR, &decay, 0, 0, "all|matrices", "which parameters decay (all, as verl)"},
         {"beta1", 0, SKPO_OPT_DOUBLE, &a->a.beta1, 0, 0.999999999, "X", "AdamW beta1 (0.9)"},
         {"beta2", 0, SKPO_OPT_DOUBLE, &a->a.beta2, 0, 0.999999999, "X", "AdamW beta2 (0.999)"},
-        {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"},
-        {"grad-clip", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "global grad-norm clip, 0 = off (1.0)"},
+        {"adam-eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"},
+        {"max-grad-norm", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "global grad-norm clip, 0 = off (1.0)"},
         {"epochs", 0, SKPO_OPT_INT, &epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"},
         {"resume", 0, SKPO_OPT_FLAG, &a->resume, 0, 0, NULL, "fail unless --model holds optimizer state"},
         {"fresh-optimizer", 0, SKPO_OPT_FLAG, &a->fresh_optimizer, 0, 0, NULL, "ignore optimizer state in --model"},
         {"threads", 0, SKPO_OPT_INT, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"},
         {"comm", 0, SKPO_OPT_STR, &comm, 0, 0, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"},
+        // Other spellings callers use (pipelines/common.sh on main).
+        {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
+        {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
+        {"grad-clip", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "same as --max-grad-norm"},
         {0},
     };
     int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);
