@@ -103,7 +103,7 @@ void skpo_gen_free(skpo_gen *g) {
         if (g->act[i].stop) g->o.stop->close(g->act[i].stop);
     }
     for (size_t i = g->head; i < g->tail; i++) {
-        if (g->q[i]->par_state != PAR_NONE && g->q[i]->parent >= 0 && g->q[i]->par_state == PAR_READY)
+        if (g->q[i]->par_state == PAR_READY) // a prefilling parent is in act[], freed above
             skpo_kv_seq_free(g->o.kv, g->q[i]->parent);
         group_free(g->q[i], 1);
     }

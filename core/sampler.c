@@ -228,9 +228,13 @@ int skpo_median_pick(const double *d, int g) {
     qsort(s, (size_t)g, sizeof *s, cmp_double);
     double med = g % 2 ? s[g / 2] : 0.5 * (s[g / 2 - 1] + s[g / 2]);
     free(s);
+    // With even g the two middle values are equally far from the median in
+    // exact arithmetic; rounding must not decide between them (it differs
+    // with batch composition), so distances within 1e-12 relative are ties.
+    double tol = 1e-12 * (fabs(med) > 1 ? fabs(med) : 1);
     int best = 0;
     for (int i = 1; i < g; i++)
-        if (fabs(d[i] - med) < fabs(d[best] - med)) best = i;
+        if (fabs(d[i] - med) < fabs(d[best] - med) - tol) best = i;
     return best;
 }
 
@@ -243,15 +247,13 @@ double skpo_mean_nll(const float *logp, int n) {
 
 skpo_status skpo_prio_draw(const double *w, size_t n, size_t B, skpo_rng *r, size_t *out, skpo_err *err) {
     size_t npos = 0;
-
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(w[i]) || w[i] < 0)
             return skpo_err_set(err, SKPO_ENUMERIC, "sampling weight %zu is %g (want finite, >= 0)", i, w[i]);
         npos += w[i] > 0;
-
     }
     if (B > npos)
-        return skpo_err_set(err, SKPO_ERANGE, "cannot draw %zu distinct prompts: only %zu have positive weight", B, npos);
+        return skpo_err_set(err, SKPO_ERANGE, "cannot draw %zu distinct prompts: %zu have positive weight", B, npos);
     unsigned char *taken = skpo_xcalloc(n ? n : 1, 1);
     for (size_t b = 0; b < B; b++) {
         // Recompute the remaining total each draw so rounding never accumulates.
