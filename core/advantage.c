@@ -6,6 +6,7 @@
  * written into them until every check passed), then computed, then annotated.
  */
 #include "advantage.h"
+#include "model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -66,6 +67,62 @@ void skpo_adv_batch_norm(double *a, size_t n, double eps) {
     }
     double m = mean_of(a, n), sd = skpo_adv_std(a, n) + eps;
     for (size_t i = 0; i < n; i++) a[i] = (a[i] - m) / sd;
+}
+
+// --- divergence with a model ---------------------------------------------------------
+
+// Score segs[lo..hi) in one batch and write their D.
+static skpo_status score_batch(const skpo_adv_model_ctx *c, const skpo_tracker_seg *segs, size_t lo, size_t hi,
+                               double *D, skpo_err *err) {
+    size_t nseq = hi - lo, ntok = 0;
+    skpo_seq *seqs = skpo_xcalloc(nseq, sizeof *seqs);
+    int32_t **ids = skpo_xcalloc(nseq, sizeof *ids);
+    for (size_t i = 0; i < nseq; i++) {
+        const skpo_tracker_seg *s = &segs[lo + i];
+        ids[i] = skpo_xmalloc((s->nprompt + s->ntokens) * sizeof(int32_t));
+        memcpy(ids[i], s->prompt, s->nprompt * sizeof(int32_t));
+        memcpy(ids[i] + s->nprompt, s->tokens, s->ntokens * sizeof(int32_t));
+        seqs[i] = (skpo_seq){ids[i], (int)(s->nprompt + s->ntokens), (int)s->nprompt};
+        ntok += s->ntokens;
+    }
+    float *lp = skpo_xmalloc((ntok + 1) * sizeof(float));
+    skpo_status st = skpo_model_logprobs(c->model, seqs, (int)nseq, c->temperature, lp, NULL, err);
+    for (size_t i = 0, off = 0; !st && i < nseq; i++) {
+        const skpo_tracker_seg *s = &segs[lo + i];
+        double sum = 0;
+        for (size_t t = 0; t < s->ntokens; t++) sum += fabs((double)lp[off + t] - (double)s->logp[t]);
+        D[lo + i] = sum / (double)s->ntokens;
+        off += s->ntokens;
+    }
+    for (size_t i = 0; i < nseq; i++) free(ids[i]);
+    free(ids); free(seqs); free(lp);
+    return st;
+}
+
+skpo_status skpo_adv_model_divergence(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err) {
+    const skpo_adv_model_ctx *c = ctx;
+    size_t budget = c->max_tokens ? c->max_tokens : 16384;
+    // scorable segments are packed into batches; the rest get D = 0
+    skpo_tracker_seg *ok = skpo_xcalloc(n + 1, sizeof *ok);
+    size_t *where = skpo_xcalloc(n + 1, sizeof *where), nok = 0;
+    for (size_t i = 0; i < n; i++) {
+        D[i] = 0.0;
+        if (segs[i].ntokens && segs[i].nprompt && segs[i].logp && segs[i].prompt) { ok[nok] = segs[i]; where[nok++] = i; }
+    }
+    double *d = skpo_xcalloc(nok + 1, sizeof *d);
+    skpo_status st = SKPO_OK;
+    for (size_t lo = 0; !st && lo < nok;) {
+        size_t hi = lo, tok = 0;
+        while (hi < nok && (hi == lo || tok + ok[hi].nprompt + ok[hi].ntokens <= budget)) {
+            tok += ok[hi].nprompt + ok[hi].ntokens;
+            hi++;
+        }
+        st = score_batch(c, ok, lo, hi, d, err);
+        lo = hi;
+    }
+    for (size_t i = 0; !st && i < nok; i++) D[where[i]] = d[i];
+    free(ok); free(where); free(d);
+    return st;
 }
 
 // --- a string -> group index map (keys borrowed from the records) -----------------
@@ -334,8 +391,11 @@ static skpo_status rhos(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, 
         s->revisits++;
         if (o->divergence && skpo_tracker_last_seg(t, pid, &segs[ns]) && segs[ns].logp && segs[ns].prompt)
             which[ns++] = k;
-        else if (o->divergence) // treated as D = 0, like a first visit
-            rho[k] = skpo_tracker_rho(t, 0.0, NULL);
+        else if (o->divergence) { // nothing to rescore: D = 0, like a first visit
+            int clipped;
+            rho[k] = skpo_tracker_rho(t, 0.0, &clipped);
+            s->rho_clipped += clipped;
+        }
     }
     double *D = skpo_xcalloc(ns + 1, sizeof *D);
     skpo_status st = ns ? o->divergence(o->div_ctx, segs, ns, D, err) : SKPO_OK;
@@ -448,6 +508,9 @@ skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo
     step_stats s;
     memset(&s, 0, sizeof s);
     skpo_status st = o->mode == SKPO_ADV_SKPO ? index_skpo(recs, n, &b, err) : index_full(recs, n, &b, err);
+    if (!st && b.ng == 0)
+        st = skpo_err_set(err, SKPO_ENOTFOUND, "no %s records in the input (is --mode %s right?)",
+                          o->mode == SKPO_ADV_SKPO ? "up" : "full", skpo_adv_mode_name(o->mode));
     if (!st) st = check_sizes(&b, recs, o, err);
     gvals *gv = skpo_xcalloc(b.ng + 1, sizeof *gv);
     double *rho = skpo_xcalloc(b.ng + 1, sizeof *rho);

@@ -61,6 +61,17 @@ double skpo_adv_std(const double *a, size_t n);
 // D for each of n stored segments (see tracker.h): mean_t |logp_now - seg.logp|.
 typedef skpo_status (*skpo_divergence_fn)(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err);
 
+// The divergence of SKPO.md Q1 / SPO's code, with the current checkpoint:
+// D = mean_t |logp_model(seg.tokens[t] | seg.prompt, seg.tokens[<t]) - seg.logp[t]|
+// at the given sampling temperature. Segments without tokens or prompt get D = 0.
+// Sequences are scored in batches of at most max_tokens tokens (0 = 16384).
+typedef struct skpo_adv_model_ctx {
+    struct skpo_model *model;
+    float temperature;
+    size_t max_tokens;
+} skpo_adv_model_ctx;
+skpo_status skpo_adv_model_divergence(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err);
+
 typedef struct skpo_adv_opts {
     skpo_adv_mode mode;
     long group;                 // G: downstream records per up (skpo), full records per pid (grpo family)

@@ -72,8 +72,12 @@ static void set(const char *syn, const skpo_opt *o, const char *val) {
 }
 
 int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv) {
-    int npos = 0;
+    // argv is permuted, never shortened (GNU getopt style): positional
+    // arguments first, then every option word in its original order, so
+    // argc/argv still hold the whole command line (provenance records use it).
+    int npos = 0, nrest = 0;
     char **pos = skpo_xcalloc((size_t)argc + 1, sizeof *pos);
+    char **rest = skpo_xcalloc((size_t)argc + 1, sizeof *rest);
     int only_pos = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
@@ -81,10 +85,12 @@ int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts
             pos[npos++] = a;
             continue;
         }
+        rest[nrest++] = a;
         if (!strcmp(a, "--")) { only_pos = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             print_help(synopsis, about, opts);
             free(pos);
+            free(rest);
             exit(SKPO_EXIT_OK);
         }
         const skpo_opt *o;
@@ -105,11 +111,13 @@ int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts
         } else if (!val) {
             if (i + 1 >= argc) skpo_cli_usage_error(synopsis, "--%s needs a value", o->name);
             val = argv[++i];
+            rest[nrest++] = argv[i];
         }
         set(synopsis, o, val);
     }
     for (int i = 0; i < npos; i++) argv[1 + i] = pos[i];
-    argv[1 + npos] = NULL;
+    for (int i = 0; i < nrest; i++) argv[1 + npos + i] = rest[i];
     free(pos);
+    free(rest);
     return npos;
 }

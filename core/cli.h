@@ -34,8 +34,9 @@ typedef struct skpo_opt {
 
 // Parse argv. `synopsis` is the usage line(s) after the tool name, e.g.
 // "[--head N] [FILE...]"; `about` is a one-paragraph description printed by
-// --help. Positional arguments are moved to the front of argv[1..]; their
-// count is returned. Exits on --help or a usage error.
+// --help. argv is permuted (never shortened): positional arguments move to
+// argv[1..n] in order, followed by the option words, so argc/argv stay the
+// whole command line. Returns n. Exits on --help or a usage error.
 int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv);
 
 // Usage error: prints "prog: msg" and the synopsis, exits 2.

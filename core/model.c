@@ -12,7 +12,6 @@
 #include "model_impl.h"
 #include "safetensors.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -93,10 +92,7 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
     m->c = *c;
     if (o) m->o = *o;
     m->ops = skpo_ops_cpu();
-    if (m->o.threads > 0) {
-        omp_set_num_threads(m->o.threads);
-        openblas_set_num_threads(m->o.threads);
-    }
+    if (m->o.threads > 0) omp_set_num_threads(m->o.threads);
     m->layers = skpo_xcalloc((size_t)c->num_hidden_layers, sizeof(model_layer));
     int n = param_specs(m, NULL);
     pspec *ps = skpo_xmalloc((size_t)n * sizeof *ps);

@@ -14,11 +14,13 @@
  */
 #define _GNU_SOURCE
 #include "record.h"
+#include "mpcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <msgpack.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -122,6 +124,8 @@ static size_t utf8_bad_at(const unsigned char *s, size_t len) {
 
 // Type check of one value against the schema (NULL def: unknown field, any
 // type). nil is accepted for every field: it means "not known yet".
+bool skpo_utf8_valid(const char *s, size_t n) { return utf8_bad_at((const unsigned char *)s, n) == n; }
+
 static skpo_status check_value(const skpo_field_def *d, const skpo_value *v, skpo_err *err) {
     if (!d || d->type == SKPO_FT_ANY || v->type == SKPO_V_NIL) return SKPO_OK;
     bool ok = false;
@@ -344,6 +348,14 @@ void skpo_rec_set_raw(skpo_rec *r, const char *key, const void *msgpack, size_t 
     set_bytes(r, key, SKPO_V_RAW, msgpack, len);
 }
 
+void skpo_rec_set_value(skpo_rec *r, const skpo_value *src) {
+    skpo_value *d = slot(r, src->key);
+    char *key = d->key;
+    *d = *src;
+    d->key = key;
+    d->data = src->data ? dup_bytes(src->data, src->len, src->type == SKPO_V_STR) : NULL;
+}
+
 bool skpo_rec_del(skpo_rec *r, const char *key) {
     for (size_t i = 0; i < r->n; i++)
         if (!strcmp(r->v[i].key, key)) {
@@ -484,10 +496,16 @@ static skpo_status from_object(const msgpack_object *o, skpo_rec *r, pbuf *scrat
 }
 
 skpo_status skpo_rec_unpack(const char *buf, size_t len, skpo_rec *r, skpo_err *err) {
+    skpo_rec_clear(r);
+    size_t used = 0;
+    skpo_err e;
+    skpo_status st = skpo_mp_check(buf, len, 0, &used, &e);
+    if (st == SKPO_EOF) return skpo_err_set(err, SKPO_EFORMAT, "truncated record (%zu bytes)", len);
+    if (st) return skpo_err_set(err, SKPO_EFORMAT, "malformed msgpack (%s)", e.msg);
+    if (used != len) return skpo_err_set(err, SKPO_EFORMAT, "%zu trailing bytes after the record", len - used);
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
     size_t off = 0;
-    skpo_status st;
     msgpack_unpack_return ur = msgpack_unpack_next(&res, buf, len, &off);
     if (ur == MSGPACK_UNPACK_SUCCESS && off == len) {
         pbuf scratch = {0};
@@ -498,7 +516,7 @@ skpo_status skpo_rec_unpack(const char *buf, size_t len, skpo_rec *r, skpo_err *
     } else if (ur == MSGPACK_UNPACK_CONTINUE || ur == MSGPACK_UNPACK_EXTRA_BYTES) {
         st = skpo_err_set(err, SKPO_EFORMAT, "truncated record (%zu bytes)", len);
     } else {
-        st = skpo_err_set(err, SKPO_EFORMAT, "malformed msgpack");
+        st = skpo_err_set(err, SKPO_EFORMAT, "malformed msgpack (rejected by the decoder)");
     }
     msgpack_unpacked_destroy(&res);
     if (st) skpo_rec_clear(r);
@@ -531,6 +549,7 @@ struct skpo_reader {
     ckpt *ck;
     size_t ck_head, ck_n, ck_cap;
     uint64_t count;
+    size_t recheck_at; // walk a pending record again once this many bytes are buffered
     pbuf scratch;
     skpo_status sticky;
     skpo_err sticky_err;
@@ -569,8 +588,12 @@ static skpo_status fail(skpo_reader *rd, skpo_status st, uint64_t off, skpo_err 
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     rd->sticky = st;
-    skpo_err_set(&rd->sticky_err, st, "%s at record %llu (byte offset %llu)", what,
-                 (unsigned long long)rd->count + 1, (unsigned long long)off);
+    // name the stream, unless the message already does
+    char quoted[300];
+    snprintf(quoted, sizeof quoted, "'%s'", rd->name);
+    bool named = strstr(what, quoted) != NULL;
+    skpo_err_set(&rd->sticky_err, st, "%s%s%s at record %llu (byte offset %llu)", what, named ? "" : " in ",
+                 named ? "" : quoted, (unsigned long long)rd->count + 1, (unsigned long long)off);
     if (err) *err = rd->sticky_err;
     return st;
 }
@@ -648,11 +671,11 @@ static skpo_status fill(skpo_reader *rd, skpo_err *err) {
 // Clean end of input or one of the truncation errors.
 static skpo_status at_eof(skpo_reader *rd, skpo_err *err) {
     uint64_t end = rd->in_base;
-    if (!rd->any_input) return fail(rd, SKPO_EFORMAT, 0, err, "empty input (no zstd frame) in '%s'", rd->name);
-    if (rd->last_ret != 0) return fail(rd, SKPO_EFORMAT, end, err, "truncated zstd frame in '%s'", rd->name);
+    if (!rd->any_input) return fail(rd, SKPO_EFORMAT, 0, err, "empty input (no zstd frame)");
+    if (rd->last_ret != 0) return fail(rd, SKPO_EFORMAT, end, err, "truncated zstd frame");
     if (msgpack_unpacker_message_size(&rd->mp) > 0)
-        return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "truncated record (%zu bytes of an incomplete msgpack value at end of '%s')",
-                    msgpack_unpacker_message_size(&rd->mp), rd->name);
+        return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "truncated record (%zu bytes of an incomplete msgpack value at the end)",
+                    msgpack_unpacker_message_size(&rd->mp));
     return SKPO_EOF;
 }
 
@@ -665,6 +688,60 @@ static skpo_status check_meta(skpo_reader *rd, const skpo_rec *r, uint64_t off, 
                 rd->name, (long long)v, SKPO_SCHEMA_VERSION);
 }
 
+// Is more input ready without blocking (decompressor output pending, input
+// buffered, or the fd readable now)?
+static bool more_ready(skpo_reader *rd) {
+    if (rd->eof) return false;
+    if (rd->zin.pos < rd->zin.size || rd->out_full) return true;
+    struct pollfd pf = {rd->fd, POLLIN, 0};
+    return poll(&pf, 1, 0) == 1;
+}
+
+// Find the next complete record in the unpacker's buffer (*size its bytes).
+// skpo_mp_check walks it before msgpack-c sees it, so msgpack-c never sizes
+// an allocation from a declared count the bytes cannot back. A record that
+// spans many reads is walked again only once its buffered prefix has doubled
+// or no more input is ready: linear overall, and no added latency in a pipe.
+static skpo_status frame(skpo_reader *rd, bool final, size_t *size, skpo_err *err) {
+    size_t pending = rd->mp.used - rd->mp.off;
+    if (!pending) return SKPO_EOF;
+    if (!final && pending < rd->recheck_at && more_ready(rd)) return SKPO_EOF;
+    skpo_err e;
+    skpo_status st = skpo_mp_check(rd->mp.buffer + rd->mp.off, pending, 0, size, &e);
+    if (st == SKPO_EOF) {
+        rd->recheck_at = 2 * pending;
+        return SKPO_EOF;
+    }
+    if (st) return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "malformed msgpack (%s)", e.msg);
+    rd->recheck_at = 0;
+    return SKPO_OK;
+}
+
+// Decode the complete record of `size` bytes at the front of the buffer.
+static skpo_status decode(skpo_reader *rd, skpo_rec *r, size_t size, skpo_err *err) {
+    uint64_t off = ck_map(rd, cur_start(rd));
+    size_t got = 0;
+    msgpack_unpack_return ur = msgpack_unpacker_next_with_size(&rd->mp, &rd->res, &got);
+    skpo_status st;
+    if (ur != MSGPACK_UNPACK_SUCCESS || got != size) {
+        msgpack_unpacked_destroy(&rd->res);
+        st = fail(rd, SKPO_EFORMAT, off, err, "malformed msgpack (%s)",
+                  ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory or nested too deeply" : "rejected by the decoder");
+    } else {
+        skpo_err e;
+        st = from_object(&rd->res.data, r, &rd->scratch, &e);
+        msgpack_unpacked_destroy(&rd->res);
+        if (!st) st = check_meta(rd, r, off, err);
+        else fail(rd, st, off, err, "%s", e.msg);
+    }
+    if (st) {
+        skpo_rec_clear(r);
+        return st;
+    }
+    rd->count++;
+    return SKPO_OK;
+}
+
 skpo_status skpo_reader_next(skpo_reader *rd, skpo_rec *r, skpo_err *err) {
     if (rd->sticky) {
         if (err) *err = rd->sticky_err;
@@ -673,28 +750,14 @@ skpo_status skpo_reader_next(skpo_reader *rd, skpo_rec *r, skpo_err *err) {
     }
     for (;;) {
         size_t size = 0;
-        msgpack_unpack_return ur = msgpack_unpacker_next_with_size(&rd->mp, &rd->res, &size);
-        if (ur == MSGPACK_UNPACK_SUCCESS) {
-            uint64_t start = rd->fed - (rd->mp.used - rd->mp.off) - size;
-            uint64_t off = ck_map(rd, start);
-            skpo_err e;
-            skpo_status st = from_object(&rd->res.data, r, &rd->scratch, &e);
-            msgpack_unpacked_destroy(&rd->res);
-            if (!st) st = check_meta(rd, r, off, err);
-            else fail(rd, st, off, err, "%s", e.msg);
-            if (st) {
-                skpo_rec_clear(r);
-                return st;
-            }
-            rd->count++;
-            return SKPO_OK;
+        skpo_status st = frame(rd, false, &size, err);
+        if (st == SKPO_OK) return decode(rd, r, size, err);
+        if (st == SKPO_EOF) st = fill(rd, err);
+        if (st == SKPO_EOF) {
+            st = frame(rd, true, &size, err);
+            if (st == SKPO_OK) return decode(rd, r, size, err);
+            if (st == SKPO_EOF) st = at_eof(rd, err);
         }
-        if (ur == MSGPACK_UNPACK_PARSE_ERROR)
-            return fail(rd, SKPO_EFORMAT, ck_map(rd, cur_start(rd)), err, "malformed msgpack");
-        if (ur != MSGPACK_UNPACK_CONTINUE)
-            return fail(rd, SKPO_ENOMEM, ck_map(rd, cur_start(rd)), err, "out of memory decoding msgpack");
-        skpo_status st = fill(rd, err);
-        if (st == SKPO_EOF) st = at_eof(rd, err);
         if (st) {
             skpo_rec_clear(r);
             return st;
@@ -958,14 +1021,7 @@ skpo_status skpo_writer_meta(skpo_writer *w, int argc, char **argv, const skpo_r
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
     skpo_rec_set_str(&m, F_TIME, ts);
     if (extra) {
-        for (size_t i = 0; i < extra->n; i++) {
-            const skpo_value *s = &extra->v[i];
-            skpo_value *d = slot(&m, s->key);
-            char *key = d->key;
-            *d = *s;
-            d->key = key;
-            d->data = s->data ? dup_bytes(s->data, s->len, s->type == SKPO_V_STR) : NULL;
-        }
+        for (size_t i = 0; i < extra->n; i++) skpo_rec_set_value(&m, &extra->v[i]);
     }
     skpo_status st = skpo_rec_validate(&m, err);
     if (!st) st = skpo_writer_put(w, &m, err);

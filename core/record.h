@@ -158,11 +158,15 @@ void skpo_rec_set_f32s(skpo_rec *r, const char *key, const float *a, size_t n);
 void skpo_rec_set_raw(skpo_rec *r, const char *key, const void *msgpack, size_t len);
 void skpo_rec_set_f32(skpo_rec *r, const char *key, float v);     // written as float32
 void skpo_rec_set_bin(skpo_rec *r, const char *key, const void *p, size_t len);
+// Copy one value (its key and payload) into r, replacing or appending.
+void skpo_rec_set_value(skpo_rec *r, const skpo_value *v);
 bool skpo_rec_del(skpo_rec *r, const char *key);
 
 // Check schema types and UTF-8 of str fields. Returns SKPO_ETYPE / SKPO_EFORMAT
 // with a message naming the field.
 skpo_status skpo_rec_validate(const skpo_rec *r, skpo_err *err);
+// Strict UTF-8 check (no overlongs, surrogates or code points above U+10FFFF).
+bool skpo_utf8_valid(const char *s, size_t n);
 
 // --- reading -----------------------------------------------------------------------
 
@@ -173,9 +177,16 @@ skpo_status skpo_reader_open(const char *path, skpo_reader **out, skpo_err *err)
 skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skpo_err *err);
 // Read the next record into r (cleared first). Returns SKPO_OK, SKPO_EOF at a
 // clean end, or an error whose message reads
-// "<what> at record N (byte offset B)" with N counted from 1 and B the offset
-// in the compressed input where the bad record starts (or the damage is found).
-// After an error the reader is stuck in that error. Records are validated.
+// "<what> in 'NAME' at record N (byte offset B)" with N counted from 1 and B
+// the offset in the compressed input where the bad record starts (precisely:
+// where the decompress call that produced its first byte began) or where the
+// damage is found (corrupt zstd data, truncation). Every record before the
+// damage is returned first. Errors: empty input, a truncated frame or record,
+// corrupt zstd data or trailing garbage, malformed msgpack, a value that is not
+// a map, a non-string or duplicate key, a schema field of the wrong type,
+// invalid UTF-8 in a str schema field, a record over SKPO_MAX_RECORD_BYTES, a
+// meta record of another schema version. After an error the reader is stuck
+// in that error. nil is accepted for every schema field ("not known yet").
 skpo_status skpo_reader_next(skpo_reader *rd, skpo_rec *r, skpo_err *err);
 uint64_t skpo_reader_count(const skpo_reader *rd);   // records returned so far
 const char *skpo_reader_name(const skpo_reader *rd);

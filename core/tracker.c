@@ -139,6 +139,7 @@ void skpo_tracker_free(skpo_tracker *t) {
 const skpo_tracker_params *skpo_tracker_get_params(const skpo_tracker *t) { return &t->p; }
 int64_t skpo_tracker_step(const skpo_tracker *t) { return t->step; }
 void skpo_tracker_set_step(skpo_tracker *t, int64_t step) { t->step = step; }
+void skpo_tracker_set_params(skpo_tracker *t, const skpo_tracker_params *p) { t->p = *p; }
 size_t skpo_tracker_size(const skpo_tracker *t) { return t->n; }
 int skpo_tracker_seen(const skpo_tracker *t, const char *pid) { return find(t, pid) != NULL; }
 
@@ -262,6 +263,8 @@ static skpo_status load_entry(skpo_tracker *t, const skpo_rec *r, const char *pa
     if ((st = need_float(r, "value", &V, path, err)) || (st = need_float(r, "count", &N, path, err)) ||
         (st = need_float(r, "len", &L, path, err)) || (st = need_float(r, "len_count", &NL, path, err)))
         return st;
+    if (N < 0 || NL < 0 || L < 0)
+        return skpo_err_set(err, SKPO_EFORMAT, "state file '%s': prompt '%s' has a negative count or length", path, pid);
     entry *e = find_or_add(t, pid);
     e->V = V; e->N = N; e->L = L; e->NL = NL;
     skpo_rec_int(r, "visits", &e->visits);
@@ -298,11 +301,29 @@ static skpo_status load_file(skpo_tracker *t, const char *path, skpo_err *err) {
     return st;
 }
 
-// Name in DIR/CURRENT, NULL (and OK) when there is none.
+// 1 when dir holds a state-*.msgpack.zst file.
+static int has_state_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int found = 0;
+    while (!found && (de = readdir(d)) != NULL) found = parse_state_name(de->d_name) >= 0;
+    closedir(d);
+    return found;
+}
+
+// Name in DIR/CURRENT, NULL (and OK) when there is none. State files without a
+// CURRENT are an error rather than a silent fresh start.
 static skpo_status read_current(const char *dir, char **name, skpo_err *err) {
     *name = NULL;
     char *cur = skpo_path_join(dir, "CURRENT");
-    if (!skpo_path_exists(cur)) { free(cur); return SKPO_OK; }
+    if (!skpo_path_exists(cur)) {
+        free(cur);
+        if (has_state_files(dir))
+            return skpo_err_set(err, SKPO_EFORMAT, "state folder '%s' has state files but no CURRENT (write the name of"
+                                " the latest complete one into %s/CURRENT)", dir, dir);
+        return SKPO_OK;
+    }
     char *data; size_t len;
     skpo_status st = skpo_read_file(cur, &data, &len, err);
     if (st) { free(cur); return st; }

@@ -101,5 +101,7 @@ double skpo_tracker_rho(const skpo_tracker *t, double D, int *clipped);
 skpo_status skpo_tracker_update(skpo_tracker *t, const char *pid, double R, double ell, double rho,
                                 const skpo_tracker_seg *seg, skpo_err *err);
 void skpo_tracker_set_step(skpo_tracker *t, int64_t step);
+// Replace the hyperparameters (they are saved with the state).
+void skpo_tracker_set_params(skpo_tracker *t, const skpo_tracker_params *p);
 
 #endif

@@ -110,9 +110,20 @@ def main():
 
 def check_init(ckpt):
     """The checkpoint skpo-init wrote loads in transformers and has the configured shapes."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
+                                                                     output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    assert not bad, bad
     cfg = json.load(open(os.path.join(ckpt, "config.json")))
     n = sum(p.numel() for p in model.parameters())
+    for name, p in model.named_parameters():  # the init skpo-init promises
+        if name.endswith("norm.weight"):
+            assert torch.all(p == 1), name
+        elif name.endswith(".bias"):
+            assert torch.all(p == 0), name
+        else:
+            std = p.float().std().item()
+            assert abs(std - cfg.get("initializer_range", 0.02)) < 0.1 * std, (name, std)
     ids = torch.arange(8)[None] % cfg["vocab_size"]
     logits = model(ids).logits
     assert torch.isfinite(logits).all()

@@ -286,6 +286,42 @@ static void step_past_cache_or_positions_fails_without_appending(void) {
     fixture_close(&f);
 }
 
+// Save in F32 sharded and in BF16, load back: F32 is bit-identical, BF16 is
+// the round-to-nearest-even of every weight; log-probs follow.
+static void saved_checkpoints_reload_identically(void) {
+    fixture f;
+    if (!fixture_open(&f, "qwen2_untied", 0)) { CHECK(0); return; }
+    char d[] = "/tmp/skpo_save_XXXXXX";
+    CHECK(mkdtemp(d) != NULL);
+    skpo_err err = {0};
+    skpo_param *pa, *pb;
+    int np = skpo_model_params(f.m, &pa);
+    for (int pass = 0; pass < 2; pass++) {
+        skpo_dtype dt = pass ? SKPO_DT_BF16 : SKPO_DT_F32;
+        CHECK(skpo_model_save(f.m, d, dt, pass ? 0 : 100000, &err) == SKPO_OK);
+        char idx[256];
+        snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", d);
+        CHECK(skpo_path_exists(idx) == !pass);
+        skpo_model *m2;
+        skpo_model_opts o = {0};
+        CHECK(skpo_model_load(d, &o, &m2, &err) == SKPO_OK);
+        CHECK(skpo_model_src_dtype(m2) == dt);
+        CHECK(skpo_model_params(m2, &pb) == np);
+        int same = 1;
+        for (int i = 0; i < np; i++) {
+            same &= !strcmp(pa[i].name, pb[i].name) && pa[i].numel == pb[i].numel;
+            for (size_t j = 0; same && j < pa[i].numel; j++) {
+                float want = pass ? skpo_bf16_to_f32(skpo_f32_to_bf16(pa[i].data[j])) : pa[i].data[j];
+                same &= pb[i].data[j] == want;
+            }
+        }
+        CHECK_MSG(same, "pass %d: weights differ after reload", pass);
+        skpo_model_free(m2);
+    }
+    skpo_rm_rf(d, &err);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(logprobs_match_hf_qwen2_bf16_tied);
     RUN(logprobs_match_hf_qwen2_untied);
@@ -294,6 +330,7 @@ int main(void) {
     RUN(batched_decode_matches_hf_qwen2_untied);
     RUN(batched_decode_matches_hf_llama3);
     RUN(forked_prefix_decodes_like_unshared_sequences);
+    RUN(saved_checkpoints_reload_identically);
     RUN(step_past_cache_or_positions_fails_without_appending);
     RUN(gradients_match_hf_qwen2_bf16_tied);
     RUN(gradients_match_hf_qwen2_untied);

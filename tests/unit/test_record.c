@@ -485,6 +485,41 @@ static void meta_of_another_schema_names_the_stream(void) {
     bad_value_case(pack_new_schema, "bad.zst' has record schema 2 but this skpo reads schema 1", "at record 3");
 }
 
+// 5 bytes claiming 2^32 - 1 elements must be an error, not a 100 GB
+// allocation inside msgpack-c; also the inputs fuzzing found.
+static void pack_huge_array(msgpack_packer *pk) { msgpack_sbuffer_write(pk->data, "\xdd\xff\xff\xff\xff\x01", 6); }
+static void pack_big_map(msgpack_packer *pk) { msgpack_sbuffer_write(pk->data, "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c", 10); }
+static void pack_deep(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1);
+    pk_str(pk, "deep");
+    for (int i = 0; i < 100; i++) msgpack_pack_array(pk, 1);
+    msgpack_pack_nil(pk);
+}
+static void pack_deep40(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1);
+    pk_str(pk, "deep");
+    for (int i = 0; i < 40; i++) msgpack_pack_array(pk, 1);
+    msgpack_pack_nil(pk);
+}
+
+static void declared_counts_beyond_the_data_are_errors(void) {
+    bad_value_case(pack_huge_array, "malformed msgpack", "at record 3");
+    bad_value_case(pack_big_map, "declares 2702776600 elements", "at record 3");
+    bad_value_case(pack_deep, "nesting deeper", "at record 3");
+    bad_value_case(pack_deep40, "malformed msgpack", "at record 3");
+    static const char crash1[] = "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c";
+    char crash2[35];
+    memset(crash2, 0xdf, 34);
+    crash2[34] = 0x50;
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_err e = {0};
+    CHECK(skpo_rec_unpack(crash1, sizeof crash1 - 1, &r, &e) == SKPO_EFORMAT);
+    CHECK(skpo_rec_unpack(crash2, sizeof crash2, &r, &e) == SKPO_EFORMAT);
+    CHECK(skpo_rec_unpack("\xdd\xff\xff\xff\xff", 5, &r, &e) == SKPO_EFORMAT);
+    skpo_rec_free(&r);
+}
+
 static void error_offset_points_at_the_damaged_frame(void) {
     // two streams back to back; the second one's first record is bad: the
     // offset must be where the second stream starts
@@ -584,20 +619,25 @@ static void flushed_records_reach_a_pipe_reader_before_close(void) {
     skpo_rec_init(&r);
     skpo_rec_init(&got);
     make_rec(&r, 1);
+    // Each step reads only after poll says bytes are there, so a writer that
+    // fails to flush makes the test fail instead of hang.
     CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
     CHECK(!readable_within(fds[0], 0)); // one record: buffered
     CHECK(skpo_writer_flush(w, &e) == SKPO_OK);
-    CHECK(readable_within(fds[0], 1000));
-    CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK && skpo_rec_str(&got, F_UID) && !strcmp(skpo_rec_str(&got, F_UID), "u1"));
+    bool ok = readable_within(fds[0], 1000);
+    CHECK(ok);
+    if (ok) CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK && skpo_rec_str(&got, F_UID) && !strcmp(skpo_rec_str(&got, F_UID), "u1"));
     // SKPO_FLUSH_RECORDS puts flush by themselves
-    for (int i = 0; i < SKPO_FLUSH_RECORDS; i++) CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
-    CHECK(readable_within(fds[0], 1000));
-    for (int i = 0; i < SKPO_FLUSH_RECORDS; i++) CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK);
+    for (int i = 0; ok && i < SKPO_FLUSH_RECORDS; i++) CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    ok = ok && readable_within(fds[0], 1000);
+    CHECK(ok);
+    for (int i = 0; ok && i < SKPO_FLUSH_RECORDS; i++) CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK);
     // so does a put more than SKPO_FLUSH_MS after the last flush
     usleep((SKPO_FLUSH_MS + 50) * 1000);
-    CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
-    CHECK(readable_within(fds[0], 1000));
-    CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK);
+    if (ok) CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    ok = ok && readable_within(fds[0], 1000);
+    CHECK(ok);
+    if (ok) CHECK(skpo_reader_next(rd, &got, &e) == SKPO_OK);
     CHECK(skpo_writer_close(w, &e) == SKPO_OK);
     close(fds[1]);
     CHECK(skpo_reader_next(rd, &got, &e) == SKPO_EOF);
@@ -655,6 +695,7 @@ static void validate_names_the_field(void) {
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/skpo-test-record-XXXXXX");
     SKPO_ASSERT(mkdtemp(tmpdir));
+    alarm(300); // a hung reader must fail the run, not stall it
     RUN(every_field_type_round_trips);
     RUN(setters_replace_in_place_and_keep_order);
     RUN(unpack_rejects_trailing_bytes);
@@ -672,6 +713,7 @@ int main(void) {
     RUN(invalid_utf8_in_text_is_an_error);
     RUN(malformed_maps_are_errors);
     RUN(meta_of_another_schema_names_the_stream);
+    RUN(declared_counts_beyond_the_data_are_errors);
     RUN(error_offset_points_at_the_damaged_frame);
     RUN(reader_error_is_sticky);
     RUN(hundred_megabyte_record_round_trips);

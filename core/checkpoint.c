@@ -1,0 +1,152 @@
+/*
+ * checkpoint.c - see checkpoint.h. The model adapter for the trainer lives
+ * here too (it is the one place that ties update.h to model.h).
+ */
+#define _GNU_SOURCE
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// --- the policy adapter -------------------------------------------------------------
+
+static skpo_status pm_forward(void *ctx, const skpo_seq *s, int n, float t, float *lp, float *ent, skpo_err *err) {
+    return skpo_model_train_forward(ctx, s, n, t, lp, ent, err);
+}
+static skpo_status pm_backward(void *ctx, const float *dlp, const float *dent, skpo_err *err) {
+    return skpo_model_train_backward(ctx, dlp, dent, err);
+}
+static skpo_status pm_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
+    return skpo_model_logprobs(ctx, s, n, t, lp, NULL, err);
+}
+static void pm_zero(void *ctx) { skpo_model_zero_grad(ctx); }
+static int pm_params(void *ctx, skpo_param **p) { return skpo_model_params(ctx, p); }
+
+skpo_policy skpo_policy_of_model(skpo_model *m) {
+    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params};
+}
+
+// --- trainer state -------------------------------------------------------------------
+
+int skpo_checkpoint_has_optim(const char *dir) {
+    char *p = skpo_path_join(dir, SKPO_OPTIM_FILE);
+    int ok = skpo_path_exists(p);
+    free(p);
+    return ok;
+}
+
+skpo_status skpo_checkpoint_read_state(const char *dir, skpo_trainer_state *st, int *present, skpo_err *err) {
+    memset(st, 0, sizeof *st);
+    *present = 0;
+    char *p = skpo_path_join(dir, SKPO_TRAINER_FILE);
+    if (!skpo_path_exists(p)) {
+        free(p);
+        return SKPO_OK;
+    }
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    skpo_status s = SKPO_OK;
+    const char *fmt = json_string_value(json_object_get(j, "format"));
+    json_t *step = json_object_get(j, "step"), *upd = json_object_get(j, "optimizer_updates");
+    if (!j) s = skpo_err_set(err, SKPO_EFORMAT, "'%s': %s (line %d)", p, je.text, je.line);
+    else if (!fmt || strcmp(fmt, SKPO_TRAINER_FORMAT))
+        s = skpo_err_set(err, SKPO_EFORMAT, "'%s' is not a %s file", p, SKPO_TRAINER_FORMAT);
+    else if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_integer(upd) ||
+             json_integer_value(upd) < 0)
+        s = skpo_err_set(err, SKPO_EFORMAT, "'%s': 'step' and 'optimizer_updates' must be integers >= 0", p);
+    if (!s) {
+        st->step = json_integer_value(step);
+        st->optimizer_updates = json_integer_value(upd);
+        *present = 1;
+    }
+    json_decref(j);
+    free(p);
+    return s;
+}
+
+// --- save ----------------------------------------------------------------------------
+
+// Files of an HF folder that belong to the tokenizer / generation side. An
+// allow-list on purpose: stale weights in other formats (*.bin) must not ride along.
+static int is_side_file(const char *name) {
+    static const char *exact[] = {"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json",
+                                  "generation_config.json", "chat_template.jinja", "chat_template.json", NULL};
+    for (int i = 0; exact[i]; i++)
+        if (!strcmp(name, exact[i])) return 1;
+    return !strncmp(name, "tokenizer", 9);
+}
+
+static skpo_status copy_side_files(const char *src, const char *dst, skpo_err *err) {
+    DIR *d = opendir(src);
+    if (!d) return skpo_err_set(err, SKPO_EIO, "cannot list '%s': %s", src, strerror(errno));
+    skpo_status s = SKPO_OK;
+    struct dirent *e;
+    while (!s && (e = readdir(d))) {
+        if (!is_side_file(e->d_name)) continue;
+        char *a = skpo_path_join(src, e->d_name), *b = skpo_path_join(dst, e->d_name);
+        struct stat sb;
+        if (stat(a, &sb) == 0 && S_ISREG(sb.st_mode)) s = skpo_copy_file(a, b, err);
+        free(a);
+        free(b);
+    }
+    closedir(d);
+    return s;
+}
+
+static const char *dtype_name(skpo_dtype d) {
+    return d == SKPO_DT_BF16 ? "bfloat16" : d == SKPO_DT_F16 ? "float16" : "float32";
+}
+
+static skpo_status write_state(const char *dir, const skpo_trainer_state *st, skpo_dtype dtype, double lr,
+                               skpo_err *err) {
+    json_t *j = json_pack("{sssIsIsssf}", "format", SKPO_TRAINER_FORMAT, "step", (json_int_t)st->step,
+                          "optimizer_updates", (json_int_t)st->optimizer_updates, "dtype", dtype_name(dtype), "lr", lr);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    char *p = skpo_path_join(dir, SKPO_TRAINER_FILE);
+    size_t n = strlen(s);
+    s = skpo_xrealloc(s, n + 2);
+    s[n] = '\n';
+    skpo_status r = skpo_write_file_atomic(p, s, n + 1, err);
+    free(s);
+    free(p);
+    return r;
+}
+
+skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
+                                 const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err) {
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--;
+    char *base = skpo_xstrndup(out, len);
+    char *tmp = skpo_xmalloc(len + 32);
+    snprintf(tmp, len + 32, "%s.tmp.%ld", base, (long)getpid());
+    skpo_status s = SKPO_OK;
+    if (skpo_path_exists(tmp)) s = skpo_rm_rf(tmp, err);
+    if (!s && mkdir(tmp, 0755) != 0) s = skpo_err_set(err, SKPO_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
+    if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
+    if (!s) {
+        skpo_param *p;
+        int np = skpo_model_params(m, &p);
+        SKPO_ASSERT(np == o->n);
+        char *op = skpo_path_join(tmp, SKPO_OPTIM_FILE);
+        s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
+        free(op);
+    }
+    if (!s) s = write_state(tmp, st, dtype, lr, err);
+    if (!s) s = skpo_fsync_dir(tmp, err);
+    if (!s) s = skpo_dir_replace(tmp, base, err);
+    if (s) {
+        skpo_err ignore = {0};
+        skpo_rm_rf(tmp, &ignore);
+    }
+    free(tmp);
+    free(base);
+    return s;
+}

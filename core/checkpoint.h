@@ -1,0 +1,54 @@
+/*
+ * checkpoint.h - training checkpoints: a Hugging Face folder that any tool can
+ * load, plus what resuming needs, written atomically.
+ *
+ * Layout of a checkpoint folder:
+ *   config.json, model.safetensors (or shards + index)   the policy, in the dtype
+ *                                                        of the checkpoint it came from
+ *   tokenizer files, generation_config.json, chat template  copied from the source
+ *   optim.safetensors    AdamW moments (+ float32 master weights when the
+ *                        weights are stored narrower), see optim.h
+ *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
+ *                         "optimizer_updates": T, "dtype": "...", "lr": ...}
+ *                        step = training steps completed (the step that wrote it)
+ * Atomicity: everything is written into "<out>.tmp.<pid>" next to <out> (each
+ * file fsynced), the folder is fsynced, then skpo_dir_replace() swaps it in;
+ * a crash at any point leaves the previous <out> (or none) intact. A stale
+ * temp folder of a crashed run is removed by the next save to the same <out>
+ * from the same pid only; others are left for the user.
+ */
+#ifndef SKPO_CHECKPOINT_H
+#define SKPO_CHECKPOINT_H
+
+#include "common.h"
+#include "model.h"
+#include "optim.h"
+#include "update.h"
+
+#include <stdint.h>
+
+#define SKPO_TRAINER_FORMAT "skpo-trainer-1"
+#define SKPO_OPTIM_FILE "optim.safetensors"
+#define SKPO_TRAINER_FILE "trainer_state.json"
+
+typedef struct skpo_trainer_state {
+    int64_t step;               // training steps completed
+    int64_t optimizer_updates;  // AdamW updates so far (== the optimizer's t)
+} skpo_trainer_state;
+
+// The trainer's view of a model loaded with trainable = 1.
+skpo_policy skpo_policy_of_model(skpo_model *m);
+
+// Read dir/trainer_state.json. *present = 0 (and SKPO_OK) when the file does
+// not exist; a malformed file is an error naming it.
+skpo_status skpo_checkpoint_read_state(const char *dir, skpo_trainer_state *st, int *present, skpo_err *err);
+// Does dir hold optimizer state (optim.safetensors)?
+int skpo_checkpoint_has_optim(const char *dir);
+
+// Write checkpoint `out` from model m (weights in dtype) and optimizer o,
+// copying tokenizer-side files from src_dir (NULL: none). lr is recorded for
+// the reader's information only.
+skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
+                                 const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err);
+
+#endif

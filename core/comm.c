@@ -1,0 +1,209 @@
+/*
+ * comm.c - see comm.h. The local backend and the MPI backend. MPI is linked
+ * when the build finds it (<mpi.h>); without it only local exists.
+ */
+#include "comm.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<mpi.h>)
+#define SKPO_HAVE_MPI 1
+#include <mpi.h>
+#endif
+#endif
+
+// MPI counts are int: move big buffers in slices of this many elements.
+#define SLICE ((size_t)1 << 30)
+
+int skpo_comm_launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+int skpo_comm_have_mpi(void) {
+#ifdef SKPO_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// --- local: one rank, collectives are the identity ------------------------------------
+
+static skpo_status local_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) { return SKPO_OK; }
+static skpo_status local_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err) { return SKPO_OK; }
+static skpo_status local_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err) {
+    return root == 0 ? SKPO_OK : skpo_err_set(err, SKPO_ERANGE, "broadcast root %d on a 1-rank communicator", root);
+}
+static skpo_status local_barrier(skpo_comm *c, skpo_err *err) { return SKPO_OK; }
+static void local_destroy(skpo_comm *c) { free(c); }
+
+static const skpo_comm_ops local_ops = {
+    "local", local_allreduce_f32, local_allreduce_f64, local_bcast, local_barrier, local_destroy,
+};
+
+// --- MPI ------------------------------------------------------------------------------
+
+#ifdef SKPO_HAVE_MPI
+static skpo_status mpi_fail(skpo_err *err, int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "code %d", rc);
+    return skpo_err_set(err, SKPO_EIO, "%s failed: %s", what, s);
+}
+
+static skpo_status mpi_allreduce(void *buf, size_t n, size_t esz, MPI_Datatype t, skpo_err *err) {
+    char *p = buf;
+    for (size_t off = 0; off < n; off += SLICE) {
+        size_t k = n - off < SLICE ? n - off : SLICE;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, p + off * esz, (int)k, t, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce");
+    }
+    return SKPO_OK;
+}
+
+static skpo_status mpi_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) {
+    return mpi_allreduce(buf, n, sizeof *buf, MPI_FLOAT, err);
+}
+static skpo_status mpi_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err) {
+    return mpi_allreduce(buf, n, sizeof *buf, MPI_DOUBLE, err);
+}
+
+static skpo_status mpi_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err) {
+    if (root < 0 || root >= c->size) return skpo_err_set(err, SKPO_ERANGE, "broadcast root %d of %d ranks", root, c->size);
+    char *p = buf;
+    for (size_t off = 0; off < n; off += SLICE) {
+        size_t k = n - off < SLICE ? n - off : SLICE;
+        int rc = MPI_Bcast(p + off, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Bcast");
+    }
+    return SKPO_OK;
+}
+
+static skpo_status mpi_barrier(skpo_comm *c, skpo_err *err) {
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? SKPO_OK : mpi_fail(err, rc, "MPI_Barrier");
+}
+
+static void mpi_destroy(skpo_comm *c) {
+    int fin = 0;
+    if (c->owns_runtime && MPI_Finalized(&fin) == MPI_SUCCESS && !fin) MPI_Finalize();
+    free(c);
+}
+
+static const skpo_comm_ops mpi_ops = {
+    "mpi", mpi_allreduce_f32, mpi_allreduce_f64, mpi_bcast, mpi_barrier, mpi_destroy,
+};
+
+static skpo_status mpi_open(skpo_comm *c, skpo_err *err) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int rc = MPI_Init(NULL, NULL);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Init");
+        c->owns_runtime = 1;
+        // Errors come back as codes (we print them) instead of aborting the job.
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    c->ops = &mpi_ops;
+    return SKPO_OK;
+}
+#endif
+
+// --- open / close -----------------------------------------------------------------------
+
+skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err) {
+    *out = NULL;
+    if (kind == SKPO_COMM_AUTO) kind = skpo_comm_launched_by_mpi() ? SKPO_COMM_MPI : SKPO_COMM_LOCAL;
+    skpo_comm *c = skpo_xcalloc(1, sizeof *c);
+    c->rank = 0;
+    c->size = 1;
+    c->ops = &local_ops;
+    if (kind == SKPO_COMM_MPI) {
+#ifdef SKPO_HAVE_MPI
+        skpo_status st = mpi_open(c, err);
+        if (st) {
+            free(c);
+            return st;
+        }
+#else
+        free(c);
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no MPI (install libopenmpi-dev and rebuild)");
+#endif
+    } else if (kind == SKPO_COMM_NCCL) {
+        free(c);
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator is not implemented yet");
+    } else if (kind != SKPO_COMM_LOCAL) {
+        free(c);
+        return skpo_err_set(err, SKPO_ERANGE, "unknown communicator kind %d", (int)kind);
+    }
+    *out = c;
+    return SKPO_OK;
+}
+
+void skpo_comm_free(skpo_comm *c) {
+    if (c) c->ops->destroy(c);
+}
+
+// --- collectives ---------------------------------------------------------------------------
+
+skpo_status skpo_comm_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) {
+    return c->size == 1 ? SKPO_OK : c->ops->allreduce_f32(c, buf, n, err);
+}
+skpo_status skpo_comm_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err) {
+    return c->size == 1 ? SKPO_OK : c->ops->allreduce_f64(c, buf, n, err);
+}
+skpo_status skpo_comm_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err) {
+    return c->ops->bcast(c, buf, n, root, err);
+}
+skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err) {
+    return c->ops->barrier(c, err);
+}
+
+skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err) {
+    uint64_t n = c->rank == root ? (uint64_t)*len : 0;
+    skpo_status st = skpo_comm_bcast(c, &n, sizeof n, root, err);
+    if (st) return st;
+    if (c->rank != root) {
+        *buf = skpo_xmalloc(n ? (size_t)n : 1);
+        *len = (size_t)n;
+    }
+    st = skpo_comm_bcast(c, *buf, (size_t)n, root, err);
+    if (st && c->rank != root) {
+        free(*buf);
+        *buf = NULL;
+        *len = 0;
+    }
+    return st;
+}
+
+int skpo_comm_first_failed(skpo_comm *c, int failed) {
+    if (c->size == 1) return failed ? 0 : -1;
+    double *v = skpo_xcalloc((size_t)c->size, sizeof *v);
+    v[c->rank] = failed ? 1.0 : 0.0;
+    int first = -1;
+    skpo_err e = {0};
+    if (skpo_comm_allreduce_f64(c, v, (size_t)c->size, &e) != SKPO_OK) first = c->rank; // cannot agree: stop
+    for (int r = 0; first < 0 && r < c->size; r++)
+        if (v[r] != 0) first = r;
+    free(v);
+    return first;
+}
+
+skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err) {
+    int first = skpo_comm_first_failed(c, st != SKPO_OK);
+    if (first < 0) return SKPO_OK;
+    if (c->size == 1) return st;
+    int code = (int)st;
+    skpo_err mine = *err, e2 = {0};
+    if (skpo_comm_bcast(c, &code, sizeof code, first, &e2) == SKPO_OK &&
+        skpo_comm_bcast(c, mine.msg, sizeof mine.msg, first, &e2) == SKPO_OK) {
+        *err = mine;
+        return code ? (skpo_status)code : SKPO_EIO;
+    }
+    return skpo_err_set(err, SKPO_EIO, "rank %d failed; %s", first, e2.msg);
+}

@@ -1,0 +1,81 @@
+/*
+ * comm.h - collectives for data-parallel training: rank/size, in-place sum
+ * all-reduce of float buffers, broadcast, barrier.
+ *
+ * A communicator is a struct of function pointers (ggml-backend style) so the
+ * trainer does not know what carries the bytes:
+ *   local  one process, every collective is the identity (no MPI_Init, so a
+ *          plain run and ASan runs never touch MPI);
+ *   mpi    MPI_COMM_WORLD (CPU data parallel under mpirun / srun);
+ *   nccl   (slot) GPU buffers over NCCL, bootstrapped through MPI: not built
+ *          yet, asking for it fails with SKPO_EUNSUPPORTED.
+ * SKPO_COMM_AUTO picks mpi when the process was started by an MPI launcher
+ * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and local
+ * otherwise, so `bin/skpo-update` and `mpirun -np N bin/skpo-update` both work.
+ *
+ * All ranks must call each collective in the same order with the same sizes.
+ * Buffers of any length are fine (split below MPI's int count limit here).
+ */
+#ifndef SKPO_COMM_H
+#define SKPO_COMM_H
+
+#include "common.h"
+
+#include <stddef.h>
+
+typedef enum skpo_comm_kind {
+    SKPO_COMM_AUTO = 0,
+    SKPO_COMM_LOCAL = 1,
+    SKPO_COMM_MPI = 2,
+    SKPO_COMM_NCCL = 3,   // reserved: device buffers (not implemented)
+} skpo_comm_kind;
+
+typedef struct skpo_comm skpo_comm;
+
+// The backend: every slot is required.
+typedef struct skpo_comm_ops {
+    const char *name;
+    // buf[i] = sum over ranks of buf[i], in place, on every rank.
+    skpo_status (*allreduce_f32)(skpo_comm *c, float *buf, size_t n, skpo_err *err);
+    skpo_status (*allreduce_f64)(skpo_comm *c, double *buf, size_t n, skpo_err *err);
+    // Copy n bytes of root's buf into every rank's buf.
+    skpo_status (*bcast)(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err);
+    skpo_status (*barrier)(skpo_comm *c, skpo_err *err);
+    void (*destroy)(skpo_comm *c);
+} skpo_comm_ops;
+
+struct skpo_comm {
+    const skpo_comm_ops *ops;
+    int rank, size;
+    int owns_runtime;   // this communicator initialised MPI and finalises it
+};
+
+// --- open / close ---------------------------------------------------------------
+
+// kind AUTO chooses as described above. MPI is initialised here when needed
+// (and finalised by skpo_comm_free of the communicator that initialised it).
+skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err);
+void skpo_comm_free(skpo_comm *c);
+// True when the environment says an MPI launcher started this process.
+int skpo_comm_launched_by_mpi(void);
+// Is this build able to do MPI at all.
+int skpo_comm_have_mpi(void);
+
+// --- collectives (thin wrappers over c->ops) ------------------------------------------
+
+skpo_status skpo_comm_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err);
+skpo_status skpo_comm_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err);
+skpo_status skpo_comm_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err);
+skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err);
+// Broadcast a byte string whose length only root knows: *buf/*len are root's
+// input; on other ranks they are outputs (malloc'd, caller frees).
+skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err);
+// Agree on a failure: returns the lowest rank whose `failed` is nonzero, or -1.
+// Lets every rank stop together instead of hanging in the next collective.
+int skpo_comm_first_failed(skpo_comm *c, int failed);
+// The same for a status: returns SKPO_OK when every rank passed SKPO_OK;
+// otherwise every rank returns the first failed rank's status with its
+// message copied into err.
+skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err);
+
+#endif

@@ -1,0 +1,203 @@
+/*
+ * loss.c - see loss.h. Per-token math in double; inputs and gradients are
+ * float32 like the model's. The branches mirror verl's torch code so the
+ * PyTorch fixtures (tests/ref/make_update_fixtures.py) agree to rounding.
+ */
+#include "loss.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LOGRATIO_CLAMP 20.0
+#define K3_CLAMP 10.0
+
+void skpo_loss_cfg_default(skpo_loss_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 3.0};
+    c->phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_CISPO, 0.2, 0.28, 0.0};
+    c->phase[SKPO_PHASE_FULL] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
+    for (int p = 0; p < SKPO_NPHASE; p++) c->agg[p] = SKPO_AGG_TOKEN_MEAN;
+    c->agg_norm = 3072;
+}
+
+static const char *kind_names[] = {"ppo", "cispo", "sft"};
+static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+static const char *phase_names[] = {"up", "down", "full"};
+
+int skpo_loss_kind_parse(const char *s) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, kind_names[i])) return i;
+    return -1;
+}
+const char *skpo_loss_kind_name(skpo_loss_kind k) { return (unsigned)k < 3 ? kind_names[k] : "?"; }
+
+int skpo_loss_agg_parse(const char *s) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, agg_names[i])) return i;
+    return -1;
+}
+const char *skpo_loss_agg_name(skpo_loss_agg a) { return (unsigned)a < 3 ? agg_names[a] : "?"; }
+
+int skpo_phase_of_kind(const char *kind) {
+    for (int i = 0; kind && i < SKPO_NPHASE; i++)
+        if (!strcmp(kind, phase_names[i])) return i;
+    return -1;
+}
+const char *skpo_phase_name(skpo_phase p) { return (unsigned)p < SKPO_NPHASE ? phase_names[p] : "?"; }
+
+skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        const skpo_phase_loss *pl = &c->phase[p];
+        if ((unsigned)pl->kind > SKPO_LOSS_SFT)
+            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss kind %d", phase_names[p], (int)pl->kind);
+        if (!(pl->eps_low >= 0 && pl->eps_low < 1) || !(pl->eps_high >= 0 && isfinite(pl->eps_high)))
+            return skpo_err_set(err, SKPO_ERANGE, "%s: clip range [1 - %g, 1 + %g] is not a ratio range",
+                                phase_names[p], pl->eps_low, pl->eps_high);
+        // verl asserts c > 1: a cap at or below 1 would cut unclipped tokens.
+        if (pl->dual_clip != 0 && !(pl->dual_clip > 1 && isfinite(pl->dual_clip)))
+            return skpo_err_set(err, SKPO_ERANGE, "%s: dual clip %g must be 0 (off) or > 1", phase_names[p], pl->dual_clip);
+    }
+    for (int p = 0; p < SKPO_NPHASE; p++)
+        if ((unsigned)c->agg[p] > SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
+            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss aggregation %d", phase_names[p], (int)c->agg[p]);
+    if (!(c->agg_norm > 0 && isfinite(c->agg_norm)))
+        return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
+    if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
+        return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
+    return SKPO_OK;
+}
+
+double skpo_loss_agg_scale(const skpo_loss_cfg *c, int p, const skpo_loss_count *ph, int n) {
+    SKPO_ASSERT(p >= 0 && p < SKPO_NPHASE);
+    if (n <= 0 || ph->tokens <= 0 || ph->seqs <= 0) return 0;
+    switch (c->agg[p]) {
+    case SKPO_AGG_TOKEN_MEAN: return 1.0 / ph->tokens;
+    case SKPO_AGG_SEQ_MEAN_TOKEN_MEAN: return 1.0 / (ph->seqs * n);
+    case SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM: return 1.0 / (ph->seqs * c->agg_norm);
+    }
+    return 0;
+}
+
+// --- per-token forms ----------------------------------------------------------------
+
+typedef struct tok_out {
+    double loss, grad;         // loss_t and dloss_t/dlogp_t
+    int low, high, dual;       // which clip bound decided the token
+} tok_out;
+
+// max(a, b) with torch's tie rule: the gradient is split half/half.
+static void pick_max(double la, double ga, double lb, double gb, double *l, double *g) {
+    if (la > lb) *l = la, *g = ga;
+    else if (lb > la) *l = lb, *g = gb;
+    else *l = la, *g = 0.5 * (ga + gb);
+}
+
+static tok_out ppo_token(const skpo_phase_loss *pl, double A, double d, int d_inside) {
+    tok_out o = {0};
+    double r = exp(d), dr = d_inside ? r : 0.0;     // dr/dlogp
+    double lo = 1 - pl->eps_low, hi = 1 + pl->eps_high;
+    double rc = r < lo ? lo : r > hi ? hi : r;
+    double l1 = -A * r, g1 = -A * dr;
+    double l2 = -A * rc, g2 = (r >= lo && r <= hi) ? -A * dr : 0.0;
+    pick_max(l1, g1, l2, g2, &o.loss, &o.grad);
+    if (l2 > l1) {
+        o.low = r < 1;
+        o.high = r > 1;
+    }
+    if (A < 0 && pl->dual_clip > 0) {
+        double l3 = -A * pl->dual_clip;
+        if (o.loss > l3) {
+            o.loss = l3, o.grad = 0;
+            o.dual = 1;
+        } else if (o.loss == l3) {
+            o.grad *= 0.5;
+        }
+    }
+    return o;
+}
+
+static tok_out cispo_token(const skpo_phase_loss *pl, double A, double d, double logp) {
+    tok_out o = {0};
+    double r = exp(d);
+    double lo = 1 - pl->eps_low, hi = 1 + pl->eps_high;
+    double w = r < lo ? lo : r > hi ? hi : r;
+    o.loss = -w * A * logp;
+    o.grad = -w * A;
+    o.low = r < lo;
+    o.high = r > hi;
+    return o;
+}
+
+// k3 of verl's low_var_kl and its derivative with respect to logp.
+static void k3_term(double ref, double logp, double *kl, double *g) {
+    double k = ref - logp;
+    int inside = k >= -LOGRATIO_CLAMP && k <= LOGRATIO_CLAMP;
+    if (!inside) k = k < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
+    double e = exp(k);
+    double v = e - k - 1;
+    if (v > K3_CLAMP || v < -K3_CLAMP) {
+        *kl = v > 0 ? K3_CLAMP : -K3_CLAMP;
+        *g = 0;
+        return;
+    }
+    *kl = v;
+    *g = inside ? -(e - 1) : 0.0;   // dk/dlogp = -1
+}
+
+skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
+                               float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err) {
+    SKPO_ASSERT(s->n >= 0 && s->logp && dlogp);
+    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || s->old);
+    SKPO_ASSERT(c->kl_coef == 0 || s->ref);
+    SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
+    skpo_loss_stats add = {0};
+    double w = s->weight * s->scale;
+    for (int t = 0; t < s->n; t++) {
+        double lp = s->logp[t];
+        if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
+        tok_out o = {0};
+        if (pl->kind == SKPO_LOSS_SFT) {
+            o.loss = -lp, o.grad = -1;
+        } else {
+            double old = s->old[t];
+            if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
+            double d = lp - old;
+            int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
+            if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
+            o = pl->kind == SKPO_LOSS_PPO ? ppo_token(pl, s->adv, d, inside) : cispo_token(pl, s->adv, d, lp);
+            add.approx_kl -= d;
+        }
+        if (c->kl_coef != 0) {
+            if (!isfinite(s->ref[t])) return skpo_err_set(err, SKPO_ENUMERIC, "ref log-prob of token %d is %g", t, (double)s->ref[t]);
+            double kl, g;
+            k3_term(s->ref[t], lp, &kl, &g);
+            o.loss += c->kl_coef * kl;
+            o.grad += c->kl_coef * g;
+            add.kl_ref += kl;
+        }
+        if (s->entropy) {
+            double h = s->entropy[t];
+            if (!isfinite(h)) return skpo_err_set(err, SKPO_ENUMERIC, "entropy of token %d is %g", t, h);
+            o.loss -= c->entropy_coef * h;
+            add.entropy += h;
+        }
+        if (!isfinite(o.loss) || !isfinite(o.grad))
+            return skpo_err_set(err, SKPO_ENUMERIC, "loss of token %d is %g (gradient %g)", t, o.loss, o.grad);
+        dlogp[t] = (float)(w * o.grad);
+        if (dent) dent[t] = (float)(-w * c->entropy_coef);
+        add.loss += s->scale * o.loss;
+        add.clip_low += o.low;
+        add.clip_high += o.high;
+        add.clip_dual += o.dual;
+    }
+    add.tokens = s->n;
+    st->loss += add.loss;
+    st->tokens += add.tokens;
+    st->clip_low += add.clip_low;
+    st->clip_high += add.clip_high;
+    st->clip_dual += add.clip_dual;
+    st->approx_kl += add.approx_kl;
+    st->kl_ref += add.kl_ref;
+    st->entropy += add.entropy;
+    return SKPO_OK;
+}

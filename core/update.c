@@ -1,0 +1,437 @@
+/*
+ * update.c - see update.h. Sections: records -> samples, the mini-batch plan,
+ * micro-batch gradient, the step, metrics records.
+ */
+#include "update.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void skpo_update_opts_default(skpo_update_opts *o) {
+    memset(o, 0, sizeof *o);
+    skpo_loss_cfg_default(&o->loss);
+    o->minibatch = 32;
+    o->micro_tokens = 8192;
+    o->temperature = 1.0;
+    o->step = 1;
+}
+
+// One trained record.
+typedef struct sample {
+    const char *uid;          // record uid, or uidbuf
+    char uidbuf[32];
+    int phase;
+    int prompt;               // prompt index in order of first appearance
+    int32_t *ids;             // (n) prompt ++ tokens, owned
+    int n, start;             // scored tokens are ids[start..n)
+    const float *behav;       // (n - start) record logp; NULL when absent
+    float *old;               // (n - start) recomputed, owned; NULL = use behav
+    const float *ref;         // (n - start) or NULL
+    double adv, weight;
+} sample;
+
+struct skpo_batch {
+    sample *s;
+    size_t ns;
+    int nprompts, nmb, rank, size;
+    int **mb;                 // (nmb) this rank's sample indices of mini-batch k
+    int *mbn;                 // (nmb) their count
+    int *mbprompts;           // (nmb) prompts in mini-batch k (all ranks)
+};
+
+// --- records -> samples -----------------------------------------------------------
+
+// A tiny string -> index map for prompt keys (open addressing, FNV-1a).
+typedef struct keymap {
+    const char **k;
+    int *v;
+    size_t cap, n;
+} keymap;
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int keymap_get_or_add(keymap *m, const char *key, int next) {
+    if (2 * (m->n + 1) > m->cap) {
+        keymap g = {0};
+        g.cap = m->cap ? 2 * m->cap : 64;
+        g.k = skpo_xcalloc(g.cap, sizeof *g.k);
+        g.v = skpo_xcalloc(g.cap, sizeof *g.v);
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->k[i]) keymap_get_or_add(&g, m->k[i], m->v[i]);
+        free(m->k);
+        free(m->v);
+        *m = g;
+    }
+    size_t i = fnv(key) & (m->cap - 1);
+    while (m->k[i] && strcmp(m->k[i], key)) i = (i + 1) & (m->cap - 1);
+    if (!m->k[i]) {
+        m->k[i] = key;
+        m->v[i] = next;
+        m->n++;
+    }
+    return m->v[i];
+}
+
+static skpo_status bad(skpo_err *err, const sample *s, const char *fmt, const char *what) {
+    return skpo_err_set(err, SKPO_EFORMAT, "record '%s': %s%s", s->uid, fmt, what);
+}
+
+static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_update_opts *o, int phase, sample *s,
+                                   skpo_err *err) {
+    memset(s, 0, sizeof *s);
+    s->uid = skpo_rec_str(r, F_UID);
+    if (!s->uid) {
+        snprintf(s->uidbuf, sizeof s->uidbuf, "#%zu", idx + 1);
+        s->uid = s->uidbuf;
+    }
+    s->phase = o->sft ? SKPO_PHASE_FULL : phase;
+    size_t np = 0, nt = 0, nl = 0, nr = 0;
+    const int32_t *pr = skpo_rec_i32s(r, F_PROMPT, &np);
+    const int32_t *tk = skpo_rec_i32s(r, F_TOKENS, &nt);
+    if (!pr || np == 0) return bad(err, s, "missing or empty field ", "'prompt'");
+    if (!tk) return bad(err, s, "missing field ", "'tokens'");
+    if (np + nt > INT32_MAX) return bad(err, s, "too long", "");
+    s->n = (int)(np + nt);
+    s->start = (int)np;
+    s->ids = skpo_xmalloc((np + nt) * sizeof *s->ids);
+    memcpy(s->ids, pr, np * sizeof *pr);
+    if (nt) memcpy(s->ids + np, tk, nt * sizeof *tk);
+    if (o->sft) {
+        s->weight = 1;
+        return SKPO_OK;
+    }
+    s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
+    if (!o->recompute_old && !s->behav) return bad(err, s, "missing field ", "'logp' (or use --recompute-old)");
+    if (s->behav && nl != nt) return bad(err, s, "'logp' length differs from 'tokens'", "");
+    if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
+    if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
+    s->weight = 1;
+    if (skpo_rec_get(r, F_WEIGHT) && (!skpo_rec_float(r, F_WEIGHT, &s->weight) || !isfinite(s->weight)))
+        return bad(err, s, "'weight' is not a finite number", "");
+    if (o->loss.kl_coef != 0) {
+        s->ref = skpo_rec_f32s(r, F_REF_LOGP, &nr);
+        if (!s->ref) return bad(err, s, "missing field ", "'ref_logp' (needed by --kl-coef)");
+        if (nr != nt) return bad(err, s, "'ref_logp' length differs from 'tokens'", "");
+    }
+    return SKPO_OK;
+}
+
+static const char *prompt_key(const skpo_rec *r) {
+    const char *k = skpo_rec_str(r, F_PID);
+    if (!k) k = skpo_rec_str(r, F_GID);
+    if (!k) k = skpo_rec_str(r, F_UID);
+    return k;
+}
+
+// --- the mini-batch plan ----------------------------------------------------------------
+
+static void plan(skpo_batch *b, int minibatch) {
+    b->nmb = (b->nprompts + minibatch - 1) / minibatch;
+    b->mb = skpo_xcalloc(b->nmb ? (size_t)b->nmb : 1, sizeof *b->mb);
+    b->mbn = skpo_xcalloc(b->nmb ? (size_t)b->nmb : 1, sizeof *b->mbn);
+    b->mbprompts = skpo_xcalloc(b->nmb ? (size_t)b->nmb : 1, sizeof *b->mbprompts);
+    for (int k = 0; k < b->nmb; k++) {
+        int lo = k * minibatch, hi = lo + minibatch < b->nprompts ? lo + minibatch : b->nprompts;
+        b->mbprompts[k] = hi - lo;
+        b->mb[k] = skpo_xmalloc((b->ns ? b->ns : 1) * sizeof(int));
+    }
+    for (size_t i = 0; i < b->ns; i++) {
+        const sample *s = &b->s[i];
+        int k = s->prompt / minibatch, j = s->prompt % minibatch;
+        if (j % b->size == b->rank && s->n > s->start) b->mb[k][b->mbn[k]++] = (int)i;
+    }
+}
+
+skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opts *o, int rank, int size,
+                           skpo_batch **out, skpo_err *err) {
+    SKPO_ASSERT(o->minibatch > 0 && size > 0 && rank >= 0 && rank < size);
+    *out = NULL;
+    skpo_batch *b = skpo_xcalloc(1, sizeof *b);
+    b->rank = rank;
+    b->size = size;
+    b->s = skpo_xcalloc(n ? n : 1, sizeof *b->s);
+    keymap km = {0};
+    skpo_status st = SKPO_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        int ph = skpo_phase_of_kind(skpo_rec_str(&recs[i], F_KIND));
+        if (ph < 0) continue;
+        sample *s = &b->s[b->ns++];
+        st = sample_from_rec(&recs[i], i, o, ph, s, err);
+        if (st) break;
+        const char *key = prompt_key(&recs[i]);
+        if (!key) {
+            st = bad(err, s, "no 'pid', 'gid' or 'uid' to group it by", "");
+            break;
+        }
+        s->prompt = keymap_get_or_add(&km, key, b->nprompts);
+        if (s->prompt == b->nprompts) b->nprompts++;
+    }
+    free(km.k);
+    free(km.v);
+    if (st) {
+        skpo_batch_free(b);
+        return st;
+    }
+    plan(b, o->minibatch);
+    *out = b;
+    return SKPO_OK;
+}
+
+void skpo_batch_free(skpo_batch *b) {
+    if (!b) return;
+    for (size_t i = 0; i < b->ns; i++) {
+        free(b->s[i].ids);
+        free(b->s[i].old);
+    }
+    for (int k = 0; b->mb && k < b->nmb; k++) free(b->mb[k]);
+    free(b->mb);
+    free(b->mbn);
+    free(b->mbprompts);
+    free(b->s);
+    free(b);
+}
+
+int skpo_batch_minibatches(const skpo_batch *b) { return b->nmb; }
+int skpo_batch_prompts(const skpo_batch *b) { return b->nprompts; }
+size_t skpo_batch_records(const skpo_batch *b) { return b->ns; }
+
+// --- micro-batches ------------------------------------------------------------------------
+
+// Records idx[i..*j) form the next micro-batch: as many as fit in micro_tokens
+// (at least one). Fills seqs and returns the scored-token count.
+static long next_micro(const skpo_batch *b, const int *idx, int cnt, int i, long micro_tokens, skpo_seq *seqs,
+                       int *j) {
+    long tot = 0, ntok = 0;
+    int k = i;
+    while (k < cnt) {
+        const sample *s = &b->s[idx[k]];
+        if (k > i && tot + s->n > micro_tokens) break;
+        seqs[k - i] = (skpo_seq){s->ids, s->n, s->start};
+        tot += s->n;
+        ntok += s->n - s->start;
+        k++;
+    }
+    *j = k;
+    return ntok;
+}
+
+skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o,
+                                      skpo_err *err) {
+    for (int k = 0; k < b->nmb; k++) {
+        int cnt = b->mbn[k], *idx = b->mb[k];
+        skpo_seq *seqs = skpo_xmalloc((cnt ? cnt : 1) * sizeof *seqs);
+        for (int i = 0, j; i < cnt; i = j) {
+            long ntok = next_micro(b, idx, cnt, i, o->micro_tokens, seqs, &j);
+            float *lp = skpo_xmalloc((size_t)(ntok ? ntok : 1) * sizeof *lp);
+            skpo_status st = pol->score(pol->ctx, seqs, j - i, (float)o->temperature, lp, err);
+            long off = 0;
+            for (int q = i; !st && q < j; q++) {
+                sample *s = &b->s[idx[q]];
+                int nt = s->n - s->start;
+                s->old = skpo_xrealloc(s->old, (size_t)nt * sizeof *s->old);
+                memcpy(s->old, lp + off, (size_t)nt * sizeof *lp);
+                off += nt;
+                for (int t = 0; t < nt && !st; t++)
+                    if (!isfinite(s->old[t]))
+                        st = skpo_err_set(err, SKPO_ENUMERIC, "record '%s': recomputed old log-prob of token %d is %g",
+                                          s->uid, t, (double)s->old[t]);
+            }
+            free(lp);
+            if (st) {
+                free(seqs);
+                return st;
+            }
+        }
+        free(seqs);
+    }
+    return SKPO_OK;
+}
+
+static int grads_finite(skpo_param *p, int np) {
+    int ok = 1;
+    for (int i = 0; i < np && ok; i++) {
+        const float *g = p[i].grad;
+        long long n = (long long)p[i].numel;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+        for (long long k = 0; k < n; k++) ok = ok && isfinite(g[k]);
+    }
+    return ok;
+}
+
+// Forward, loss and backward of records idx[i..j) (one micro-batch).
+static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, int i, int j, const skpo_seq *seqs,
+                         long ntok, const skpo_update_opts *o, const skpo_loss_count *cnt, skpo_update_metrics *m,
+                         double *wloss, skpo_err *err) {
+    const skpo_loss_cfg *lc = &o->loss;
+    static const skpo_phase_loss sft = {SKPO_LOSS_SFT, 0, 0, 0};
+    size_t nb = (size_t)(ntok ? ntok : 1) * sizeof(float);
+    float *lp = skpo_xmalloc(nb), *ent = skpo_xmalloc(nb), *dlp = skpo_xmalloc(nb);
+    float *dent = lc->entropy_coef != 0 ? skpo_xmalloc(nb) : NULL;
+    skpo_status st = pol->forward(pol->ctx, seqs, j - i, (float)o->temperature, lp, ent, err);
+    long off = 0;
+    for (int q = i; !st && q < j; q++) {
+        const sample *s = &b->s[idx[q]];
+        int nt = s->n - s->start;
+        skpo_loss_seq ls = {
+            .n = nt, .logp = lp + off, .old = s->old ? s->old : s->behav, .ref = s->ref, .entropy = ent + off,
+            .adv = s->adv, .weight = s->weight, .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], nt),
+        };
+        double before = m->phase[s->phase].loss;
+        st = skpo_loss_seq_eval(lc, o->sft ? &sft : &lc->phase[s->phase], &ls, dlp + off, dent ? dent + off : NULL,
+                                &m->phase[s->phase], err);
+        if (st) {
+            skpo_err e = *err;
+            st = skpo_err_set(err, st, "record '%s': %s", s->uid, e.msg);
+        }
+        *wloss += s->weight * (m->phase[s->phase].loss - before);
+        off += nt;
+    }
+    if (!st) st = pol->backward(pol->ctx, dlp, dent, err);
+    free(lp);
+    free(ent);
+    free(dlp);
+    free(dent);
+    if (st) return st;
+    skpo_param *p;
+    int np = pol->params(pol->ctx, &p);
+    if (!grads_finite(p, np))
+        return skpo_err_set(err, SKPO_ENUMERIC, "gradient is not finite after the micro-batch of records '%s' .. '%s'",
+                            b->s[idx[i]].uid, b->s[idx[j - 1]].uid);
+    return SKPO_OK;
+}
+
+// --- the step --------------------------------------------------------------------------------
+
+#define NSTAT 8   // doubles in skpo_loss_stats
+
+static void stats_pack(const skpo_update_metrics *m, double wloss, double *v) {
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        memcpy(v + p * NSTAT, &m->phase[p], sizeof m->phase[p]);
+        v[SKPO_NPHASE * NSTAT + p] = m->seqs[p];
+    }
+    v[SKPO_NPHASE * (NSTAT + 1)] = wloss;
+}
+
+static void stats_unpack(skpo_update_metrics *m, const double *v) {
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        memcpy(&m->phase[p], v + p * NSTAT, sizeof m->phase[p]);
+        m->seqs[p] = v[SKPO_NPHASE * NSTAT + p];
+    }
+    m->loss = v[SKPO_NPHASE * (NSTAT + 1)];
+    m->tokens = 0;
+    for (int p = 0; p < SKPO_NPHASE; p++) m->tokens += m->phase[p].tokens;
+}
+
+skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch *b, int k, const skpo_update_opts *o,
+                             skpo_update_metrics *m, skpo_err *err) {
+    _Static_assert(sizeof(skpo_loss_stats) == NSTAT * sizeof(double), "skpo_loss_stats layout");
+    SKPO_ASSERT(k >= 0 && k < b->nmb);
+    memset(m, 0, sizeof *m);
+    m->minibatch = k;
+    m->prompts = b->mbprompts[k];
+    int cnt = b->mbn[k], *idx = b->mb[k];
+    // Normalisers first: counts of the whole mini-batch over all ranks.
+    double c[2 * SKPO_NPHASE] = {0};
+    for (int q = 0; q < cnt; q++) {
+        const sample *s = &b->s[idx[q]];
+        c[2 * s->phase] += s->n - s->start;
+        c[2 * s->phase + 1] += 1;
+    }
+    skpo_status st = skpo_comm_allreduce_f64(comm, c, 2 * SKPO_NPHASE, err);
+    if (st) return st;
+    skpo_loss_count pc[SKPO_NPHASE];
+    for (int p = 0; p < SKPO_NPHASE; p++) pc[p] = (skpo_loss_count){c[2 * p], c[2 * p + 1]};
+    pol->zero_grad(pol->ctx);
+    double wloss = 0;
+    skpo_seq *seqs = skpo_xmalloc((cnt ? cnt : 1) * sizeof *seqs);
+    for (int i = 0, j; i < cnt && !st; i = j) {
+        long ntok = next_micro(b, idx, cnt, i, o->micro_tokens, seqs, &j);
+        st = micro(pol, b, idx, i, j, seqs, ntok, o, pc, m, &wloss, err);
+        for (int q = i; q < j; q++) m->seqs[b->s[idx[q]].phase] += 1;
+    }
+    free(seqs);
+    st = skpo_comm_agree(comm, st, err);
+    if (st) return st;
+    skpo_param *p;
+    int np = pol->params(pol->ctx, &p);
+    for (int i = 0; i < np && !st; i++) st = skpo_comm_allreduce_f32(comm, p[i].grad, p[i].numel, err);
+    double v[SKPO_NPHASE * (NSTAT + 1) + 1];
+    stats_pack(m, wloss, v);
+    if (!st) st = skpo_comm_allreduce_f64(comm, v, sizeof v / sizeof v[0], err);
+    stats_unpack(m, v);
+    return st;
+}
+
+skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm *comm, skpo_batch *b,
+                             const skpo_update_opts *o, skpo_update_metrics *met, skpo_err *err) {
+    skpo_status st = SKPO_OK;
+    if (o->recompute_old && !o->sft) {
+        st = skpo_comm_agree(comm, skpo_update_recompute_old(pol, b, o, err), err);
+        if (st) {
+            skpo_err e = *err;
+            return skpo_err_set(err, st, "step %" PRId64 ", recomputing old log-probs: %s", o->step, e.msg);
+        }
+    }
+    double lr = skpo_optim_lr(&opt->cfg, o->step);
+    for (int k = 0; k < b->nmb; k++) {
+        double t0 = skpo_now();
+        skpo_update_metrics m;
+        st = skpo_update_grad(pol, comm, b, k, o, &m, err);
+        if (!st && !isfinite(m.loss))
+            st = skpo_err_set(err, SKPO_ENUMERIC, "loss is %g", m.loss);
+        skpo_param *p;
+        int np = pol->params(pol->ctx, &p);
+        if (!st) st = skpo_optim_step(opt, p, np, lr, &m.grad_norm, err);
+        if (st) {
+            skpo_err e = *err;
+            return skpo_err_set(err, st, "step %" PRId64 ", mini-batch %d of %d: %s", o->step, k + 1, b->nmb, e.msg);
+        }
+        m.lr = lr;
+        m.seconds = skpo_now() - t0;
+        if (met) met[k] = m;
+    }
+    return SKPO_OK;
+}
+
+// --- metrics records ----------------------------------------------------------------------------
+
+static void set_ph(skpo_rec *r, const char *what, int p, double v) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_%s", what, skpo_phase_name(p));
+    skpo_rec_set_float(r, key, v);
+}
+
+void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_rec *r) {
+    skpo_rec_clear(r);
+    skpo_rec_set_str(r, F_KIND, SKPO_KIND_METRICS);
+    skpo_rec_set_str(r, "tool", "update");
+    skpo_rec_set_int(r, F_STEP, step);
+    skpo_rec_set_int(r, "minibatch", m->minibatch);
+    skpo_rec_set_int(r, "prompts", m->prompts);
+    skpo_rec_set_float(r, "loss", m->loss);
+    skpo_rec_set_float(r, "grad_norm", m->grad_norm);
+    skpo_rec_set_float(r, "lr", m->lr);
+    skpo_rec_set_float(r, "tokens", m->tokens);
+    skpo_rec_set_float(r, "seconds", m->seconds);
+    skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        const skpo_loss_stats *s = &m->phase[p];
+        if (m->seqs[p] == 0) continue;
+        double n = s->tokens > 0 ? s->tokens : 1;
+        set_ph(r, "loss", p, s->loss);
+        set_ph(r, "seqs", p, m->seqs[p]);
+        set_ph(r, "tokens", p, s->tokens);
+        set_ph(r, "clip_low", p, s->clip_low / n);
+        set_ph(r, "clip_high", p, s->clip_high / n);
+        set_ph(r, "clip_dual", p, s->clip_dual / n);
+        set_ph(r, "approx_kl", p, s->approx_kl / n);
+        set_ph(r, "kl_ref", p, s->kl_ref / n);
+        set_ph(r, "entropy", p, s->entropy / n);
+    }
+}

@@ -1,0 +1,113 @@
+/*
+ * update.h - one training step of the policy: trained records -> mini-batches
+ * -> micro-batches -> loss gradients (loss.h) -> all-reduce (comm.h) -> AdamW
+ * (optim.h). What skpo-update runs between reading records and writing the
+ * checkpoint; no file I/O here.
+ *
+ * Records: kinds up, down, full with `prompt` and `tokens` (i32s); `logp`
+ * (f32s, one per token) unless --recompute-old or SFT; `adv` (float, required
+ * except SFT); `weight` (float, default 1); `ref_logp` when the KL term is on;
+ * `uid` names the record in errors. Other kinds (prompt, meta, ...) are
+ * ignored. A record with no tokens contributes nothing and counts as no sequence.
+ *
+ * Mini-batches: prompts in order of first appearance (key `pid`, else `gid`,
+ * else `uid`), `minibatch` prompts per optimizer update, so a prompt's up record
+ * and its downs always share one update; 128 prompts / 32 = 4 updates. No
+ * shuffling (verl's actor default). Data parallel: prompt j of a mini-batch goes
+ * to rank j % size. Micro-batches: a rank's records of one mini-batch are packed
+ * in order up to `micro_tokens` (prompt + response) per forward/backward (a
+ * longer record goes alone). Normalisers are counted over the whole mini-batch
+ * on all ranks first (SKPO.md 4.6), so the sum of micro-batch gradients equals
+ * the gradient of the whole mini-batch (up to float summation order).
+ *
+ * Old log-probs: the records' `logp` (behaviour policy), or with recompute_old
+ * the current weights' log-probs of every record before the first update.
+ * SFT (opts.sft): every trained record's tokens in one token-mean of -logp,
+ * record weights and advantages ignored.
+ */
+#ifndef SKPO_UPDATE_H
+#define SKPO_UPDATE_H
+
+#include "comm.h"
+#include "common.h"
+#include "loss.h"
+#include "model.h"
+#include "optim.h"
+#include "record.h"
+
+// What the trainer needs from a model (skpo_policy_of_model in checkpoint.h
+// wraps core/model.h; tests plug in small exact models).
+typedef struct skpo_policy {
+    void *ctx;
+    // Training forward: per-token logp (and entropy, nullable) of seqs; keeps
+    // what backward needs.
+    skpo_status (*forward)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                           float *entropy, skpo_err *err);
+    // Accumulate parameter gradients from dL/dlogp (and dL/dH, nullable).
+    skpo_status (*backward)(void *ctx, const float *dlogp, const float *dentropy, skpo_err *err);
+    // Scoring only (no activations kept): used for --recompute-old.
+    skpo_status (*score)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp, skpo_err *err);
+    void (*zero_grad)(void *ctx);
+    int (*params)(void *ctx, skpo_param **params);
+} skpo_policy;
+
+typedef struct skpo_update_opts {
+    skpo_loss_cfg loss;
+    int sft;                // plain next-token cross-entropy
+    int minibatch;          // prompts per optimizer update (32)
+    long micro_tokens;      // prompt + response tokens per forward/backward (8192)
+    int recompute_old;
+    double temperature;     // log-probs of softmax(logits / T) (1.0)
+    int64_t step;           // training step, 1-based: sets the learning rate
+} skpo_update_opts;
+
+void skpo_update_opts_default(skpo_update_opts *o);
+
+// Per mini-batch metrics, summed over ranks.
+typedef struct skpo_update_metrics {
+    int minibatch;                        // 0-based index within the step
+    int prompts;
+    double seqs[SKPO_NPHASE];
+    skpo_loss_stats phase[SKPO_NPHASE];   // phase[p].loss = L_p (before the weight)
+    double loss;                          // the optimised objective: sum of weight * L_p
+    double tokens;                        // response tokens
+    double grad_norm;                     // before clipping
+    double lr;
+    double seconds;                       // wall time of the mini-batch (this rank)
+} skpo_update_metrics;
+
+// --- the batch ------------------------------------------------------------------
+
+typedef struct skpo_batch skpo_batch;
+
+// Collect the trained records of recs (which must outlive the batch) and plan
+// mini-batches for this rank. Fails naming the record (uid, else its index)
+// whose fields are missing or inconsistent (logp length != tokens length, ...).
+skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opts *o, int rank, int size,
+                           skpo_batch **out, skpo_err *err);
+void skpo_batch_free(skpo_batch *b);
+int skpo_batch_minibatches(const skpo_batch *b);
+int skpo_batch_prompts(const skpo_batch *b);
+size_t skpo_batch_records(const skpo_batch *b);   // trained records (all ranks)
+
+// --- the step ----------------------------------------------------------------------
+
+// Old log-probs from the current weights for this rank's records.
+skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o,
+                                      skpo_err *err);
+// Gradient of mini-batch k's objective into the params' grad (zeroed first),
+// all-reduced over comm; m receives the loss statistics (not grad_norm/lr).
+skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch *b, int k,
+                             const skpo_update_opts *o, skpo_update_metrics *m, skpo_err *err);
+// The whole step: recompute old (if asked), then for every mini-batch grad +
+// AdamW at the step's learning rate. met (nullable) receives
+// skpo_batch_minibatches(b) entries. On error the message names the step, the
+// mini-batch and the first offending record; parameters may have been updated
+// by earlier mini-batches (the caller writes nothing then).
+skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm *comm, skpo_batch *b,
+                             const skpo_update_opts *o, skpo_update_metrics *met, skpo_err *err);
+
+// The metrics record (kind "metrics") of one mini-batch.
+void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_rec *r);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * verify.c - the verify module's entry points (see verify.h): sanitize,
+ * extract, then compare through a choice-letter check, the canonical-string
+ * shortcut and the parsed comparison (verify_cmp.c).
+ */
+#include "verify_int.h"
+#include "common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void skpo_verify_opts_default(skpo_verify_opts *o) {
+    o->mode = SKPO_VERIFIER_MATH;
+    o->fallback = true;
+}
+
+bool skpo_verifier_parse(const char *name, skpo_verifier *out) {
+    if (!strcmp(name, "math")) *out = SKPO_VERIFIER_MATH;
+    else if (!strcmp(name, "boxed")) *out = SKPO_VERIFIER_BOXED;
+    else if (!strcmp(name, "dapo")) *out = SKPO_VERIFIER_DAPO;
+    else return false;
+    return true;
+}
+
+// gold and pred are clean ASCII answers.
+static bool answers_equal(vctx *c, const char *g, const char *p) {
+    size_t gl = strlen(g), pl = strlen(p);
+    if (gl == 0 || pl == 0) return false;
+    char gc = vtext_choice(g, gl, true);
+    if (gc) {
+        char pc = vtext_choice(p, pl, false);
+        if (pc) return pc == gc;
+    }
+    char *a = skpo_xmalloc(gl + 16), *b = skpo_xmalloc(pl + 16);
+    vtext_canon(g, gl, a, gl + 16);
+    vtext_canon(p, pl, b, pl + 16);
+    bool same = a[0] && !strcmp(a, b);
+    free(a);
+    free(b);
+    if (same) return true;
+    vctx_init(c);
+    int gr = vparse(c, g, gl);
+    int pr = gr > 0 ? vparse(c, p, pl) : -1;
+    return gr > 0 && pr > 0 && vcmp_answers(c, gr, pr);
+}
+
+static void set_pred(skpo_verify_result *res, const char *p) {
+    size_t l = strlen(p);
+    if (l >= sizeof res->pred) l = sizeof res->pred - 1;
+    memcpy(res->pred, p, l);
+    res->pred[l] = 0;
+}
+
+void skpo_verify(const skpo_verify_opts *o, const char *response, size_t rlen,
+                 const char *gold, size_t glen, skpo_verify_result *res) {
+    res->correct = res->found = false;
+    res->pred[0] = 0;
+    if (o->mode == SKPO_VERIFIER_DAPO) { skpo_verify_dapo(response, rlen, gold, glen, res); return; }
+    size_t tn, gn;
+    char *t = vtext_sanitize(response, rlen, &tn);
+    char *gs = vtext_sanitize(gold, glen, &gn);
+    char *g = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
+    char *p = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
+    vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
+    vctx *c = skpo_xmalloc(sizeof *c); // one parse arena per call, reused
+    res->found = vextract(c, t, tn, o, p, SKPO_VERIFY_ANSWER_MAX);
+    if (res->found) {
+        set_pred(res, p);
+        res->correct = answers_equal(c, g, p);
+    }
+    free(t); free(gs); free(g); free(p); free(c);
+}
+
+bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t plen) {
+    size_t gn, pn;
+    char *gs = vtext_sanitize(gold, glen, &gn), *ps = vtext_sanitize(pred, plen, &pn);
+    char *g = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX), *p = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
+    vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
+    vgold_clean(ps, pn, p, SKPO_VERIFY_ANSWER_MAX);
+    vctx *c = skpo_xmalloc(sizeof *c);
+    bool eq = answers_equal(c, g, p);
+    free(gs); free(ps); free(g); free(p); free(c);
+    return eq;
+}

@@ -1,0 +1,140 @@
+# pipelines/common.sh - shared by step.sh, grpo.sh, spo.sh, dapo.sh, train.sh (sourced, bash).
+#
+# A training step N+1 reads the committed step N (RUN/ckpt/N, RUN/state/N) and
+# builds everything in RUN/tmp/N+1; only when every stage of the pipeline exited
+# 0 is it committed: ckpt, state, rollouts and metrics are renamed into place and
+# RUN/last is rewritten atomically (the commit marker). A failed or killed step
+# leaves RUN/last, the previous checkpoint and the previous state untouched, and
+# its RUN/tmp/N+1 (with one stderr log per stage) for inspection; the next run
+# removes it and redoes the step.
+#
+# Run folder:
+#   config                     KEY=VALUE (pipelines/config/defaults.conf + overrides)
+#   last                       number of the last committed step (commit marker)
+#   ckpt/N/                    checkpoint after step N (ckpt/0 = the initial model)
+#   state/N.msgpack.zst        tracker state after step N (SPO/SKPO baselines, lengths)
+#   rollouts/N.msgpack.zst     what step N sampled (teed, before the reward)
+#   metrics/N.msgpack.zst      metrics records of step N (skpo-update) and evals
+#   eval/N.msgpack.zst         rewarded eval samples at step N
+#   logs/                      per-stage stderr of the committed steps
+set -o pipefail
+PIPE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TOP=$(cd "$PIPE/.." && pwd)
+PATH="$TOP/bin:$PATH"
+SKPO_SHARED=${SKPO_SHARED:-$TOP/../shared}
+
+die() { echo "skpo-pipeline: $*" >&2; exit 1; }
+
+# load_config RUN: defaults, then the run's config (later lines win).
+load_config() {
+  # shellcheck disable=SC1091
+  . "$PIPE/config/defaults.conf"
+  [ -f "$1/config" ] || die "no config in run folder '$1' (start it with pipelines/train.sh)"
+  # shellcheck disable=SC1090,SC1091
+  . "$1/config"
+  REWARD_CMD=${REWARD_CMD:-skpo-reward}
+}
+
+last_step() { if [ -f "$1/last" ]; then cat "$1/last"; else echo 0; fi; }
+
+# commit_file SRC DST: rename into place (same filesystem), creating DST's folder.
+commit_file() { mkdir -p "$(dirname "$2")" && mv -f "$1" "$2"; }
+
+# write_marker RUN N: atomically record N as the last complete step.
+write_marker() {
+  printf '%s\n' "$2" >"$1/last.tmp.$$" && sync "$1/last.tmp.$$" 2>/dev/null; mv -f "$1/last.tmp.$$" "$1/last"
+}
+
+# --- stage commands (the only place tool flags appear) -------------------------------
+# Each reads the variables of the config plus: CK (checkpoint dir), OUT (next
+# checkpoint dir), ST (state file of this step), TMPD (the step's work folder), STEP.
+
+stage_sample_segment() {
+  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --batch "$PROMPTS" --segment \
+    --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" \
+    --lq-init "$LQ_INIT" --prio-eps "$PRIO_EPS" --seed "$((SEED * 100003 + STEP))" --step "$STEP"
+}
+stage_sample_n() { # N: responses per prompt; BATCH: prompts
+  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --batch "$2" --n "$1" \
+    --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" \
+    --prio-eps "$PRIO_EPS" --seed "$((SEED * 100003 + STEP))" --step "$STEP"
+}
+stage_splice() {
+  skpo-splice --model "$CK" --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
+    --max-tokens "$MAX_TOKENS" --seed "$((SEED * 100003 + STEP))"
+}
+stage_reward() { eval "$REWARD_CMD \"\$@\""; }
+stage_advantage() { # MODE [extra flags]
+  local mode=$1; shift
+  skpo-advantage --mode "$mode" --state "$ST" --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" \
+    --tau-half "$TAU_HALF" "$@"
+}
+stage_update() { # [extra flags]
+  skpo-update --model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP" \
+    --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" --beta1 "$BETA1" --beta2 "$BETA2" \
+    --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --minibatch "$MINIBATCH" --epochs "$EPOCHS" \
+    --clip-low "$CLIP_LOW" --clip-high "$CLIP_HIGH" --w-up "$W_UP" --w-down "$W_DOWN" "$@"
+}
+
+# --- running one step ------------------------------------------------------------------
+
+# begin_step RUN: set STEP/CK/OUT/ST/TMPD for the step after the last committed one.
+begin_step() {
+  RUN=$1
+  load_config "$RUN"
+  local prev; prev=$(last_step "$RUN")
+  STEP=$((prev + 1))
+  CK="$RUN/ckpt/$prev"
+  [ -f "$CK/config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
+  TMPD="$RUN/tmp/$STEP"
+  rm -rf "$TMPD"
+  mkdir -p "$TMPD/logs"
+  OUT="$TMPD/ckpt"
+  ST="$TMPD/state.msgpack.zst"
+  if [ -f "$RUN/state/$prev.msgpack.zst" ]; then cp "$RUN/state/$prev.msgpack.zst" "$ST"; fi
+  STEP_T0=$(date +%s.%N)
+}
+
+# check_pipe NAMES... -- STATUSES...: after a pipeline, name the stage that failed
+# first. A stage killed by SIGPIPE (141) or failing to write stdout only reacts to
+# a later stage dying, and one reading a truncated stream reacts to an earlier one,
+# so the culprit is the earliest stage with a status of its own.
+check_pipe() {
+  local names=() sts=() i culprit=-1 any=0
+  while [ "$1" != "--" ]; do names+=("$1"); shift; done; shift
+  sts=("$@")
+  for i in "${!sts[@]}"; do
+    [ "${sts[$i]}" = 0 ] && continue
+    any=1
+    [ "${sts[$i]}" = 141 ] && continue
+    grep -qi "broken pipe\|cannot write standard output" "$TMPD/logs/${names[$i]}.err" 2>/dev/null && continue
+    [ "$culprit" = -1 ] && culprit=$i
+  done
+  [ "$any" = 0 ] && return 0
+  if [ "$culprit" = -1 ]; then for i in "${!sts[@]}"; do [ "${sts[$i]}" != 0 ] && { culprit=$i; break; }; done; fi
+  local n=${names[$culprit]} s=${sts[$culprit]} why
+  why="exit $s"; [ "$s" -gt 128 ] && why="killed by signal $((s - 128))"
+  {
+    echo "skpo-pipeline: step $STEP failed in stage '$n' ($why); step $((STEP - 1)) stays the last committed one"
+    echo "skpo-pipeline: stage statuses: $(for i in "${!sts[@]}"; do printf '%s=%s ' "${names[$i]}" "${sts[$i]}"; done)"
+    sed 's/^/  | /' "$TMPD/logs/$n.err" | tail -n 15
+    echo "skpo-pipeline: logs in $TMPD/logs; rerun the same command to redo step $STEP"
+  } >&2
+  return 1
+}
+
+# commit_step: move the step's products into place, then write the marker.
+commit_step() {
+  [ -f "$OUT/config.json" ] || die "step $STEP: the update wrote no checkpoint in '$OUT'"
+  mkdir -p "$RUN/ckpt" "$RUN/state" "$RUN/rollouts" "$RUN/metrics" "$RUN/logs"
+  rm -rf "$RUN/ckpt/$STEP"
+  mv "$OUT" "$RUN/ckpt/$STEP"
+  [ -f "$ST" ] && commit_file "$ST" "$RUN/state/$STEP.msgpack.zst"
+  [ -f "$TMPD/rollouts.msgpack.zst" ] && commit_file "$TMPD/rollouts.msgpack.zst" "$RUN/rollouts/$STEP.msgpack.zst"
+  [ -f "$TMPD/metrics.msgpack.zst" ] && commit_file "$TMPD/metrics.msgpack.zst" "$RUN/metrics/$STEP.msgpack.zst"
+  for f in "$TMPD"/logs/*.err; do [ -f "$f" ] && mv -f "$f" "$RUN/logs/$STEP.$(basename "$f")"; done
+  sync 2>/dev/null
+  write_marker "$RUN" "$STEP"
+  rm -rf "$TMPD"
+  echo "$(date +%s.%N) $STEP_T0" | awk '{printf "%.3f\n", $1 - $2}' >"$RUN/logs/$STEP.time"
+}

@@ -1,0 +1,99 @@
+#!/bin/sh
+# t_update.sh - skpo-update black-box tests: the PyTorch-checked step through
+# the tool, resume, metrics, atomic output on failure, usage errors, and data
+# parallel runs under mpirun (2 ranks, oversubscribed on small machines).
+. "$(dirname "$0")/lib.sh"
+BUILD=${SKPO_BUILD:-build}
+M="$FIX/update/model"
+R="$M/records.msgpack.zst"
+CHK="$BUILD/tests/test_update_model"
+# The flags tests/ref/make_update_fixtures.py computed its reference step with.
+A="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"
+
+# mpirun as root needs these; --oversubscribe lets 2 ranks share fewer cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+have_mpirun() { command -v mpirun >/dev/null 2>&1; }
+# Open MPI keeps process-lifetime allocations that LeakSanitizer reports as
+# leaks (not ours): leak checking is off for MPI runs only.
+mpi2() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun -np 2 --oversubscribe "$@"; }
+# Count records holding a key in a stream (keys are plain bytes in msgpack).
+count_key() { zstd -dc "$1" | grep -ao "$2" | wc -l; }
+
+if [ ! -x "$TOP/bin/skpo-update" ] || [ ! -x "$CHK" ]; then
+  skip "skpo-update" "bin/skpo-update or $CHK not built"
+  exit 0
+fi
+
+t "one step through the tool matches the PyTorch step" sh -c "
+  $(command -v skpo-update) --model '$M' --out '$TMP/ck1' --metrics '$TMP/m.zst' $A <'$R' 2>'$TMP/err1' &&
+  '$CHK' --compare '$TMP/ck1'"
+
+t "output is an HF folder with tokenizer files, optimizer state and step 1" sh -c "
+  for f in config.json model.safetensors tokenizer.json tokenizer_config.json optim.safetensors trainer_state.json; do
+    [ -f '$TMP/ck1/'\$f ] || { echo missing \$f; exit 1; }; done
+  grep -q '\"step\": 1' '$TMP/ck1/trainer_state.json' &&
+  grep -q '\"optimizer_updates\": 2' '$TMP/ck1/trainer_state.json' &&
+  [ ! -e '$TMP/ck1/records.msgpack.zst' ]"
+
+t "summary line on stderr names step, updates and output" \
+  grep -q "skpo-update: step 1: 2 updates over 4 prompts, 16 records.*-> $TMP/ck1" "$TMP/err1"
+
+t "metrics file gets one record per mini-batch" sh -c "[ \$(zstd -dc '$TMP/m.zst' | grep -ao grad_norm | wc -l) = 2 ]"
+
+t "stdout stays empty" sh -c "[ -z \"\$(skpo-update --model '$M' --out '$TMP/ck-q' $A <'$R' 2>/dev/null)\" ]"
+
+t "second step continues the optimizer state and appends metrics" sh -c "
+  skpo-update --model '$TMP/ck1' --out '$TMP/ck2' --metrics '$TMP/m.zst' $A '$R' 2>/dev/null &&
+  grep -q '\"step\": 2' '$TMP/ck2/trainer_state.json' &&
+  grep -q '\"optimizer_updates\": 4' '$TMP/ck2/trainer_state.json' &&
+  [ \$(zstd -dc '$TMP/m.zst' | grep -ao grad_norm | wc -l) = 4 ]"
+
+t "--fresh-optimizer and a resumed step differ (state is really used)" sh -c "
+  skpo-update --model '$TMP/ck1' --out '$TMP/ck2f' --fresh-optimizer $A '$R' 2>/dev/null &&
+  ! cmp -s '$TMP/ck2/model.safetensors' '$TMP/ck2f/model.safetensors'"
+
+t "the same run twice writes identical bytes" sh -c "
+  skpo-update --model '$M' --out '$TMP/ck1b' $A <'$R' 2>/dev/null &&
+  cmp '$TMP/ck1/model.safetensors' '$TMP/ck1b/model.safetensors' &&
+  cmp '$TMP/ck1/optim.safetensors' '$TMP/ck1b/optim.safetensors'"
+
+t "--resume without optimizer state fails" expect_exit 1 skpo-update --model "$M" --out "$TMP/x" --resume $A "$R"
+
+# A NaN log-prob in mini-batch 2: the tool stops naming step and record, and
+# --out (from the first test) stays byte-identical with no temp folder left.
+t "non-finite record stops the step, names it, keeps the old output" sh -c "
+  cp -r '$TMP/ck1' '$TMP/keep' &&
+  { skpo-update --model '$M' --out '$TMP/ck1' --metrics '$TMP/m-nan.zst' $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-nan'; [ \$? = 1 ]; } &&
+  grep -q \"skpo-update: step 1, mini-batch 2 of 2: record 'q3-d1': old log-prob of token 2 is nan\" '$TMP/err-nan' &&
+  diff -r '$TMP/keep' '$TMP/ck1' && [ ! -e '$TMP/m-nan.zst' ] && [ -z \"\$(ls -d '$TMP'/ck1.tmp.* 2>/dev/null)\" ]"
+
+t "missing ref_logp with --kl-coef names the record" sh -c "
+  { skpo-update --model '$M' --out '$TMP/kl' $A --kl-coef 0.1 '$R' 2>'$TMP/err-kl'; [ \$? = 1 ]; } &&
+  grep -q \"record 'q0-up': missing field 'ref_logp'\" '$TMP/err-kl' && [ ! -e '$TMP/kl' ]"
+
+t "truncated input fails with exit 1" sh -c "
+  head -c 500 '$R' > '$TMP/trunc.zst'
+  skpo-update --model '$M' --out '$TMP/t' $A '$TMP/trunc.zst' 2>'$TMP/err-t'; [ \$? = 1 ] &&
+  grep -q 'skpo-update: ' '$TMP/err-t' && [ ! -e '$TMP/t' ]"
+
+t "unknown loss form is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --down-loss foo
+t "dual clip at or below 1 is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --up-dual-clip 0.5
+t "missing --out is a usage error" expect_exit 2 skpo-update --model "$M"
+t "sft warm start runs on the same records" sh -c "
+  skpo-update --model '$M' --out '$TMP/sft' --loss sft --lr 1e-3 '$R' 2>'$TMP/err-sft' &&
+  grep -q 'full ' '$TMP/err-sft'"
+
+if have_mpirun && [ -x "$BUILD/tests/test_update_dp" ]; then
+  t "data-parallel step over 2 MPI ranks equals the single-process step (core)" \
+    mpi2 "$BUILD/tests/test_update_dp"
+  t "mpirun -np 2 skpo-update writes the single-process checkpoint (1e-6)" sh -c "
+    ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
+      $(command -v skpo-update) --model '$M' --out '$TMP/dp1' $A '$R' 2>'$TMP/err-dp' &&
+    grep -q '2 ranks' '$TMP/err-dp' && '$CHK' --same '$TMP/ck1' '$TMP/dp1' 1e-6"
+  t "mpirun -np 2 reads records from stdin on rank 0" sh -c "
+    ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
+      $(command -v skpo-update) --model '$M' --out '$TMP/dp2' $A <'$R' 2>/dev/null &&
+    '$CHK' --same '$TMP/ck1' '$TMP/dp2' 1e-6"
+else
+  skip "data-parallel runs" "no mpirun or no $BUILD/tests/test_update_dp"
+fi

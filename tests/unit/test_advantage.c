@@ -1,0 +1,392 @@
+// test_advantage.c - advantage formulas against SKPO.md's hand-computed values
+// (section 4.4 GRPO sanity values, section 4.3 tracker trace) and a whole step
+// over records: groups spread over the input in any order, the up reward and
+// its batch normalisation, dapo's filter, spo, the divergence hook, and the
+// errors (missing downstream records, NaN and missing rewards, orphans).
+#include "advantage.h"
+#include "harness.h"
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void grpo_one_correct_of_eight_matches_spec(void) {
+    double r[8] = {1, -1, -1, -1, -1, -1, -1, -1}, a[8];
+    CHECK(skpo_adv_group(r, 8, 1, 1e-6, a) == 0);
+    CHECK_NEAR(a[0], 2.474870, 5e-6);
+    CHECK_NEAR(a[1], -0.353553, 5e-7);
+    for (int i = 0; i < 8; i++) r[i] = -r[i]; // seven correct mirrors one correct
+    skpo_adv_group(r, 8, 1, 1e-6, a);
+    CHECK_NEAR(a[0], -2.474870, 5e-6);
+    CHECK_NEAR(a[7], 0.353553, 5e-7);
+}
+
+static void grpo_four_correct_of_eight_matches_spec(void) {
+    double r[8] = {1, -1, 1, -1, 1, -1, 1, -1}, a[8];
+    skpo_adv_group(r, 8, 1, 1e-6, a);
+    CHECK_NEAR(a[0], 0.935413, 5e-7);
+    CHECK_NEAR(a[1], -0.935413, 5e-7);
+    CHECK_NEAR(skpo_adv_std(r, 8), 1.069045, 5e-7);
+}
+
+static void degenerate_group_gets_zero_advantage(void) {
+    double r[4] = {-1, -1, -1, -1}, a[4] = {9, 9, 9, 9};
+    CHECK(skpo_adv_group(r, 4, 1, 1e-6, a) == 1);
+    CHECK(a[0] == 0 && a[3] == 0);
+}
+
+static void drgrpo_subtracts_the_mean_only(void) {
+    double r[4] = {1, -1, -1, -1}, a[4];
+    skpo_adv_group(r, 4, 0, 1e-6, a);
+    CHECK(a[0] == 1.5 && a[1] == -0.5);
+}
+
+static void batch_norm_uses_unbiased_std_and_zeros_a_single_sample(void) {
+    double a[2] = {0.5, -0.75};
+    skpo_adv_batch_norm(a, 2, 1e-8);
+    CHECK_NEAR(a[0], 1 / sqrt(2.0), 1e-7);
+    CHECK_NEAR(a[1], -1 / sqrt(2.0), 1e-7);
+    double b[1] = {0.3};
+    skpo_adv_batch_norm(b, 1, 1e-8);
+    CHECK(b[0] == 0);
+}
+
+// --- whole steps --------------------------------------------------------------------
+
+static void mk(skpo_rec *r, const char *kind, const char *uid, const char *pid, const char *gid, double reward,
+               int ntok) {
+    skpo_rec_init(r);
+    skpo_rec_set_str(r, F_KIND, kind);
+    skpo_rec_set_str(r, F_UID, uid);
+    skpo_rec_set_str(r, F_PID, pid);
+    if (gid) skpo_rec_set_str(r, F_GID, gid);
+    if (!isnan(reward)) {
+        skpo_rec_set_float(r, F_REWARD, reward);
+        skpo_rec_set_bool(r, F_CORRECT, reward > 0);
+    }
+    int32_t tok[64] = {0};
+    float lp[64];
+    for (int i = 0; i < ntok; i++) { tok[i] = 10 + i; lp[i] = -0.5f; }
+    skpo_rec_set_i32s(r, F_TOKENS, tok, (size_t)ntok);
+    skpo_rec_set_f32s(r, F_LOGP, lp, (size_t)ntok);
+    int32_t prompt[3] = {1, 2, 3};
+    skpo_rec_set_i32s(r, F_PROMPT, prompt, 3);
+}
+
+// Two up records u1 (prompt p1, 6 of 8 correct) and u2 (p2, 3 of 8), their downs
+// interleaved and reversed, plus a pass-through record in the middle. 19 records.
+static size_t skpo_batch(skpo_rec *recs) {
+    size_t n = 0;
+    char uid[16];
+    for (int i = 7; i >= 0; i--) {
+        snprintf(uid, sizeof uid, "d2-%d", i);
+        mk(&recs[n++], SKPO_KIND_DOWN, uid, "p2", "u2", i < 3 ? 1 : -1, 20);
+        snprintf(uid, sizeof uid, "d1-%d", i);
+        mk(&recs[n++], SKPO_KIND_DOWN, uid, "p1", "u1", i < 6 ? 1 : -1, 10);
+        if (i == 4) { skpo_rec_init(&recs[n]); skpo_rec_set_str(&recs[n++], F_KIND, "note"); }
+    }
+    mk(&recs[n++], SKPO_KIND_UP, "u2", "p2", NULL, NAN, 4);
+    mk(&recs[n++], SKPO_KIND_UP, "u1", "p1", NULL, NAN, 6);
+    return n;
+}
+
+static double fget(const skpo_rec *r, const char *k) {
+    double v = NAN;
+    skpo_rec_float(r, k, &v);
+    return v;
+}
+
+static const skpo_rec *by_uid(const skpo_rec *recs, size_t n, const char *uid) {
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_str(&recs[i], F_UID) && strcmp(skpo_rec_str(&recs[i], F_UID), uid) == 0) return &recs[i];
+    return NULL;
+}
+
+static void skpo_step_groups_records_in_any_order(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK_MSG(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    const skpo_rec *u1 = by_uid(recs, n, "u1"), *u2 = by_uid(recs, n, "u2");
+    CHECK(fget(u1, F_REWARD) == 0.5 && fget(u2, F_REWARD) == -0.25);
+    CHECK_NEAR(fget(u1, F_ADV), 1 / sqrt(2.0), 1e-7); // R - 0 batch-normalised over 2
+    CHECK_NEAR(fget(u2, F_ADV), -1 / sqrt(2.0), 1e-7);
+    CHECK(fget(u1, F_WEIGHT) == 0.5 && fget(by_uid(recs, n, "d1-0"), F_WEIGHT) == 0.5);
+    // 6 of 8 correct: mirror of 2 of 8; mean 0.5, std sqrt(8/7*0.75)
+    double sd = sqrt(6.0 / 7.0) + 1e-6;
+    CHECK_NEAR(fget(by_uid(recs, n, "d1-0"), F_ADV), 0.5 / sd, 1e-9);
+    CHECK_NEAR(fget(by_uid(recs, n, "d1-7"), F_ADV), -1.5 / sd, 1e-9);
+    CHECK(skpo_rec_is_kind(&recs[8], "note") && skpo_rec_get(&recs[8], F_ADV) == NULL); // passed through
+    for (size_t i = 0; i < n; i++) CHECK(keep[i]);
+    // tracker: first visits overwrite V; L from the mean downstream length
+    CHECK(skpo_tracker_value(t, "p1") == 0.5 && skpo_tracker_value(t, "p2") == -0.25);
+    CHECK(skpo_tracker_len(t, "p1") == 10 && skpo_tracker_len(t, "p2") == 20);
+    skpo_tracker_seg seg;
+    CHECK(skpo_tracker_last_seg(t, "p1", &seg) && seg.ntokens == 6 && seg.nprompt == 3);
+    CHECK(fget(&m, "accuracy") == 9.0 / 16.0);
+    CHECK(fget(&m, "reward_mean") == 0.125);
+    CHECK(fget(&m, "len_up_mean") == 5 && fget(&m, "len_down_mean") == 15);
+    CHECK(fget(&m, "degenerate_frac") == 0);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+static void skpo_second_visit_uses_the_pre_update_baseline(void) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_tracker_update(t, "p1", 0.5, 10, 0.96, NULL, &err); // visit 1 of p1
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    // raw: p1 0.5 - 0.5 = 0, p2 -0.25 - 0 = -0.25 -> normalised +-0.7071
+    CHECK_NEAR(fget(by_uid(recs, n, "u1"), F_ADV), 1 / sqrt(2.0), 1e-7);
+    CHECK_NEAR(skpo_tracker_count(t, "p1"), 1.96, 1e-12);
+    CHECK(fget(&m, "revisits") == 1 && fget(&m, "rho_mean") == 0.96);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+typedef struct div_ctx { int calls; size_t n; double D; } div_ctx;
+static skpo_status fake_divergence(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err) {
+    div_ctx *c = ctx;
+    c->calls++;
+    c->n = n;
+    for (size_t i = 0; i < n; i++) D[i] = segs[i].ntokens == 6 ? c->D : 0;
+    return SKPO_OK;
+}
+
+static void divergence_sets_rho_on_revisits_only(void) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    int32_t tok[6] = {0}, pr[1] = {1};
+    float lp[6] = {0};
+    skpo_tracker_seg seg = {tok, 6, lp, pr, 1};
+    skpo_tracker_update(t, "p1", 0.5, 10, 0.96, &seg, &err);
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    div_ctx c = {0, 0, 0.8}; // rho = 2^(-0.1) = 0.933033, inside the clamp
+    o.divergence = fake_divergence;
+    o.div_ctx = &c;
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    CHECK(c.calls == 1 && c.n == 1);
+    CHECK_NEAR(skpo_tracker_count(t, "p1"), pow(2, -0.1) + 1, 1e-12);
+    CHECK(fget(&m, "rho_clip_frac") == 0);
+    CHECK_NEAR(fget(&m, "kl_d_mean"), 0.8, 1e-12);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+static void norm_down_and_phase_weights_follow_the_options(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.norm_down = 1;
+    o.w_up = 0.3;
+    o.w_down = 0.7;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    double a[16];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_is_kind(&recs[i], SKPO_KIND_DOWN)) {
+            a[k++] = fget(&recs[i], F_ADV);
+            CHECK(fget(&recs[i], F_WEIGHT) == 0.7);
+        }
+    double mean = 0;
+    for (size_t i = 0; i < k; i++) mean += a[i] / (double)k;
+    CHECK(k == 16);
+    CHECK_NEAR(mean, 0.0, 1e-12);
+    CHECK_NEAR(skpo_adv_std(a, k), 1.0, 1e-7);
+    CHECK(fget(by_uid(recs, n, "u1"), F_WEIGHT) == 0.3);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+static skpo_status run_skpo(skpo_rec *recs, size_t n, skpo_err *err) {
+    skpo_rec m;
+    unsigned char keep[32];
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    skpo_status st = skpo_adv_step(recs, n, &o, t, keep, &m, err);
+    skpo_rec_free(&m);
+    skpo_tracker_free(t);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    return st;
+}
+
+static void missing_downstream_record_is_an_error_naming_the_group(void) {
+    skpo_rec recs[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_rec_free(&recs[0]); // d2-7
+    memmove(&recs[0], &recs[1], (n - 1) * sizeof *recs);
+    CHECK(run_skpo(recs, n - 1, &err) == SKPO_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "'u2'") && strstr(err.msg, "7 downstream") && strstr(err.msg, "expected 8"), "%s", err.msg);
+}
+
+static void nan_reward_is_an_error_naming_the_record(void) {
+    skpo_rec recs[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_rec_set_float(&recs[3], F_REWARD, NAN); // d1-6
+    CHECK(run_skpo(recs, n, &err) == SKPO_ENUMERIC);
+    CHECK_MSG(strstr(err.msg, "d1-6") != NULL, "%s", err.msg);
+}
+
+static void missing_reward_is_an_error(void) {
+    skpo_rec recs[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_rec_del(&recs[2], F_REWARD); // d2-6
+    CHECK(run_skpo(recs, n, &err) == SKPO_ENOTFOUND);
+    CHECK_MSG(strstr(err.msg, "d2-6") && strstr(err.msg, "no reward"), "%s", err.msg);
+}
+
+static void down_record_without_its_up_record_is_an_error(void) {
+    skpo_rec recs[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    skpo_rec_set_str(&recs[0], F_GID, "u9");
+    CHECK(run_skpo(recs, n, &err) == SKPO_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "u9") != NULL, "%s", err.msg);
+}
+
+// Full records: prompt a has 2 correct of 4, prompt b all wrong.
+static size_t full_batch(skpo_rec *recs) {
+    size_t n = 0;
+    char uid[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(uid, sizeof uid, "a%d", i);
+        mk(&recs[n++], SKPO_KIND_FULL, uid, "a", NULL, i < 2 ? 1 : -1, 8);
+        snprintf(uid, sizeof uid, "b%d", i);
+        mk(&recs[n++], SKPO_KIND_FULL, uid, "b", NULL, -1, 4);
+    }
+    return n;
+}
+
+static void dapo_drops_groups_whose_rewards_are_all_equal(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    skpo_err err = {{0}};
+    size_t n = full_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.mode = SKPO_ADV_DAPO;
+    o.group = 4;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK_MSG(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    for (size_t i = 0; i < n; i++) CHECK(keep[i] == (i % 2 == 0));
+    double sd = sqrt(4.0 / 3.0) + 1e-6;
+    CHECK_NEAR(fget(&recs[0], F_ADV), 1 / sd, 1e-9);
+    CHECK(fget(&recs[0], F_WEIGHT) == 1.0);
+    CHECK(fget(&m, "dropped_groups") == 1 && fget(&m, "degenerate_frac") == 0.5);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+static void spo_takes_one_response_per_prompt_with_the_tracker_baseline(void) {
+    skpo_rec recs[2], m;
+    unsigned char keep[2];
+    skpo_err err = {{0}};
+    mk(&recs[0], SKPO_KIND_FULL, "x", "a", NULL, -1, 8);
+    mk(&recs[1], SKPO_KIND_FULL, "y", "b", NULL, 1, 8);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.mode = SKPO_ADV_SPO;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_tracker_update(t, "a", -0.5, 8, 0.96, NULL, &err);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, 2, &o, t, keep, &m, &err) == SKPO_OK);
+    // raw: a -1 - (-0.5) = -0.5, b 1 - 0 = 1 -> normalised -+0.7071
+    CHECK_NEAR(fget(&recs[0], F_ADV), -1 / sqrt(2.0), 1e-7);
+    CHECK_NEAR(fget(&recs[1], F_ADV), 1 / sqrt(2.0), 1e-7);
+    CHECK(skpo_tracker_value(t, "b") == 1);
+    CHECK_NEAR(skpo_tracker_value(t, "a"), -0.5 + (-0.5) / 1.96, 1e-12);
+    skpo_rec_free(&m);
+    for (int i = 0; i < 2; i++) skpo_rec_free(&recs[i]);
+    mk(&recs[0], SKPO_KIND_FULL, "x", "a", NULL, -1, 8);
+    mk(&recs[1], SKPO_KIND_FULL, "y", "a", NULL, 1, 8);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, 2, &o, t, keep, &m, &err) == SKPO_EFORMAT); // two responses of one prompt
+    skpo_rec_free(&m);
+    for (int i = 0; i < 2; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
+// D with a real (tiny, random) checkpoint: stored log-probs offset from the
+// model's own by known amounts give exactly the mean absolute offset, whatever
+// the batching; unscorable segments give 0.
+static void model_divergence_is_mean_abs_logprob_gap(void) {
+    const char *top = getenv("SKPO_TOP");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/model/qwen2_untied", top ? top : ".");
+    skpo_err err = {{0}};
+    skpo_model *m = NULL;
+    skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
+    CHECK_MSG(skpo_model_load(dir, &mo, &m, &err) == SKPO_OK, "%s", err.msg);
+    if (!m) return;
+    int32_t ids1[] = {1, 2, 3, 10, 11, 12, 13}, ids2[] = {5, 6, 40, 41, 42};
+    skpo_seq seqs[2] = {{ids1, 7, 3}, {ids2, 5, 2}};
+    float lp[7];
+    CHECK(skpo_model_logprobs(m, seqs, 2, 1.0f, lp, NULL, &err) == SKPO_OK);
+    float s1[4], s2[3];
+    for (int t = 0; t < 4; t++) s1[t] = lp[t] + (t % 2 ? -0.3f : 0.1f);
+    for (int t = 0; t < 3; t++) s2[t] = lp[4 + t] + 0.5f;
+    skpo_tracker_seg segs[3] = {{ids1 + 3, 4, s1, ids1, 3}, {ids2 + 2, 3, s2, ids2, 2}, {ids2 + 2, 3, s2, NULL, 0}};
+    double D[3] = {9, 9, 9}, D1[3] = {9, 9, 9};
+    skpo_adv_model_ctx c = {m, 1.0f, 0};
+    CHECK(skpo_adv_model_divergence(&c, segs, 3, D, &err) == SKPO_OK);
+    c.max_tokens = 1; // one sequence per batch
+    CHECK(skpo_adv_model_divergence(&c, segs, 3, D1, &err) == SKPO_OK);
+    CHECK_NEAR(D[0], 0.2, 1e-6);
+    CHECK_NEAR(D[1], 0.5, 1e-6);
+    CHECK(D[2] == 0.0);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(D1[i], D[i], 1e-6);
+    skpo_model_free(m);
+}
+
+int main(void) {
+    RUN(grpo_one_correct_of_eight_matches_spec);
+    RUN(grpo_four_correct_of_eight_matches_spec);
+    RUN(degenerate_group_gets_zero_advantage);
+    RUN(drgrpo_subtracts_the_mean_only);
+    RUN(batch_norm_uses_unbiased_std_and_zeros_a_single_sample);
+    RUN(skpo_step_groups_records_in_any_order);
+    RUN(skpo_second_visit_uses_the_pre_update_baseline);
+    RUN(divergence_sets_rho_on_revisits_only);
+    RUN(norm_down_and_phase_weights_follow_the_options);
+    RUN(missing_downstream_record_is_an_error_naming_the_group);
+    RUN(nan_reward_is_an_error_naming_the_record);
+    RUN(missing_reward_is_an_error);
+    RUN(down_record_without_its_up_record_is_an_error);
+    RUN(dapo_drops_groups_whose_rewards_are_all_equal);
+    RUN(spo_takes_one_response_per_prompt_with_the_tracker_baseline);
+    RUN(model_divergence_is_mean_abs_logprob_gap);
+    return TEST_SUMMARY();
+}

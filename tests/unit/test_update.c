@@ -1,0 +1,357 @@
+// test_update.c - the training step (core/update.c) on an exact bigram policy:
+// micro-batch accumulation, finite differences of the whole objective,
+// mini-batch grouping, resume, non-finite guard, recompute-old, token counting.
+#include "harness.h"
+#include "update_bigram.h"
+
+#include <unistd.h>
+
+static skpo_comm *local_comm(void) {
+    skpo_comm *c = NULL;
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_comm_init(SKPO_COMM_LOCAL, &c, &e) == SKPO_OK);
+    return c;
+}
+
+// Gradient of mini-batch 0 for given options into g (2 param arrays).
+static double grad_of(bigram *m, skpo_rec *r, size_t n, const skpo_update_opts *o, float *gW, float *gb) {
+    skpo_comm *c = local_comm();
+    skpo_policy pol = bg_policy(m);
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_batch_new(r, n, o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_update_metrics met;
+    skpo_status st = skpo_update_grad(&pol, c, b, 0, o, &met, &e);
+    CHECK_MSG(st == SKPO_OK, "%s", e.msg);
+    if (gW) memcpy(gW, m->gW, sizeof m->gW);
+    if (gb) memcpy(gb, m->gb, sizeof m->gb);
+    skpo_batch_free(b);
+    skpo_comm_free(c);
+    return met.loss;
+}
+
+static void micro_batches_accumulate_to_the_whole_minibatch_gradient(void) {
+    bigram m;
+    bg_init(&m, 1);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 8, 4, 0.3, 11, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    float a[BG_V * BG_V], ab[BG_V], b[BG_V * BG_V], bb[BG_V];
+    for (int agg = 0; agg < 3; agg++) {
+        for (int p = 0; p < SKPO_NPHASE; p++) o.loss.agg[p] = agg;
+        if (agg == 0) o.loss.agg[SKPO_PHASE_UP] = SKPO_AGG_SEQ_MEAN_TOKEN_MEAN;   // mixed per phase too
+        o.micro_tokens = 1 << 20;
+        double la = grad_of(&m, r, n, &o, a, ab);
+        o.micro_tokens = 7;   // about one record per micro-batch
+        double lb = grad_of(&m, r, n, &o, b, bb);
+        CHECK_NEAR(la, lb, 1e-9);
+        double worst = 0, scale = 0;
+        for (int i = 0; i < BG_V * BG_V; i++) {
+            worst = fmax(worst, fabs(a[i] - b[i]));
+            scale = fmax(scale, fabs(a[i]));
+        }
+        CHECK_MSG(worst <= 1e-6 * scale && scale > 0, "agg %d: max diff %g of %g", agg, worst, scale);
+    }
+    bg_records_free(r, n);
+}
+
+static void gradient_matches_finite_differences_of_the_objective(void) {
+    bigram m;
+    bg_init(&m, 2);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 6, 3, 0.04, 5, &n);   // ratios inside every clip range
+    skpo_rec_set_float(&r[1], F_WEIGHT, 0.25);          // uneven weights on purpose
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    // CISPO's stop-gradient weight makes its gradient differ from the derivative
+    // of its loss value on purpose, so the down phase uses PPO here.
+    o.loss.phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
+    o.loss.kl_coef = 0.05;
+    o.loss.entropy_coef = 0.02;
+    for (size_t i = 0; i < n; i++) {   // ref_logp for the KL term: the behaviour logp shifted
+        size_t nl;
+        const float *lp = skpo_rec_f32s(&r[i], F_LOGP, &nl);
+        float ref[16];
+        for (size_t t = 0; t < nl; t++) ref[t] = lp[t] - 0.1f * (float)(t % 3);
+        skpo_rec_set_f32s(&r[i], F_REF_LOGP, ref, nl);
+    }
+    o.micro_tokens = 10;
+    float gW[BG_V * BG_V], gb[BG_V];
+    grad_of(&m, r, n, &o, gW, gb);
+    int checked = 0;
+    for (int i = 0; i < BG_V * BG_V; i += 7) {
+        float keep = m.W[i];
+        const float h = 1e-2f;
+        m.W[i] = keep + h;
+        double lp = grad_of(&m, r, n, &o, NULL, NULL);
+        m.W[i] = keep - h;
+        double lm = grad_of(&m, r, n, &o, NULL, NULL);
+        m.W[i] = keep;
+        double fd = (lp - lm) / (2.0 * h);
+        CHECK_MSG(fabs(fd - gW[i]) <= 2e-3 * fabs(gW[i]) + 2e-5, "W[%d]: fd %.7g analytic %.7g", i, fd, gW[i]);
+        checked += gW[i] != 0;
+    }
+    CHECK(checked > 10);
+    bg_records_free(r, n);
+}
+
+static void each_minibatch_holds_whole_prompts(void) {
+    bigram m;
+    bg_init(&m, 3);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 128, 8, 0.1, 3, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    CHECK(skpo_batch_minibatches(b) == 4 && skpo_batch_prompts(b) == 128 && skpo_batch_records(b) == 128 * 9);
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    skpo_policy pol = bg_policy(&m);
+    skpo_optim *opt = skpo_optim_new(&ac, m.p, 2);
+    skpo_comm *c = local_comm();
+    skpo_update_metrics met[4];
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, met, &e) == SKPO_OK);
+    for (int k = 0; k < 4; k++) {
+        CHECK(met[k].prompts == 32);
+        CHECK(met[k].seqs[SKPO_PHASE_UP] == 32 && met[k].seqs[SKPO_PHASE_DOWN] == 256);
+        CHECK_NEAR(met[k].lr, 1e-7, 1e-20);   // step 1 of a 10-step warmup, same for all 4
+    }
+    CHECK(opt->t == 4);
+    skpo_optim_free(opt);
+    skpo_comm_free(c);
+    skpo_batch_free(b);
+    bg_records_free(r, n);
+}
+
+// One training step of the records of `seed` (2 mini-batches) at `step`.
+static void one_step(bigram *m, skpo_optim *opt, int64_t step, unsigned seed) {
+    bigram ref;
+    bg_init(&ref, 77);   // records from a fixed other policy: ratios != 1
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 6, 3, 0.2, seed, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.minibatch = 3;
+    o.step = step;
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_policy pol = bg_policy(m);
+    skpo_comm *c = local_comm();
+    CHECK_MSG(skpo_update_step(&pol, opt, c, b, &o, NULL, &e) == SKPO_OK, "%s", e.msg);
+    skpo_comm_free(c);
+    skpo_batch_free(b);
+    bg_records_free(r, n);
+}
+
+static void resumed_run_is_bit_identical_to_uninterrupted_run(void) {
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    ac.lr = 1e-2;
+    ac.warmup_steps = 3;
+    bigram a, b;
+    bg_init(&a, 9);
+    bg_init(&b, 9);
+    skpo_optim *oa = skpo_optim_new(&ac, a.p, 2), *ob = skpo_optim_new(&ac, b.p, 2);
+    one_step(&a, oa, 1, 100);
+    one_step(&a, oa, 2, 200);
+    one_step(&b, ob, 1, 100);
+    // "Checkpoint": optimizer state file + float32 weights; resume into fresh objects.
+    char dir[] = "/tmp/skpo-resume-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *path = skpo_path_join(dir, "optim.safetensors");
+    skpo_err e = {0};
+    CHECK(skpo_optim_save(ob, b.p, 0, path, &e) == SKPO_OK);
+    bigram c;
+    bg_init(&c, 1234);
+    memcpy(c.W, b.W, sizeof c.W);
+    memcpy(c.b, b.b, sizeof c.b);
+    skpo_optim *oc = skpo_optim_new(&ac, c.p, 2);
+    int used;
+    CHECK(skpo_optim_load(oc, c.p, SKPO_DT_F32, path, &used, &e) == SKPO_OK);
+    one_step(&c, oc, 2, 200);
+    CHECK(memcmp(a.W, c.W, sizeof a.W) == 0 && memcmp(a.b, c.b, sizeof a.b) == 0);
+    CHECK(memcmp(a.W, b.W, sizeof a.W) != 0);   // the second step did change something
+    skpo_optim_free(oa), skpo_optim_free(ob), skpo_optim_free(oc);
+    skpo_rm_rf(dir, &e);
+    free(path);
+}
+
+static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
+    bigram m;
+    bg_init(&m, 4);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 4, 2, 0.1, 8, &n);
+    size_t nl;
+    float lp[16];
+    const float *src = skpo_rec_f32s(&r[4], F_LOGP, &nl);
+    memcpy(lp, src, nl * sizeof *lp);
+    lp[nl - 1] = NAN;
+    skpo_rec_set_f32s(&r[4], F_LOGP, lp, nl);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.minibatch = 1;
+    o.step = 7;
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    skpo_policy pol = bg_policy(&m);
+    skpo_optim *opt = skpo_optim_new(&ac, m.p, 2);
+    skpo_comm *c = local_comm();
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, NULL, &e) == SKPO_ENUMERIC);
+    CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "mini-batch 2 of 4") && strstr(e.msg, "'p1-d1'"), "%s", e.msg);
+    CHECK(opt->t == 1);   // the first mini-batch was applied, the bad one was not
+    bg_release(&m);       // the failed micro-batch's saved forward state
+    skpo_optim_free(opt);
+    skpo_comm_free(c);
+    skpo_batch_free(b);
+    bg_records_free(r, n);
+}
+
+static void recompute_old_puts_the_first_minibatch_on_policy(void) {
+    bigram m;
+    bg_init(&m, 5);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 4, 2, 0.9, 9, &n);   // behaviour logp far off
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.recompute_old = 1;
+    o.minibatch = 2;
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    ac.lr = 0.05;
+    ac.warmup_steps = 0;
+    skpo_policy pol = bg_policy(&m);
+    skpo_optim *opt = skpo_optim_new(&ac, m.p, 2);
+    skpo_comm *c = local_comm();
+    skpo_update_metrics met[2];
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, met, &e) == SKPO_OK);
+    for (int p = 0; p < 2; p++) {
+        CHECK(fabs(met[0].phase[p].approx_kl) < 1e-5);
+        CHECK(met[0].phase[p].clip_low == 0 && met[0].phase[p].clip_high == 0);
+    }
+    // The second mini-batch sees weights moved by the first: ratios != 1.
+    CHECK(fabs(met[1].phase[0].approx_kl) + fabs(met[1].phase[1].approx_kl) > 1e-6);
+    skpo_optim_free(opt);
+    skpo_comm_free(c);
+    skpo_batch_free(b);
+    bg_records_free(r, n);
+}
+
+static void zero_weight_records_still_count_in_the_token_mean(void) {
+    bigram m;
+    bg_init(&m, 6);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 3, 2, 0.1, 10, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    float a[BG_V * BG_V], b[BG_V * BG_V];
+    // Remove down record 2 of prompt 0 (index 2) vs keep it with weight 0:
+    // the normaliser grows by its tokens, so gradients shrink by N/(N+n).
+    size_t nt;
+    skpo_rec_i32s(&r[2], F_TOKENS, &nt);
+    double N = 0;
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_is_kind(&r[i], SKPO_KIND_DOWN)) {
+            size_t k;
+            skpo_rec_i32s(&r[i], F_TOKENS, &k);
+            N += (double)k;
+        }
+    // Only the down phase: make up records carry no weight and no advantage.
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_is_kind(&r[i], SKPO_KIND_UP)) skpo_rec_set_float(&r[i], F_WEIGHT, 0), skpo_rec_set_float(&r[i], F_ADV, 0);
+    skpo_rec_set_float(&r[2], F_WEIGHT, 0);
+    grad_of(&m, r, n, &o, a, NULL);
+    skpo_rec_set_str(&r[2], F_KIND, "prompt");   // not trained any more
+    grad_of(&m, r, n, &o, b, NULL);
+    double ratio = (N - (double)nt) / N;
+    int nz = 0;
+    for (int i = 0; i < BG_V * BG_V; i++) {
+        CHECK_NEAR(a[i], b[i] * ratio, 1e-6 * fabs(b[i]) + 1e-9);
+        nz += b[i] != 0;
+    }
+    CHECK(nz > 0 && nt > 0);
+    bg_records_free(r, n);
+}
+
+static void records_missing_fields_are_named(void) {
+    bigram m;
+    bg_init(&m, 7);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 2, 1, 0.1, 12, &n);
+    skpo_rec_del(&r[3], F_ADV);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_EFORMAT && b == NULL);
+    CHECK_MSG(strstr(e.msg, "'p1-d1'") && strstr(e.msg, "'adv'"), "%s", e.msg);
+    skpo_rec_set_float(&r[3], F_ADV, 1.0);
+    float lp[2] = {-1, -1};
+    skpo_rec_set_f32s(&r[0], F_LOGP, lp, 2);
+    size_t nt;
+    skpo_rec_i32s(&r[0], F_TOKENS, &nt);
+    if (nt != 2) {
+        CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_EFORMAT);
+        CHECK_MSG(strstr(e.msg, "'p0-u0'") && strstr(e.msg, "length"), "%s", e.msg);
+    }
+    o.sft = 1;   // SFT needs neither logp nor adv
+    skpo_rec_del(&r[3], F_ADV);
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_batch_free(b);
+    bg_records_free(r, n);
+}
+
+static void sft_lowers_the_negative_log_likelihood(void) {
+    bigram m;
+    bg_init(&m, 8);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 4, 1, 0, 13, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.sft = 1;
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    ac.lr = 0.05;
+    ac.warmup_steps = 0;
+    skpo_optim *opt = skpo_optim_new(&ac, m.p, 2);
+    skpo_policy pol = bg_policy(&m);
+    skpo_comm *c = local_comm();
+    skpo_err e = {0};
+    double first = 0, last = 0;
+    for (int it = 0; it < 5; it++) {
+        skpo_batch *b = NULL;
+        CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+        skpo_update_metrics met;
+        CHECK(skpo_update_step(&pol, opt, c, b, &o, &met, &e) == SKPO_OK);
+        if (it == 0) first = met.phase[SKPO_PHASE_FULL].loss;
+        last = met.phase[SKPO_PHASE_FULL].loss;
+        CHECK(met.seqs[SKPO_PHASE_FULL] == (double)n);
+        skpo_batch_free(b);
+    }
+    CHECK_MSG(last < first && first > 0, "nll %g -> %g", first, last);
+    skpo_optim_free(opt);
+    skpo_comm_free(c);
+    bg_records_free(r, n);
+}
+
+int main(void) {
+    RUN(micro_batches_accumulate_to_the_whole_minibatch_gradient);
+    RUN(gradient_matches_finite_differences_of_the_objective);
+    RUN(each_minibatch_holds_whole_prompts);
+    RUN(resumed_run_is_bit_identical_to_uninterrupted_run);
+    RUN(nonfinite_logprob_stops_naming_step_minibatch_and_record);
+    RUN(recompute_old_puts_the_first_minibatch_on_policy);
+    RUN(zero_weight_records_still_count_in_the_token_mean);
+    RUN(records_missing_fields_are_named);
+    RUN(sft_lowers_the_negative_log_likelihood);
+    return TEST_SUMMARY();
+}

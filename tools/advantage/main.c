@@ -1,0 +1,154 @@
+/*
+ * skpo-advantage - turn a step's rewarded rollouts into advantages and move the
+ * per-prompt tracker state forward one step (core/advantage.h, core/tracker.h).
+ * It is a barrier: the whole step is read before anything is written. The new
+ * state is saved only after stdout (and --metrics) were written and closed
+ * successfully, so a failed step leaves the previous state in force.
+ */
+#include "advantage.h"
+#include "cli.h"
+#include "common.h"
+#include "model.h"
+#include "record.h"
+#include "tracker.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char synopsis[] =
+    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
+    "       [--w-up W] [--w-down W] [--norm-down] [--tau T] [--rho-min R] [--rho-max R] [--eps E] [--len-init L]\n"
+    "       [--metrics FILE] [--summary] [FILE]";
+static const char about[] =
+    "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
+    "`weight` added (and `reward` = mean downstream reward on `up` records), then a `metrics` record, and\n"
+    "saves the per-prompt tracker state of the next step in DIR (state-NNNNNN.msgpack.zst + CURRENT).\n"
+    "Without --model, rho = rho_max (SPO's constant-rho variant); with --model, the checkpoint that sampled\n"
+    "this step rescores each revisited prompt's stored segment: rho = clamp(2^(-D/tau)), D = mean |dlogp|.\n"
+    "Tracker options given on the command line replace those stored in the state.";
+
+typedef struct args {
+    const char *mode, *state, *metrics, *input, *model;
+    long step, group;
+    double w_up, w_down, temperature, tau, rho_min, rho_max, eps, len_init;
+    int norm_down, summary;
+} args;
+
+static void parse(int argc, char **argv, args *a) {
+    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0,
+                .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
+    const skpo_opt opts[] = {
+        {"mode", 0, SKPO_OPT_STR, &a->mode, 0, 0, "MODE", "skpo, grpo, drgrpo, dapo or spo"},
+        {"state", 0, SKPO_OPT_STR, &a->state, 0, 0, "DIR", "tracker state folder (created on first use)"},
+        {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "checkpoint that sampled this step: measure D for rho"},
+        {"temperature", 0, SKPO_OPT_DOUBLE, &a->temperature, 1e-6, 100, "T", "sampling temperature of the stored log-probs (default 1)"},
+        {"step", 0, SKPO_OPT_INT, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"},
+        {"group", 0, SKPO_OPT_INT, &a->group, 1, 65536, "G", "records per group (default 8)"},
+        {"w-up", 0, SKPO_OPT_DOUBLE, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"},
+        {"w-down", 0, SKPO_OPT_DOUBLE, &a->w_down, 0, 1e6, "W", "downstream loss weight in skpo mode (default 0.5)"},
+        {"norm-down", 0, SKPO_OPT_FLAG, &a->norm_down, 0, 0, NULL, "batch-normalise downstream advantages too (SKPO.md Q4)"},
+        {"tau", 0, SKPO_OPT_DOUBLE, &a->tau, 1e-12, 1e12, "T", "rho half-life: rho = 2^(-D/T) (default 8.0; SPO code: 0.06)"},
+        {"rho-min", 0, SKPO_OPT_DOUBLE, &a->rho_min, 1e-6, 1, "R", "lower clamp of rho (default 0.875)"},
+        {"rho-max", 0, SKPO_OPT_DOUBLE, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"},
+        {"eps", 0, SKPO_OPT_DOUBLE, &a->eps, 0, 1e6, "E", "prioritized-sampling weight floor (default 0.05)"},
+        {"len-init", 0, SKPO_OPT_DOUBLE, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"},
+        {"summary", 0, SKPO_OPT_FLAG, &a->summary, 0, 0, NULL, "print the metrics as one key=value line on stderr"},
+        {"metrics", 0, SKPO_OPT_STR, &a->metrics, 0, 0, "FILE", "also append the metrics record to FILE"},
+        {0},
+    };
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
+    if (npos == 1) a->input = argv[1];
+    if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
+}
+
+static skpo_tracker *load_tracker(const args *a) {
+    skpo_err err = {{0}};
+    skpo_tracker *t;
+    skpo_status st = a->step >= 0 ? skpo_tracker_load_step(a->state, a->step, &t, &err)
+                                  : skpo_tracker_load(a->state, &t, &err);
+    if (st) skpo_die("%s", err.msg);
+    skpo_tracker_params q = *skpo_tracker_get_params(t), *p = &q;
+    if (!isnan(a->tau)) p->tau = a->tau;
+    if (!isnan(a->rho_min)) p->rho_min = a->rho_min;
+    if (!isnan(a->rho_max)) p->rho_max = a->rho_max;
+    if (!isnan(a->eps)) p->eps = a->eps;
+    if (!isnan(a->len_init)) p->len_init = a->len_init;
+    if (p->rho_min > p->rho_max) skpo_die_code(SKPO_EXIT_USAGE, "rho-min %g exceeds rho-max %g", p->rho_min, p->rho_max);
+    skpo_tracker_set_params(t, p);
+    return t;
+}
+
+static void write_out(int argc, char **argv, const skpo_rec *recs, size_t n, const unsigned char *keep,
+                      const skpo_rec *metrics) {
+    skpo_err err = {{0}};
+    skpo_writer *w;
+    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, argv, NULL, &err)) skpo_die("%s", err.msg);
+    for (size_t i = 0; i < n; i++)
+        if (keep[i] && skpo_writer_put(w, &recs[i], &err)) skpo_die("%s", err.msg);
+    if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
+    skpo_close_stdout_or_die();
+}
+
+static void print_summary(const skpo_rec *m) {
+    fprintf(stderr, "%s:", skpo_progname());
+    for (size_t i = 0; i < m->n; i++) {
+        const skpo_value *v = &m->v[i];
+        if (v->type == SKPO_V_STR) fprintf(stderr, " %s=%s", v->key, v->data);
+        else if (v->type == SKPO_V_INT) fprintf(stderr, " %s=%lld", v->key, (long long)v->i);
+        else if (v->type == SKPO_V_F64 || v->type == SKPO_V_F32) fprintf(stderr, " %s=%.6g", v->key, v->f);
+    }
+    fputc('\n', stderr);
+}
+
+static void append_metrics(const char *path, const skpo_rec *metrics) {
+    skpo_err err = {{0}};
+    skpo_writer *w;
+    if (skpo_writer_open_append(path, 0, &w, &err)) skpo_die("%s", err.msg);
+    if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("metrics file '%s': %s", path, err.msg);
+}
+
+int main(int argc, char **argv) {
+    // skpo_cli_parse reorders argv; the meta record wants it as typed
+    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
+    memcpy(orig, argv, (size_t)argc * sizeof *orig);
+    args a;
+    parse(argc, argv, &a);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    if (skpo_adv_mode_parse(a.mode, &o.mode)) skpo_cli_usage_error(synopsis, "--mode: unknown mode '%s'", a.mode);
+    o.group = a.group; o.w_up = a.w_up; o.w_down = a.w_down; o.norm_down = a.norm_down;
+    skpo_tracker *t = load_tracker(&a);
+    skpo_err err = {{0}};
+    skpo_model *model = NULL;
+    skpo_adv_model_ctx mctx = {0};
+    if (a.model) {
+        skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
+        if (skpo_model_load(a.model, &mo, &model, &err)) skpo_die("%s", err.msg);
+        mctx = (skpo_adv_model_ctx){model, (float)a.temperature, 0};
+        o.divergence = skpo_adv_model_divergence;
+        o.div_ctx = &mctx;
+    }
+    skpo_rec *recs, metrics;
+    size_t n;
+    if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
+    unsigned char *keep = skpo_xmalloc(n + 1);
+    skpo_rec_init(&metrics);
+    if (skpo_adv_step(recs, n, &o, t, keep, &metrics, &err)) skpo_die("step %lld: %s", (long long)skpo_tracker_step(t), err.msg);
+    int64_t dropped;
+    if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
+        skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
+    write_out(argc, orig, recs, n, keep, &metrics);
+    if (a.metrics) append_metrics(a.metrics, &metrics);
+    if (a.summary) print_summary(&metrics);
+    skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
+    if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);
+    skpo_tracker_free(t);
+    skpo_model_free(model);
+    skpo_rec_free(&metrics);
+    skpo_recs_free(recs, n);
+    free(keep);
+    free(orig);
+    return 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * skpo-update - one policy update: records in, next checkpoint out.
+ * See `skpo-update --help`, docs/update.md and SKPO.md sections 3 (step 8),
+ * 4.5 and 4.6. The math lives in core/update.c, loss.c, optim.c; this file
+ * wires the steps together (run.c has the helpers, args.c the options).
+ */
+#include "tool.h"
+
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+    // The metrics' meta record wants argv as typed; parsing reorders it.
+    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
+    for (int i = 0; i < argc; i++) orig[i] = argv[i];
+    upd_args a;
+    upd_parse_args(&a, argc, argv);
+    double t0 = skpo_now();
+    skpo_err e = {0};
+    skpo_comm *c = NULL;
+    if (skpo_comm_init(a.comm, &c, &e)) skpo_die("%s", e.msg);
+    skpo_rec *recs;
+    size_t n;
+    upd_read_records(c, a.input, &recs, &n);
+    skpo_model *m;
+    skpo_optim *o;
+    upd_load(c, &a, &m, &o, &a.u.step);
+    skpo_batch *b = NULL;
+    upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
+    int nmb = skpo_batch_minibatches(b);
+    if (nmb == 0 && c->rank == 0) skpo_warn("no trained records (kinds up, down, full): writing the weights unchanged");
+    skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
+    skpo_policy pol = skpo_policy_of_model(m);
+    upd_check(c, skpo_update_step(&pol, o, c, b, &a.u, met, &e), &e);
+    // Only rank 0 writes; the others wait to hear whether it worked.
+    skpo_trainer_state ts = {a.u.step, o->t};
+    skpo_status st = SKPO_OK;
+    if (c->rank == 0)
+        st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
+    upd_check(c, st, &e);
+    upd_report(c, &a, argc, orig, met, nmb, b, skpo_now() - t0);
+    free(met);
+    free(orig);
+    skpo_batch_free(b);
+    skpo_optim_free(o);
+    skpo_model_free(m);
+    skpo_recs_free(recs, n);
+    skpo_comm_free(c);
+    return SKPO_EXIT_OK;
+}

@@ -1,0 +1,43 @@
+/*
+ * tool.h (tools/update) - the skpo-update tool's parsed arguments and the
+ * helpers main.c strings together. Core logic is in core/update.c,
+ * core/checkpoint.c, core/optim.c and core/loss.c.
+ */
+#ifndef SKPO_TOOL_UPDATE_H
+#define SKPO_TOOL_UPDATE_H
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "update.h"
+
+typedef struct upd_args {
+    const char *model, *out, *metrics, *input;
+    skpo_update_opts u;
+    skpo_adamw_cfg a;
+    long step;            // 0 = from trainer_state.json + 1
+    int resume;           // require optimizer state in --model
+    int fresh_optimizer;  // ignore optimizer state in --model
+    long threads;
+    skpo_comm_kind comm;
+} upd_args;
+
+// Parse argv (exits 2 on a usage error, 0 after --help).
+void upd_parse_args(upd_args *a, int argc, char **argv);
+
+// --- run.c ---------------------------------------------------------------------
+
+// Stop every rank together: `st` is this rank's status; when any rank failed,
+// rank 0 prints "skpo-update: <message of the first failed rank>", MPI is shut
+// down and the process exits 1. Returns only when no rank failed.
+void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err);
+// The trained records of `path` ("-" = stdin), read by rank 0 and broadcast.
+void upd_read_records(skpo_comm *c, const char *path, skpo_rec **recs, size_t *n);
+// Model (trainable) + optimizer (continued from --model's state unless
+// --fresh-optimizer) + the step number to run.
+void upd_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, int64_t *step);
+// Rank 0: append metrics records (after a meta record) to a->metrics and print
+// the step summary on stderr.
+void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,
+                const skpo_batch *b, double seconds);
+
+#endif
