@@ -97,6 +97,9 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_ARGV "argv"        // any: meta: its command line (array of str)
 #define F_TIME "time"        // str: meta: UTC start time, ISO 8601
 #define F_MODEL "model"      // str: meta: model (checkpoint) the tool used
+#define F_SEG_TOKENS "seg_tokens" // i32s: state: last upstream segment of a prompt
+#define F_SEG_LOGP "seg_logp"     // f32s: state: its behaviour log-probs
+#define F_SEG_PROMPT "seg_prompt" // i32s: state: the prompt ids it was conditioned on
 
 // --- records in memory ---------------------------------------------------------
 

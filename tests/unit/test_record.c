@@ -506,7 +506,23 @@ static void declared_counts_beyond_the_data_are_errors(void) {
     bad_value_case(pack_huge_array, "malformed msgpack", "at record 3");
     bad_value_case(pack_big_map, "declares 2702776600 elements", "at record 3");
     bad_value_case(pack_deep, "nesting deeper", "at record 3");
-    bad_value_case(pack_deep40, "malformed msgpack", "at record 3");
+    // 40 levels is within the limit (64) and passes through byte for byte
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_deep40(&pk);
+    skpo_rec d;
+    skpo_rec_init(&d);
+    skpo_err de = {0};
+    CHECK(skpo_rec_unpack(sb.data, sb.size, &d, &de) == SKPO_OK && d.n == 1 && d.v[0].type == SKPO_V_RAW);
+    char *back;
+    size_t nback;
+    skpo_rec_pack(&d, &back, &nback);
+    CHECK(nback == sb.size && !memcmp(back, sb.data, nback));
+    free(back);
+    skpo_rec_free(&d);
+    msgpack_sbuffer_destroy(&sb);
     static const char crash1[] = "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c";
     char crash2[35];
     memset(crash2, 0xdf, 34);
