@@ -131,9 +131,10 @@ static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double 
 // The exponential is Cephes expf for x <= 0 (range reduction by ln 2, degree-6
 // minimax polynomial, ~1 ulp), inlined so the vocabulary loop vectorises:
 // glibc's expf is not vectorised without -ffast-math, and sampling a 32k-152k
-// vocabulary is otherwise as slow as a small model's forward pass.
-// no-trapping-math lets GCC if-convert and vectorise the float->int steps; it
-// does not change results (not fast-math: NaN/Inf semantics stay IEEE).
+// vocabulary is otherwise as slow as a small model's forward pass. The clamp
+// and rounding use integer bit operations because float compare/convert steps
+// keep GCC from vectorising under the default -ftrapping-math. An AVX2 clone
+// is picked at load time where the CPU has it (same results: no FMA).
 __attribute__((target_clones("avx2", "default")))
 static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
 #pragma omp simd
