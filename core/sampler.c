@@ -134,7 +134,8 @@ static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double 
 // vocabulary is otherwise as slow as a small model's forward pass. The clamp
 // and rounding use integer bit operations because float compare/convert steps
 // keep GCC from vectorising under the default -ftrapping-math. An AVX2 clone
-// is picked at load time where the CPU has it (same results: no FMA).
+// is picked at load time where the CPU has it (no FMA; only the order of the
+// double sum differs).
 __attribute__((target_clones("avx2", "default")))
 static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
 #pragma omp simd
