@@ -108,7 +108,6 @@ skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skp
     rd->dctx = ZSTD_createDCtx();
     rd->in = skpo_xmalloc(READ_CHUNK);
     if (!rd->dctx) {
-        if (rd->dctx) ZSTD_freeDCtx(rd->dctx);
         free(rd->in);
         free(rd->name);
         free(rd);
@@ -322,7 +321,7 @@ struct skpo_writer {
     char *out;
     size_t out_cap;
     skpo_pbuf pk;
-    uint64_t since_flush;
+    uint64_t since_flush, count;
     double last_flush;
     skpo_status sticky;
     skpo_err sticky_err;
@@ -431,6 +430,14 @@ skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err) {
         if (err) *err = w->sticky_err;
         return w->sticky;
     }
+    // Catch a bad field where it is made, not in the next stage; the stream
+    // stays usable (nothing was written), so this error is not sticky.
+    skpo_err ve;
+    skpo_status vst = skpo_rec_validate(r, &ve);
+    if (vst)
+        return skpo_err_set(err, vst, "record %llu written to '%s' is invalid: %s", (unsigned long long)w->count + 1,
+                            w->name, ve.msg);
+    w->count++;
     w->pk.n = 0;
     skpo_rec_pack_into(&w->pk, r);
     if (w->pk.n > SKPO_MAX_RECORD_BYTES)

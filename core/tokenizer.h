@@ -59,7 +59,8 @@ typedef struct skpo_chat_msg {
     const char *content;
 } skpo_chat_msg;
 
-// Template names: "qwen2.5", "qwen2.5-math", "llama3", "plain".
+// Template names: "qwen2.5", "qwen2", "qwen2.5-math", "llama3", "plain"
+// (docs/tokenizer.md gives each one's text).
 // Render messages and, if add_generation_prompt, the assistant opener.
 // Returns malloc'd text, NULL with err set for an unknown template.
 char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int add_generation_prompt, skpo_err *err);

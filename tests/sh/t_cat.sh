@@ -64,6 +64,13 @@ where_types() {
 }
 t "--where compares ints, bools, arrays and strings by value; a missing field never matches" where_types
 
+fields_pack() {
+  skpo-cat --pack --no-meta --fields uid,kind --where kind=down "$R/rollouts.jsonl" | skpo-cat >"$TMP/fp.json" || return 1
+  [ "$(cat "$TMP/fp.json")" = "$(printf '%s\n' '{"uid":"p1.s0.d0","kind":"down"}' '{"uid":"p1.s0.d1","kind":"down"}')" ] || {
+    cat "$TMP/fp.json"; return 1; }
+}
+t "--pack applies --where and --fields too" fields_pack
+
 head_count() {
   [ "$(skpo-cat --head 2 "$R/rollouts.msgpack.zst" | wc -l)" = 2 ] || return 1
   [ "$(skpo-cat --count "$R/rollouts.msgpack.zst")" = 8 ] || return 1

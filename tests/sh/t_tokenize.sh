@@ -88,3 +88,8 @@ t "prep that fails half way leaves no --out file behind" sh -c '
   mkdir -p "$1/outdir" && echo "{\"problem\":\"p\"}" >"$1/noans2.jsonl" &&
   skpo-prep --tokenizer "$1/qwen" --template plain --out "$1/outdir/p.zst" "$2/tokenizer/prep/aime25.jsonl" "$1/noans2.jsonl" 2>/dev/null
   [ $? = 1 ] && [ -z "$(ls "$1/outdir")" ]' _ "$TMP" "$FIX"
+
+t "prep --dedup keeps the first of rows with the same prompt" sh -c '
+  cat "$2/tokenizer/prep/gsm8k.jsonl" "$2/tokenizer/prep/gsm8k.jsonl" >"$1/dup.jsonl" &&
+  skpo-prep --tokenizer "$1/qwen" --template plain --dedup "$1/dup.jsonl" >/dev/null 2>"$1/e" &&
+  grep -q "dedup skipped 3 rows" "$1/e" && grep -q "wrote 3 prompt records" "$1/e" && ! grep -q "repeat a pid" "$1/e"' _ "$TMP" "$FIX"

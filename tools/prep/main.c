@@ -16,6 +16,8 @@
  *            (row counted from 0 over non-blank lines of the file).
  * Prompts longer than --max-prompt-tokens are skipped and reported on stderr,
  * never truncated. Other scalar fields of a row are copied unless --no-extra.
+ * --dedup drops rows whose rendered prompt was already written (DAPO-Math-17k's
+ * ~1.79M rows hold ~17.4k distinct prompts).
  * A row without a problem or an answer is an error. When the
  * tokenizer's post-processor adds a BOS (Llama 3) and the rendered prompt does
  * not start with it (the plain template), it is put in front, as HF's
@@ -34,12 +36,12 @@
 
 static const char SYNOPSIS[] =
     "--tokenizer DIR --template NAME [--wording dapo|boxed|raw] [--problem-field F] [--answer-field F]\n"
-    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--no-extra] [--out FILE] FILE.jsonl...";
+    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--dedup] [--no-extra] [--out FILE] FILE.jsonl...";
 static const char ABOUT[] =
     "Turns dataset rows into prompt records (pid, source, problem, answer, text, prompt ids)\n"
     "written to stdout or --out FILE (atomically). The problem is worded (dapo: the\n"
     "DAPO-Math-17k instruction, the default; boxed: asks for \\boxed{}; raw: as is) and\n"
-    "rendered as one user turn with the chat template (qwen2.5, qwen2.5-math, llama3,\n"
+    "rendered as one user turn with the chat template (qwen2.5, qwen2, qwen2.5-math, llama3,\n"
     "plain) plus the assistant opener. Prompts over --max-prompt-tokens are skipped\n"
     "and reported on stderr. The row's other scalar fields (level, subject, ...) are\n"
     "kept unless --no-extra. Field detection is described in docs/tokenizer.md.";
@@ -47,13 +49,15 @@ static const char ABOUT[] =
 typedef struct prep {
     const char *dir, *tmpl, *wording, *pfield, *afield, *ifield, *source, *out;
     long max_tokens;
-    int no_extra;
+    int no_extra, dedup;
     const skpo_tok *tok;
     skpo_writer *w;
     size_t written, overlong, dups;
     char *overlong_pids, *dup_pids; // first few, for the reports
     char **seen;                    // open-addressing set of pids written
     size_t seen_cap, seen_n;
+    uint64_t *texts;                // --dedup: set of 64-bit hashes of prompt texts (0 = empty)
+    size_t texts_cap, texts_n, repeats;
 } prep;
 
 // Canonical text of a JSON scalar or list: numbers as the shortest round-trip
@@ -198,6 +202,31 @@ static int pid_insert(prep *p, const char *pid) {
     }
 }
 
+// --dedup: adds the hash of text to the set; returns 0 if it was there. 64-bit
+// hashes (FNV-1a, then mixed) make a false "repeat" in a few million prompts
+// vanishingly unlikely and keep memory at 16 bytes a prompt.
+static int text_insert(prep *p, const char *text) {
+    if ((p->texts_n + 1) * 2 > p->texts_cap) {
+        uint64_t *old = p->texts;
+        size_t oc = p->texts_cap;
+        p->texts_cap = oc ? oc * 2 : 4096;
+        p->texts = skpo_xcalloc(p->texts_cap, sizeof *p->texts);
+        for (size_t i = 0; i < oc; i++)
+            if (old[i])
+                for (size_t j = old[i] & (p->texts_cap - 1);; j = (j + 1) & (p->texts_cap - 1))
+                    if (!p->texts[j]) { p->texts[j] = old[i]; break; }
+        free(old);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= h >> 29, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 32;
+    h |= 1;
+    for (size_t i = h & (p->texts_cap - 1);; i = (i + 1) & (p->texts_cap - 1)) {
+        if (!p->texts[i]) { p->texts[i] = h, p->texts_n++; return 1; }
+        if (p->texts[i] == h) return 0;
+    }
+}
+
 // HF's add_special_tokens for tokenizers whose post-processor starts with a
 // BOS (Llama 3 with the plain template): put it in front of ids and text.
 static void add_bos(const skpo_tok *tok, int bos, char **text, int32_t **ids, size_t *n) {
@@ -292,6 +321,7 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
     int bos = skpo_tok_bos_to_add(p->tok);
     if (st == SKPO_OK && bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
     if (st == SKPO_OK && (long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
+    else if (st == SKPO_OK && p->dedup && !text_insert(p, text)) p->repeats++;
     else if (st == SKPO_OK) {
         if (!pid_insert(p, pid)) note_pid(&p->dups, &p->dup_pids, pid);
         skpo_rec r;
@@ -342,7 +372,7 @@ int main(int argc, char **argv) {
     prep p = {.wording = "dapo", .max_tokens = 1024};
     const skpo_opt table[] = {
         {"tokenizer", 0, SKPO_OPT_STR, &p.dir, 0, 0, "DIR", "folder with tokenizer.json"},
-        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2.5-math, llama3, plain"},
+        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"},
         {"wording", 0, SKPO_OPT_STR, &p.wording, 0, 0, "W", "prompt wording: dapo (default), boxed, raw"},
         {"problem-field", 0, SKPO_OPT_STR, &p.pfield, 0, 0, "F", "field with the problem text"},
         {"answer-field", 0, SKPO_OPT_STR, &p.afield, 0, 0, "F", "field with the gold answer"},
@@ -351,6 +381,7 @@ int main(int argc, char **argv) {
         {"max-prompt-tokens", 0, SKPO_OPT_INT, &p.max_tokens, 1, 1 << 24, "N", "skip longer prompts (default 1024)"},
         {"out", 'o', SKPO_OPT_STR, &p.out, 0, 0, "FILE", "write records to FILE atomically instead of stdout"},
         {"no-extra", 0, SKPO_OPT_FLAG, &p.no_extra, 0, 0, NULL, "do not copy the row's other fields into the record"},
+        {"dedup", 0, SKPO_OPT_FLAG, &p.dedup, 0, 0, NULL, "skip rows whose rendered prompt repeats an earlier one"},
         {0},
     };
     char **argv0 = skpo_xcalloc((size_t)argc + 1, sizeof *argv0); // the parser reorders argv
@@ -378,12 +409,13 @@ int main(int argc, char **argv) {
     if (p.overlong)
         skpo_warn("skipped %zu prompts longer than %ld tokens (%s%s)", p.overlong, p.max_tokens, p.overlong_pids,
                   p.overlong > 5 ? ", ..." : "");
+    if (p.repeats) fprintf(stderr, "%s: --dedup skipped %zu rows whose prompt repeats an earlier one\n", skpo_progname(), p.repeats);
     if (p.dups)
         skpo_warn("%zu records repeat a pid written before (%s%s); give each file its own run or --id-field", p.dups,
                   p.dup_pids, p.dups > 5 ? ", ..." : "");
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
     for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
-    free(p.seen), free(p.overlong_pids), free(p.dup_pids);
+    free(p.seen), free(p.texts), free(p.overlong_pids), free(p.dup_pids);
     free(argv0);
     skpo_tok_free(tok);
     if (!p.out) skpo_close_stdout_or_die();
