@@ -82,10 +82,11 @@ static void compute_inv_freq(skpo_model *m) {
     }
 }
 
-// Allocate a model for config c with uninitialised weights.
-static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_err *err) {
+// Allocate a model for config c with uninitialised weights (NULL, err set, on failure).
+static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_status *st, skpo_err *err) {
+    *st = SKPO_OK;
     if (o && o->device != SKPO_DEV_CPU) {
-        skpo_err_set(err, SKPO_EUNSUPPORTED, "only the cpu device is implemented in this build");
+        *st = skpo_err_set(err, SKPO_EUNSUPPORTED, "the model runs on the cpu device only (the CUDA backend is not wired to model.c)");
         return NULL;
     }
     skpo_model *m = skpo_xcalloc(1, sizeof *m);
@@ -105,7 +106,8 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
     if (!m->mem || (m->o.trainable && !m->grad)) {
         free(ps);
         skpo_model_free(m);
-        skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu MiB of parameters", total * 4 * (o && o->trainable ? 2 : 1) >> 20);
+        *st = skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu MiB of parameters",
+                           total * 4 * (o && o->trainable ? 2 : 1) >> 20);
         return NULL;
     }
     m->params = skpo_xcalloc((size_t)n, sizeof(skpo_param));
@@ -164,10 +166,10 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
     if (s) return s;
     skpo_st *st;
     if ((s = skpo_st_open_dir(dir, &st, err))) return s;
-    skpo_model *m = model_alloc(&c, o, err);
+    skpo_model *m = model_alloc(&c, o, &s, err);
     if (!m) {
         skpo_st_close(st);
-        return SKPO_ENOMEM;
+        return s;
     }
     for (int i = 0; i < m->nparams && !s; i++) {
         skpo_param *p = &m->params[i];
@@ -201,17 +203,24 @@ static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1
 skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *o, uint64_t seed, double std,
                                    skpo_model **out, skpo_err *err) {
     if (!(std > 0) || !isfinite(std)) return skpo_err_set(err, SKPO_ERANGE, "init std %g must be positive", std);
-    skpo_model *m = model_alloc(c, o, err);
-    if (!m) return SKPO_ENOMEM;
+    skpo_status st;
+    skpo_model *m = model_alloc(c, o, &st, err);
+    if (!m) return st;
+    enum { CHUNK = 1 << 16 };
     for (int i = 0; i < m->nparams; i++) {
         skpo_param *p = &m->params[i];
         int is_bias = strstr(p->name, ".bias") != NULL, is_norm = strstr(p->name, "norm.weight") != NULL;
-        // Each tensor gets its own stream so adding a tensor never shifts the others.
-        uint64_t st = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-        for (size_t j = 0; j < p->numel; j += 2) {
-            double u1 = uniform01(&st), u2 = uniform01(&st), r = sqrt(-2 * log(u1));
-            p->data[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * cos(2 * M_PI * u2));
-            if (j + 1 < p->numel) p->data[j + 1] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * sin(2 * M_PI * u2));
+        // A stream per (seed, tensor, chunk): parallel, yet independent of the thread count.
+#pragma omp parallel for schedule(static)
+        for (size_t c0 = 0; c0 < p->numel; c0 += CHUNK) {
+            uint64_t rng = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull + c0;
+            splitmix64(&rng);
+            size_t c1 = c0 + CHUNK < p->numel ? c0 + CHUNK : p->numel;
+            for (size_t j = c0; j < c1; j += 2) {
+                double u1 = uniform01(&rng), u2 = uniform01(&rng), r = sqrt(-2 * log(u1));
+                p->data[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * cos(2 * M_PI * u2));
+                if (j + 1 < c1) p->data[j + 1] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * sin(2 * M_PI * u2));
+            }
         }
     }
     *out = m;

@@ -56,10 +56,12 @@ static void slice(int n, int t, int nt, int *a, int *b) {
     *b = *a + per < n ? *a + per : n;
 }
 
-// Skinny products (a few rows: decode) read each weight row once while the N
-// input rows stay in L1; sgemm would first copy (pack) all of W.
+// Skinny products (decode of one or two sequences) read each weight row once
+// while the input rows stay in L1; sgemm would first copy (pack) all of W.
+// Measured on 2 cores: 1.6x faster decode at 1-2 rows; from about 4 rows sgemm
+// wins, also against a 2x4 register-blocked version of this loop.
 #ifndef SKINNY_ROWS
-#define SKINNY_ROWS 4 // measured: 1.6x faster decode at 2 rows, 2.5x slower than sgemm at 16
+#define SKINNY_ROWS 2
 #endif
 SKPO_SIMD_CLONES
 static void matmul_skinny(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int o0,
@@ -68,8 +70,7 @@ static void matmul_skinny(float *out, const float *in, const float *w, const flo
         const float *wr = w + (size_t)o * K;
         for (int n = 0; n < N; n++) {
             float *y = out + (size_t)n * O + o;
-            float s = dot(in + (size_t)n * K, wr, K);
-            *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + s;
+            *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + dot(in + (size_t)n * K, wr, K);
         }
     }
 }
