@@ -93,10 +93,13 @@ bench: deps
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in a
 # separate build tree so it never mixes with the normal objects.
+# bin/ is shared with the normal build, so the sanitized tools are removed
+# afterwards: the next plain `make` relinks them.
 asan: deps
+	@rm -f bin/skpo-*
 	@$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 \
-	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	@SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all \
+	  && SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh; rc=$$?; rm -f bin/skpo-*; exit $$rc
 
 fuzz: deps
 	@sh tests/fuzz/run.sh $${FUZZ_SECONDS:-600}

@@ -23,7 +23,7 @@ bool skpo_verifier_parse(const char *name, skpo_verifier *out) {
 }
 
 // gold and pred are clean ASCII answers.
-static bool answers_equal(const char *g, const char *p) {
+static bool answers_equal(vctx *c, const char *g, const char *p) {
     size_t gl = strlen(g), pl = strlen(p);
     if (gl == 0 || pl == 0) return false;
     char gc = vtext_choice(g, gl, true);
@@ -38,13 +38,10 @@ static bool answers_equal(const char *g, const char *p) {
     free(a);
     free(b);
     if (same) return true;
-    vctx *c = skpo_xmalloc(sizeof *c);
     vctx_init(c);
     int gr = vparse(c, g, gl);
     int pr = gr > 0 ? vparse(c, p, pl) : -1;
-    bool eq = gr > 0 && pr > 0 && vcmp_answers(c, gr, pr);
-    free(c);
-    return eq;
+    return gr > 0 && pr > 0 && vcmp_answers(c, gr, pr);
 }
 
 static void set_pred(skpo_verify_result *res, const char *p) {
@@ -65,12 +62,13 @@ void skpo_verify(const skpo_verify_opts *o, const char *response, size_t rlen,
     char *g = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
     char *p = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
     vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
-    res->found = vextract(t, tn, o, p, SKPO_VERIFY_ANSWER_MAX);
+    vctx *c = skpo_xmalloc(sizeof *c); // one parse arena per call, reused
+    res->found = vextract(c, t, tn, o, p, SKPO_VERIFY_ANSWER_MAX);
     if (res->found) {
         set_pred(res, p);
-        res->correct = answers_equal(g, p);
+        res->correct = answers_equal(c, g, p);
     }
-    free(t); free(gs); free(g); free(p);
+    free(t); free(gs); free(g); free(p); free(c);
 }
 
 bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t plen) {
@@ -79,7 +77,8 @@ bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t p
     char *g = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX), *p = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
     vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
     vgold_clean(ps, pn, p, SKPO_VERIFY_ANSWER_MAX);
-    bool eq = answers_equal(g, p);
-    free(gs); free(ps); free(g); free(p);
+    vctx *c = skpo_xmalloc(sizeof *c);
+    bool eq = answers_equal(c, g, p);
+    free(gs); free(ps); free(g); free(p); free(c);
     return eq;
 }

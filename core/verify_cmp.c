@@ -76,16 +76,33 @@ static bool rounds_to(double gold, int ndec, double x) {
     return fabs(x - gold) <= h * (1 + 1e-9) + 1e-15 * fabs(gold);
 }
 
+// A predicted decimal with >= 10 significant digits that is the exact value x
+// rounded or truncated at its last digit (0.0833333333333333 for 1/12).
+static bool long_decimal_of(double x, const vnode *lit, double y) {
+    if (lit->sig < 10) return false;
+    double ulp = pow(10.0, -lit->ndec), noise = 1e-15 * fabs(x);
+    if (fabs(x - y) <= 0.5 * ulp * (1 + 1e-9) + noise) return true;
+    double d = fabs(x) - fabs(y);
+    return (x >= 0) == (y >= 0) && d >= -noise && d < ulp;
+}
+
+static bool huge_int_literal(const vctx *c, int id) {
+    if (c->nodes[id].kind == VN_NEG) id = kid(c, id, 0);
+    return c->nodes[id].kind == VN_NUM && (c->nodes[id].flags & NF_INTLIT) && !(c->nodes[id].flags & NF_EXACT);
+}
+
 static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     vrat a, b;
+    // integers beyond 2^125 have no exact value here: a double would call
+    // 2^200 and 2^200 + 1 equal, so only the identical string (canon) matches
+    if (huge_int_literal(c, g) || huge_int_literal(c, p)) return false;
     bool pmfree = vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0;
     int gl = decimal_literal(c, g), pl = decimal_literal(c, p);
     bool gd = vhas_decimal(c, g, 0), pd = vhas_decimal(c, p, 0);
     if (pmfree && veval_exact(c, g, NULL, &a, 0) && veval_exact(c, p, NULL, &b, 0)) {
         if (a.n == b.n && a.d == b.d) return true;
         if (gl && !pd && !terminates(b)) return rounds_to(vrat_to_double(a), N(c, gl)->ndec, vrat_to_double(b));
-        if (pl && !gd && N(c, pl)->sig >= 10)
-            return fabs(vrat_to_double(a) - vrat_to_double(b)) <= pow(10.0, -N(c, pl)->ndec) * (1 + 1e-9);
+        if (pl && !gd) return long_decimal_of(vrat_to_double(a), N(c, pl), vrat_to_double(b));
         return false;
     }
     vpoint P = {.pm = gm};
@@ -94,10 +111,7 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     double complex y = veval(c, p, &P, 0);
     if (isnan(creal(x)) || isnan(creal(y)) || isnan(cimag(x)) || isnan(cimag(y))) return false;
     if (gl && !pd) return cimag(y) == 0 ? rounds_to(creal(x), N(c, gl)->ndec, creal(y)) : false;
-    if (pd && !gd) {
-        if (!pl || N(c, pl)->sig < 10) return false;
-        return cabs(x - y) <= pow(10.0, -N(c, pl)->ndec) * (1 + 1e-9);
-    }
+    if (pd && !gd) return pl && cimag(x) == 0 && cimag(y) == 0 && long_decimal_of(creal(x), N(c, pl), creal(y));
     return approx_eq(x, y, 1e-9);
 }
 
@@ -228,6 +242,41 @@ static bool is_abs_name(const vctx *c, int id) {
     return c->nodes[id].kind == VN_FUNC && c->nodes[id].op == VF_ABS && is_name(c, kid(c, id, 0));
 }
 
+static int to_intervals(vctx *c, int id, ivl *out, int n, int cap, int depth);
+
+static double real_of(vctx *c, int id) {
+    double complex z = veval(c, id, NULL, 0);
+    return cimag(z) == 0 ? creal(z) : NAN;
+}
+
+// A \setminus {p1, p2, ...}: every interval holding a point is split there.
+static int minus_points(vctx *c, int id, ivl *out, int n, int cap, int depth) {
+    int pts = kid(c, id, 1);
+    int n0 = n;
+    n = to_intervals(c, kid(c, id, 0), out, n, cap, depth + 1);
+    const vnode *s = &c->nodes[pts];
+    int np = s->kind == VN_BRACKET && s->op == 'S' ? s->n : 1;
+    for (int k = 0; k < np && n >= 0; k++) {
+        int pn = s->kind == VN_BRACKET && s->op == 'S' ? kid(c, pts, k) : pts;
+        double p = real_of(c, pn);
+        if (!isfinite(p) || vhas_vars(c, pn, 0)) return -1;
+        for (int i = n0; i < n; i++) {
+            double lo = real_of(c, out[i].lo), hi = real_of(c, out[i].hi);
+            if (isnan(lo) || isnan(hi)) return -1;
+            if (p == lo && out[i].lc) out[i].lc = false;
+            else if (p == hi && out[i].hc) out[i].hc = false;
+            else if (p > lo && p < hi) {
+                if (n >= cap) return -1;
+                out[n] = (ivl){pn, out[i].hi, false, out[i].hc};
+                out[i].hi = pn;
+                out[i].hc = false;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
 static int to_intervals(vctx *c, int id, ivl *out, int n, int cap, int depth) {
     if (id <= 0 || n < 0 || depth > 8) return -1;
     vnode *x = N(c, id);
@@ -241,6 +290,7 @@ static int to_intervals(vctx *c, int id, ivl *out, int n, int cap, int depth) {
         for (int i = 0; i < x->n && n >= 0; i++) n = to_intervals(c, kid(c, id, i), out, n, cap, depth + 1);
         return n;
     }
+    if (x->kind == VN_SETMINUS) return minus_points(c, id, out, n, cap, depth);
     if (x->kind != VN_REL) return -1;
     int a = kid(c, id, 0), b = kid(c, id, 1), op = rel_op(c, id, 0);
     if (x->n == 2 && op == VR_IN && is_name(c, a)) return to_intervals(c, b, out, n, cap, depth + 1);
@@ -291,7 +341,7 @@ static bool intervals_eq(vctx *c, int g, int p) {
 
 static bool interval_like(const vctx *c, int id) {
     const vnode *x = &c->nodes[id];
-    if (x->kind == VN_UNION || x->kind == VN_REL) return true;
+    if (x->kind == VN_UNION || x->kind == VN_REL || x->kind == VN_SETMINUS) return true;
     if (x->kind == VN_BRACKET && x->op == 'L') {
         for (int i = 0; i < x->n; i++) if (c->nodes[kid(c, id, i)].kind != VN_REL) return false;
         return true;
@@ -439,7 +489,12 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         int h = new_node(c, VN_DIV, v, new_num(c, 100)); // 40\% = 0.4
         return h > 0 && cmp(c, h, gm, p, pm, depth + 1);
     }
-    if (y->kind == VN_PERCENT) return cmp(c, g, gm, kid(c, p, 0), pm, depth + 1);
+    if (y->kind == VN_PERCENT) { // 50\% for a gold 50 or 0.5
+        int v = kid(c, p, 0);
+        if (cmp(c, g, gm, v, pm, depth + 1)) return true;
+        int h = new_node(c, VN_DIV, v, new_num(c, 100));
+        return h > 0 && cmp(c, g, gm, h, pm, depth + 1);
+    }
     bool xe = (x->kind == VN_CONST && x->op == VC_EMPTY) || (x->kind == VN_BRACKET && x->op == 'S' && x->n == 0);
     bool ye = (y->kind == VN_CONST && y->op == VC_EMPTY) || (y->kind == VN_BRACKET && y->op == 'S' && y->n == 0);
     if (xe || ye) return xe && ye;

@@ -237,7 +237,7 @@ static bool in_math_at(const char *t, size_t a, size_t i) {
 }
 
 // The answer inside a phrase's sentence ("The final answer is $72$. I hope...").
-static bool sentence_answer(const char *t, size_t a, size_t n, char *out, size_t cap) {
+static bool sentence_answer(const char *t, size_t a, size_t n, bool lone_number, char *out, size_t cap) {
     while (a < n && (t[a] == ' ' || t[a] == '\t')) a++;
     size_t b = a;
     size_t lim = n - a > 2000 ? a + 2000 : n;
@@ -283,7 +283,7 @@ static bool sentence_answer(const char *t, size_t a, size_t n, char *out, size_t
         }
     }
     if (words <= 3) return clean_answer(t, a, b, out, cap);
-    if (nums == 1) return clean_answer(t, na, nbnd, out, cap);
+    if (nums == 1 && lone_number) return clean_answer(t, na, nbnd, out, cap);
     return false;
 }
 
@@ -331,18 +331,39 @@ static bool near_end(const char *t, size_t a, size_t n) {
     return rest < 100;
 }
 
-bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
+// The part of a response that can hold its final answer: before the first
+// chat-template token (the model went on to write another turn), and after the
+// last </think> (answers inside the thinking are tentative). An unclosed
+// <think> has no final answer. Returns false if nothing is left.
+static bool answer_region(const char *t, size_t *a, size_t *n) {
+    static const char *const ends[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", NULL};
+    for (int k = 0; ends[k]; k++) {
+        const char *p = memmem(t + *a, *n - *a, ends[k], strlen(ends[k]));
+        if (p) *n = (size_t)(p - t);
+    }
+    const char *close = NULL;
+    for (const char *p = t + *a; (p = memmem(p, *n - (size_t)(p - t), "</think>", 8)); p += 8) close = p;
+    if (close) { *a = (size_t)(close - t) + 8; return true; }
+    return !memmem(t + *a, *n - *a, "<think>", 7);
+}
+
+bool vextract(vctx *c, const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap) {
+    size_t a = 0;
+    if (!answer_region(t, &a, &n)) return false;
+    t += a;
+    n -= a;
     box ring[RING];
     int nb = find_boxes(t, n, ring);
     size_t ppos = 0, pcont = 0;
     bool phrase = o->mode == SKPO_VERIFIER_MATH && find_phrase(t, n, &ppos, &pcont);
     if (phrase && nb == 0 && !near_end(t, pcont, n)) phrase = false;
     if (phrase && (nb == 0 || ppos > ring[nb - 1].start)) {
-        if (sentence_answer(t, pcont, n, out, cap)) {
+        // with boxes present, a sentence's lone number ("consistent with 3 checks") is not an answer
+        if (sentence_answer(t, pcont, n, nb == 0, out, cap)) {
             bool words_only = true;
             for (const char *q = out; *q; q++)
                 if (isdigit((unsigned char)*q) || *q == '\\' || *q == '$') words_only = false;
-            if (!(words_only && nb > 0 && strlen(out) > 12)) return true;
+            if (!(words_only && nb > 0)) return true; // "the answer is correct" after a box
         } else if (nb == 0) return false;
         else {
             // a phrase after the last box with nothing usable: truncated or chatter
@@ -357,11 +378,9 @@ bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, siz
         char *tmp = skpo_xmalloc(n + 1);
         bool ok = clean_answer(t, 0, n, tmp, n + 1);
         if (ok) {
-            vctx *c = skpo_xmalloc(sizeof *c);
             vctx_init(c);
             int r = vparse(c, tmp, strlen(tmp));
             ok = r > 0 && !vhas_kind(c, r, VN_TEXT, 0);
-            free(c);
         }
         if (ok && strlen(tmp) < cap) { memcpy(out, tmp, strlen(tmp) + 1); free(tmp); return true; }
         free(tmp);

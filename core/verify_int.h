@@ -56,6 +56,7 @@ enum vkind {
     VN_TEXT,     // str
     VN_BASED,    // str = digits, aux = base
     VN_RATIO,    // 2 kids
+    VN_SETMINUS, // 2 kids: a set (intervals) minus a set of points
 };
 
 enum vconst { VC_PI = 1, VC_E, VC_I, VC_INF, VC_EMPTY };
@@ -110,7 +111,7 @@ int vparse(vctx *c, const char *s, size_t len);
 enum vtoktype {
     T_END = 0, T_NUM, T_VAR, T_CONST, T_FUNC, T_OP, T_REL, T_PM, T_SETOPEN, T_SETCLOSE,
     T_ROWSEP, T_FRAC, T_SQRT, T_BINOM, T_TEXT, T_UNIT, T_PERCENT, T_SEP, T_BEGIN, T_ENDENV,
-    T_CUP, T_REALS, T_DOTS, T_SKIP,
+    T_CUP, T_REALS, T_DOTS, T_SKIP, T_SETMINUS,
 };
 
 typedef struct vtok {
@@ -162,7 +163,8 @@ char vtext_choice(const char *s, size_t len, bool strict);
 
 // Find the final answer in a sanitized response; writes it NUL-terminated into
 // out (cap bytes). Returns false if none.
-bool vextract(const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap);
+// c is scratch space for the bare-answer check.
+bool vextract(vctx *c, const char *t, size_t n, const skpo_verify_opts *o, char *out, size_t cap);
 // Unwrap a gold answer: strip $...$, \boxed{}, whitespace. Writes into out.
 void vgold_clean(const char *t, size_t n, char *out, size_t cap);
 

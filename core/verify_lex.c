@@ -74,7 +74,7 @@ static const cmd CMDS[] = {
     {"displaystyle", T_SKIP, 0}, {"textstyle", T_SKIP, 0}, {"scriptstyle", T_SKIP, 0},
     {"quad", T_SKIP, 0}, {"qquad", T_SKIP, 0}, {"limits", T_SKIP, 0}, {"circ", T_SKIP, 0},
     {"degree", T_SKIP, 0}, {"enspace", T_SKIP, 0}, {"thinspace", T_SKIP, 0}, {"boxed", T_SKIP, 0},
-    {"fbox", T_SKIP, 0}, {"overline", T_SKIP, 0}, {"mathbf", T_SKIP, 0}, {"bf", T_SKIP, 0},
+    {"fbox", T_SKIP, 0}, {"overline", T_SKIP, 0}, {"angle", T_SKIP, 0}, {"measuredangle", T_SKIP, 0}, {"mathbf", T_SKIP, 0}, {"bf", T_SKIP, 0},
     {"frac", T_FRAC, 0}, {"dfrac", T_FRAC, 0}, {"tfrac", T_FRAC, 0}, {"cfrac", T_FRAC, 0},
     {"over", T_OP, '/'}, {"sqrt", T_SQRT, 0}, {"binom", T_BINOM, 0}, {"dbinom", T_BINOM, 0},
     {"tbinom", T_BINOM, 0}, {"cdot", T_OP, '*'}, {"times", T_OP, '*'}, {"ast", T_OP, '*'},
@@ -83,7 +83,7 @@ static const cmd CMDS[] = {
     {"ge", T_REL, VR_GE}, {"geq", T_REL, VR_GE}, {"geqslant", T_REL, VR_GE},
     {"lt", T_REL, VR_LT}, {"gt", T_REL, VR_GT}, {"ne", T_REL, VR_NE}, {"neq", T_REL, VR_NE},
     {"in", T_REL, VR_IN}, {"approx", T_REL, VR_APPROX}, {"colon", T_OP, ':'},
-    {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
+    {"setminus", T_SETMINUS, 0}, {"backslash", T_SETMINUS, 0}, {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
     {"pi", T_CONST, VC_PI}, {"emptyset", T_CONST, VC_EMPTY}, {"varnothing", T_CONST, VC_EMPTY},
     {"sin", T_FUNC, VF_SIN}, {"cos", T_FUNC, VF_COS}, {"tan", T_FUNC, VF_TAN},
     {"sec", T_FUNC, VF_SEC}, {"csc", T_FUNC, VF_CSC}, {"cot", T_FUNC, VF_COT},
@@ -276,6 +276,34 @@ static int repeat_block(const char *s, size_t *pi, size_t n, char *fd, int *nfd)
     return 0;
 }
 
+// The exact value of a number token (t->q, NF_EXACT) when it fits 128-bit
+// rationals, else only its double: I.B(R) = IB/10^|B| + R/((10^|R|-1) 10^|B|).
+static void number_value(vtok *t, const char *id, int ni, const char *fd, int nfd, int rep, bool sci, long ex, bool ok) {
+    char all[130];
+    memcpy(all, id, (size_t)ni);
+    memcpy(all + ni, fd, (size_t)nfd);
+    vrat q;
+    if (ok && rep) {
+        vrat a, b, den;
+        ok = digits_rat(all, ni + nfd - rep, nfd - rep, &a) && digits_rat(all + ni + nfd - rep, rep, 0, &b) &&
+             vrat_pow((vrat){10, 1}, rep, &den) && vrat_add(den, (vrat){-1, 1}, &den) &&
+             vrat_div(b, den, &b) && vrat_pow((vrat){10, 1}, nfd - rep, &den) &&
+             vrat_div(b, den, &b) && vrat_add(a, b, &q);
+    } else if (ok) {
+        ok = digits_rat(all, ni + nfd, nfd, &q);
+        if (ok && sci) {
+            vrat p;
+            ok = ex > -60 && ex < 60 && vrat_pow((vrat){10, 1}, ex, &p) && vrat_mul(q, p, &q);
+        }
+    }
+    if (ok) { t->q = q; t->flags |= NF_EXACT; t->d = vrat_to_double(q); }
+    else {
+        char buf[160];
+        snprintf(buf, sizeof buf, "%.*s.%.*se%ld", ni, id, nfd, fd, ex);
+        t->d = strtod(buf, NULL);
+    }
+}
+
 static void lex_number(lexer *L, frame *f) {
     const char *s = f->s;
     size_t n = f->n, i = f->i;
@@ -334,29 +362,7 @@ static void lex_number(lexer *L, frame *f) {
         sig++;
     }
     t->sig = (int16_t)sig;
-    char all[130];
-    memcpy(all, id, (size_t)ni);
-    memcpy(all + ni, fd, (size_t)nfd);
-    vrat q;
-    if (ok && rep) {
-        vrat a, b, den;
-        ok = digits_rat(all, ni + nfd - rep, nfd - rep, &a) && digits_rat(all + ni + nfd - rep, rep, 0, &b) &&
-             vrat_pow((vrat){10, 1}, rep, &den) && vrat_add(den, (vrat){-1, 1}, &den) &&
-             vrat_div(b, den, &b) && vrat_pow((vrat){10, 1}, nfd - rep, &den) &&
-             vrat_div(b, den, &b) && vrat_add(a, b, &q);
-    } else if (ok) {
-        ok = digits_rat(all, ni + nfd, nfd, &q);
-        if (ok && sci) {
-            vrat p;
-            ok = ex > -60 && ex < 60 && vrat_pow((vrat){10, 1}, ex, &p) && vrat_mul(q, p, &q);
-        }
-    }
-    if (ok) { t->q = q; t->flags |= NF_EXACT; t->d = vrat_to_double(q); }
-    else {
-        char buf[160];
-        snprintf(buf, sizeof buf, "%.*s.%.*se%ld", ni, id, nfd, fd, ex);
-        t->d = strtod(buf, NULL);
-    }
+    number_value(t, id, ni, fd, nfd, rep, sci, ex, ok);
     if (rep) t->flags |= NF_REPEAT;
     else if (point) t->flags |= NF_DECIMAL;
     if (!point && !sci && !rep) t->flags |= NF_INTLIT;

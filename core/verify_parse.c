@@ -150,6 +150,19 @@ static int parse_number(parser *P) {
     vtok *t = cur(P);
     P->p++;
     int id = num_node(P, t);
+    vtok *u = cur(P);
+    if (id > 0 && (t->flags & NF_INTLIT) && u->type == T_NUM && (u->flags & NF_INTLIT) && u[1].type == T_OP &&
+        u[1].op == '/' && u[2].type == T_NUM && (u[2].flags & NF_INTLIT) && u[2].q.n != 0 &&
+        !(u[3].type == T_OP && u[3].op == '^')) { // "2 1/2": a mixed number too
+        vnode *n = &P->c->nodes[id];
+        vrat f;
+        if (vrat_div(u->q, u[2].q, &f) && vrat_add(n->q, f, &n->q)) {
+            n->d = vrat_to_double(n->q);
+            n->flags = NF_EXACT;
+            P->p += 3;
+            return id;
+        }
+    }
     if (id < 0 || !(t->flags & NF_INTLIT) || cur(P)->type != T_FRAC) return id;
     int save_p = P->p, save_nn = P->c->nn, save_nk = P->c->nk;
     P->p++;
@@ -280,7 +293,15 @@ static int parse_func(parser *P) {
     if (eat_op(P, '^')) { pw = parse_unary(P); if (pw < 0) return -1; }
     int arg;
     if (is_op(P, '(')) { P->p++; arg = parse_item(P); if (!eat_op(P, ')')) return fail(P); }
-    else arg = parse_power(P);
+    else {
+        arg = parse_power(P);
+        // \sin 2x is sin(2x): a number argument takes the names right after it
+        while (arg > 0 && P->c->nodes[arg].kind == VN_NUM && (cur(P)->type == T_VAR || cur(P)->type == T_CONST)) {
+            int v = parse_power(P);
+            if (v < 0) return -1;
+            arg = mk2(P, VN_MUL, arg, v);
+        }
+    }
     if (arg < 0) return -1;
     int fn = base ? mk2(P, VN_FUNC, arg, base) : mk1(P, VN_FUNC, arg);
     if (fn < 0) return -1;
@@ -370,6 +391,9 @@ static int parse_postfix(parser *P) {
                 if (strlen(u) + strlen(cur(P)->txt) < sizeof u) strcat(u, cur(P)->txt);
                 P->p++;
                 if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) P->p += 2; // cm^2
+                else if (is_op(P, '^') && P->t[P->p + 1].type == T_OP && P->t[P->p + 1].op == '{' &&
+                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}')
+                    P->p += 4; // cm^{2}
             }
             x = mk1(P, VN_UNIT, x);
             if (x > 0) {
@@ -495,6 +519,13 @@ static int parse_union(parser *P) {
         if (x < 0) return -1;
         u[n++] = x;
     }
+    if (cur(P)->type == T_SETMINUS) { // \mathbb{R} \setminus \{3\}
+        P->p++;
+        x = parse_sum(P);
+        if (x < 0) return -1;
+        int a = n == 1 ? u[0] : mk(P, VN_UNION, u, n);
+        return a < 0 ? -1 : mk2(P, VN_SETMINUS, a, x);
+    }
     if (is_op(P, ':') && n == 1) { // ratio a:b
         P->p++;
         x = parse_sum(P);
@@ -583,8 +614,10 @@ static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_g
 }
 
 int vparse(vctx *c, const char *s, size_t len) {
-    vtok *toks = skpo_xmalloc(sizeof(vtok) * VMAX_TOKS);
-    int nt = vlex(s, len, toks, VMAX_TOKS);
+    // every token but T_END consumes at least one byte of s
+    int cap = len + 2 < VMAX_TOKS ? (int)len + 2 : VMAX_TOKS;
+    vtok *toks = skpo_xmalloc(sizeof(vtok) * (size_t)cap);
+    int nt = vlex(s, len, toks, cap);
     int root = -1;
     if (nt > 1) {
         parser P = {c, toks, 0, nt, 0, 0, false};

@@ -87,6 +87,11 @@ char *vtext_sanitize(const char *s, size_t len, size_t *outlen) {
     char *out = skpo_xmalloc(cap);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
+        if (u[i] >= 0x20 && u[i] < 0x7F) { // fast path: printable ASCII is copied as is
+            if (o + 2 > cap) skpo_xgrow((void **)&out, &cap, o + 2 + cap / 2, 1);
+            out[o++] = (char)u[i++];
+            continue;
+        }
         const char *rep;
         char tmp[4], one[2];
         if (u[i] < 0x80) {
@@ -192,7 +197,7 @@ void vtext_canon(const char *s, size_t len, char *out, size_t cap) {
         for (size_t i = 0; i < o; i++) out[i] = out[i + 1];
         out[o] = 0;
     }
-    bool alpha = o > 0;
+    bool alpha = o > 1; // one letter keeps its case: x and X are different names
     for (size_t i = 0; i < o; i++)
         if (!isalpha((unsigned char)out[i]) && out[i] != '-' && out[i] != '\'') alpha = false;
     if (alpha)

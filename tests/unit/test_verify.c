@@ -2,6 +2,7 @@
 // rates, known failures, zero false positives), behaviours beyond the case
 // set, and generated hostile inputs that must not crash or hang.
 #include "harness.h"
+#include "record.h"
 #include "verify.h"
 
 #include <stdlib.h>
@@ -54,6 +55,21 @@ static void case_set_passes_with_no_false_positive(void) {
     for (int k = 0; k < nk; k++) printf("  kind %-20s %3d/%-3d %5.1f%%\n", kinds[k], ok[k], tot[k], 100.0 * ok[k] / tot[k]);
     printf("  all %d/%zu %.1f%%\n", right, n, 100.0 * right / (double)n);
     CHECK(n == 488);
+    skpo_verify_cases_free(c, n);
+}
+
+// tests/fixtures/verify/extra_cases.jsonl: skpo's own probes around every kind
+// (equal forms, near misses, extraction formats); all must be decided right.
+static void extra_probe_cases_are_all_right(void) {
+    skpo_verify_case *c;
+    size_t n;
+    char err[512];
+    CHECK_MSG(skpo_verify_cases_load("tests/fixtures/verify/extra_cases.jsonl", &c, &n, err, sizeof err) == 0, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        bool got = verify_math(c[i].response, c[i].rlen, c[i].gold);
+        CHECK_MSG(got == c[i].expect, "%s: gold '%s', got %d", c[i].id, c[i].gold, got);
+    }
+    CHECK(n > 250);
     skpo_verify_cases_free(c, n);
 }
 
@@ -203,13 +219,66 @@ static void boxed_mode_ignores_answer_lines(void) {
     CHECK(r.correct && !strcmp(r.pred, "34"));
 }
 
+static void overlong_penalty_follows_dapo(void) {
+    skpo_reward_opts o;
+    skpo_reward_opts_default(&o);
+    CHECK(skpo_reward_overlong(&o, 1 << 20) == 0); // off
+    o.overlong_max = 16384;
+    o.overlong_cache = 4096;
+    CHECK(skpo_reward_overlong(&o, 12288) == 0);
+    CHECK_NEAR(skpo_reward_overlong(&o, 12289), -1.0 / 4096, 1e-15);
+    CHECK_NEAR(skpo_reward_overlong(&o, 14336), -0.5, 1e-15);
+    CHECK_NEAR(skpo_reward_overlong(&o, 16384), -1.0, 1e-15);
+    CHECK(skpo_reward_overlong(&o, 16385) == -1.0);
+}
+
+static void reward_record_sets_fields_and_leaves_other_kinds(void) {
+    skpo_reward_opts o;
+    skpo_reward_opts_default(&o);
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_err err = {{0}};
+    bool changed, b;
+    double v;
+    skpo_rec_set_str(&r, F_KIND, "up");
+    skpo_rec_set_str(&r, F_TEXT, "\\boxed{3}");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && !changed && !skpo_rec_get(&r, F_REWARD));
+    skpo_rec_set_str(&r, F_KIND, "down");
+    skpo_rec_set_str(&r, F_UID, "d-7");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_ENOTFOUND && strstr(err.msg, "'d-7'"));
+    skpo_rec_set_str(&r, F_ANSWER, "3");
+    skpo_rec_set_str(&r, "extra", "kept");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && changed);
+    CHECK(skpo_rec_bool(&r, F_CORRECT, &b) && b && skpo_rec_float(&r, F_REWARD, &v) && v == 1.0);
+    CHECK(!strcmp(skpo_rec_str(&r, F_PRED), "3") && !strcmp(skpo_rec_str(&r, "extra"), "kept"));
+    skpo_rec_set_str(&r, F_FINISH, "length");
+    o.zero_one = true;
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK);
+    CHECK(skpo_rec_bool(&r, F_CORRECT, &b) && !b && skpo_rec_float(&r, F_REWARD, &v) && v == 0.0);
+    skpo_rec_set_str(&r, F_TEXT, "no answer here");
+    skpo_rec_set_str(&r, F_FINISH, "stop");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && !skpo_rec_get(&r, F_PRED));
+    o.overlong_max = 10;
+    o.overlong_cache = 5;
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_ENOTFOUND && strstr(err.msg, "tokens"));
+    int32_t toks[8] = {0};
+    skpo_rec_set_i32s(&r, F_TOKENS, toks, 8);
+    skpo_rec_set_str(&r, F_TEXT, "\\boxed{3}");
+    CHECK(skpo_reward_record(&o, &r, &changed, &err) == SKPO_OK && skpo_rec_float(&r, F_REWARD, &v));
+    CHECK_NEAR(v, 1.0 + (5.0 - 8.0) / 5.0, 1e-15);
+    skpo_rec_free(&r);
+}
+
 int main(void) {
     RUN(case_set_passes_with_no_false_positive);
+    RUN(extra_probe_cases_are_all_right);
     RUN(hedged_and_truncated_answers_are_wrong);
     RUN(equal_values_in_other_forms_are_right);
     RUN(different_values_and_forms_that_matter_are_wrong);
     RUN(hostile_inputs_are_wrong_at_worst);
     RUN(dapo_mode_is_exact_string_match);
     RUN(boxed_mode_ignores_answer_lines);
+    RUN(overlong_penalty_follows_dapo);
+    RUN(reward_record_sets_fields_and_leaves_other_kinds);
     return TEST_SUMMARY();
 }

@@ -30,15 +30,17 @@ static const char about[] =
 typedef struct args {
     const char *verifier, *reward, *overlong, *truncated, *cases, *input;
     int no_fallback;
-    long repeat;
+    long repeat, omax, ocache;
 } args;
 
 static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
-    *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0};
+    *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1};
     const skpo_opt opts[] = {
         {"verifier", 0, SKPO_OPT_STR, &a->verifier, 0, 0, "NAME", "math (default), boxed or dapo"},
         {"reward", 0, SKPO_OPT_STR, &a->reward, 0, 0, "R", "pm1: +1/-1 (default); 01: 1/0"},
         {"overlong", 0, SKPO_OPT_STR, &a->overlong, 0, 0, "MAX:CACHE", "add DAPO's soft overlong penalty (e.g. 16384:4096)"},
+        {"overlong-max", 0, SKPO_OPT_INT, &a->omax, 1, 1 << 30, "N", "the same as --overlong N:CACHE (with --overlong-cache)"},
+        {"overlong-cache", 0, SKPO_OPT_INT, &a->ocache, 1, 1 << 30, "N", "L_cache of the overlong penalty (with --overlong-max)"},
         {"truncated", 0, SKPO_OPT_STR, &a->truncated, 0, 0, "RULE", "finish=length: wrong (default) or keep the verdict"},
         {"no-fallback", 0, SKPO_OPT_FLAG, &a->no_fallback, 0, 0, NULL, "math: no last-math/last-number fallback"},
         {"verify-cases", 0, SKPO_OPT_STR, &a->cases, 0, 0, "FILE", "report accuracy and speed on a case file (no records)"},
@@ -55,6 +57,13 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     if (strcmp(a->truncated, "wrong") && strcmp(a->truncated, "keep")) skpo_cli_usage_error(synopsis, "--truncated: '%s' is not wrong or keep", a->truncated);
     o->keep_truncated = !strcmp(a->truncated, "keep");
     o->verify.fallback = !a->no_fallback;
+    if ((a->omax > 0) != (a->ocache >= 0) || (a->omax > 0 && a->overlong))
+        skpo_cli_usage_error(synopsis, "give --overlong MAX:CACHE, or both --overlong-max and --overlong-cache");
+    if (a->omax > 0) {
+        if (a->ocache > a->omax) skpo_cli_usage_error(synopsis, "--overlong-cache %ld exceeds --overlong-max %ld", a->ocache, a->omax);
+        o->overlong_max = a->omax;
+        o->overlong_cache = a->ocache;
+    }
     if (a->overlong) {
         const char *colon = strchr(a->overlong, ':');
         char max[32];
