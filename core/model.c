@@ -317,12 +317,14 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     const skpo_config *c = &m->c;
     const skpo_ops *op = m->ops;
     const model_layer *L = &m->layers[l];
+    void (*mm)(float *, const float *, const float *, const float *, int, int, int, int) =
+        op->matmul_invariant ? op->matmul_invariant : op->matmul;
     int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
     int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
-    op->matmul(q, ln, L->wq, L->bq, N, C, QD, 0);
-    op->matmul(k, ln, L->wk, L->bk, N, C, KVD, 0);
-    op->matmul(v, ln, L->wv, L->bv, N, C, KVD, 0);
+    mm(q, ln, L->wq, L->bq, N, C, QD, 0);
+    mm(k, ln, L->wk, L->bk, N, C, KVD, 0);
+    mm(v, ln, L->wv, L->bv, N, C, KVD, 0);
     op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
     op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
@@ -337,12 +339,12 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     }
     skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
     op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
-    op->matmul(x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    mm(x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
     op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
-    op->matmul(gate, ln, L->wg, NULL, N, C, F, 0);
-    op->matmul(up, ln, L->wu, NULL, N, C, F, 0);
+    mm(gate, ln, L->wg, NULL, N, C, F, 0);
+    mm(up, ln, L->wu, NULL, N, C, F, 0);
     op->swiglu(gate, gate, up, (size_t)N * F);
-    op->matmul(x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    mm(x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
 }
 
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
@@ -370,7 +372,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     // Only the last new row of each sequence needs logits.
     for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
     m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
-    m->ops->matmul(logits, x, m->lm_head, NULL, nseq, C, V, 0);
+    (m->ops->matmul_invariant ? m->ops->matmul_invariant : m->ops->matmul)(logits, x, m->lm_head, NULL, nseq, C, V, 0);
     free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
     free(pos);
     free(blocks);

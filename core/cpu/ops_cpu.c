@@ -25,19 +25,19 @@
 // -march flag. FMA contraction only makes a*b+c more accurate; it is not
 // fast-math (no reassociation beyond the explicit `omp simd` reductions).
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define SKPO_SIMD_CLONES
 #endif
 
-static inline float dot(const float *a, const float *b, int n) {
+__attribute__((always_inline)) static inline float dot(const float *a, const float *b, int n) {
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
-static inline void axpy(float *y, float a, const float *x, int n) {
+__attribute__((always_inline)) static inline void axpy(float *y, float a, const float *x, int n) {
 #pragma omp simd
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -56,33 +56,13 @@ static void slice(int n, int t, int nt, int *a, int *b) {
     *b = *a + per < n ? *a + per : n;
 }
 
-// Skinny products (decode of one or two sequences) read each weight row once
-// while the input rows stay in L1; sgemm would first copy (pack) all of W.
-// Measured on 2 cores: 1.6x faster decode at 1-2 rows; from about 4 rows sgemm
-// wins, also against a 2x4 register-blocked version of this loop.
-#ifndef SKINNY_ROWS
-#define SKINNY_ROWS 2
-#endif
-SKPO_SIMD_CLONES
-static void matmul_skinny(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int o0,
-                          int o1, int acc) {
-    for (int o = o0; o < o1; o++) {
-        const float *wr = w + (size_t)o * K;
-        for (int n = 0; n < N; n++) {
-            float *y = out + (size_t)n * O + o;
-            *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + dot(in + (size_t)n * K, wr, K);
-        }
-    }
-}
-
 static void cpu_matmul(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int acc) {
     if (N == 0) return;
 #pragma omp parallel
     {
         int o0, o1;
         slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
-        if (o1 > o0 && N <= SKINNY_ROWS) matmul_skinny(out, in, w, bias, N, K, O, o0, o1, acc);
-        else if (o1 > o0) {
+        if (o1 > o0) {
             if (bias && !acc)
                 for (int n = 0; n < N; n++) memcpy(out + (size_t)n * O + o0, bias + o0, (size_t)(o1 - o0) * sizeof(float));
             float beta = (acc || bias) ? 1.0f : 0.0f;
@@ -92,6 +72,76 @@ static void cpu_matmul(float *out, const float *in, const float *w, const float 
                 for (int n = 0; n < N; n++)
                     for (int o = o0; o < o1; o++) out[(size_t)n * O + o] += bias[o];
         }
+    }
+}
+
+// Batch-invariant product for inference: every output element is the same
+// fixed-order sum (8 lanes over K, a fixed reduction tree, then the tail),
+// whatever N is and wherever the row sits, so a sequence decodes bit-for-bit
+// the same alone or in any batch. (sgemm is not: its row tiling changes the
+// rounding of edge rows.) Tiles: 8 weight rows x 4 input rows.
+__attribute__((always_inline)) static inline float reduce8(const float *s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+
+// One output element: lanes s[0..8) over k < K8, then reduce8, then the tail.
+// The four-row version below performs exactly these operations per element.
+__attribute__((always_inline)) static inline float fixed_dot(const float *a, const float *w, int K, int K8) {
+    float s[8] = {0};
+    for (int k = 0; k < K8; k += 8)
+        for (int l = 0; l < 8; l++) s[l] += a[k + l] * w[k + l];
+    float t = reduce8(s);
+    for (int k = K8; k < K; k++) t += a[k] * w[k];
+    return t;
+}
+
+__attribute__((always_inline)) static inline void fixed_dot4(float t[4], const float *a0, const float *a1, const float *a2, const float *a3,
+                              const float *w, int K, int K8) {
+    float s0[8] = {0}, s1[8] = {0}, s2[8] = {0}, s3[8] = {0};
+    for (int k = 0; k < K8; k += 8)
+        for (int l = 0; l < 8; l++) {
+            float x = w[k + l];
+            s0[l] += a0[k + l] * x;
+            s1[l] += a1[k + l] * x;
+            s2[l] += a2[k + l] * x;
+            s3[l] += a3[k + l] * x;
+        }
+    t[0] = reduce8(s0), t[1] = reduce8(s1), t[2] = reduce8(s2), t[3] = reduce8(s3);
+    for (int k = K8; k < K; k++) {
+        t[0] += a0[k] * w[k], t[1] += a1[k] * w[k], t[2] += a2[k] * w[k], t[3] += a3[k] * w[k];
+    }
+}
+
+SKPO_SIMD_CLONES
+static void matmul_fixed_order(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
+                               int o0, int o1, int acc) {
+    int K8 = K & ~7;
+    for (int ot = o0; ot < o1; ot += 8) {
+        int oe = ot + 8 < o1 ? ot + 8 : o1;
+        for (int n0 = 0; n0 < N; n0 += 4) {
+            const float *a = in + (size_t)n0 * K;
+            for (int o = ot; o < oe; o++) {
+                const float *wr = w + (size_t)o * K;
+                float t[4];
+                int nb = N - n0 < 4 ? N - n0 : 4;
+                if (nb == 4) fixed_dot4(t, a, a + K, a + 2 * (size_t)K, a + 3 * (size_t)K, wr, K, K8);
+                else
+                    for (int r = 0; r < nb; r++) t[r] = fixed_dot(a + (size_t)r * K, wr, K, K8);
+                for (int r = 0; r < nb; r++) {
+                    float *y = out + (size_t)(n0 + r) * O + o;
+                    *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + t[r];
+                }
+            }
+        }
+    }
+}
+
+static void cpu_matmul_invariant(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
+                                 int acc) {
+    if (N == 0) return;
+#pragma omp parallel
+    {
+        int o0, o1;
+        slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+        if (o1 > o0) matmul_fixed_order(out, in, w, bias, N, K, O, o0, o1, acc);
     }
 }
 
@@ -445,6 +495,7 @@ static const skpo_ops CPU_OPS = {
     .alloc = NULL,
     .free = NULL,
     .matmul = cpu_matmul,
+    .matmul_invariant = cpu_matmul_invariant,
     .matmul_backward = cpu_matmul_backward,
     .rmsnorm = cpu_rmsnorm,
     .rmsnorm_backward = cpu_rmsnorm_backward,
