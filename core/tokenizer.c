@@ -91,7 +91,7 @@ static size_t utf8_lossy_append(const unsigned char *p, size_t n, int keep_tail,
         buf_put(out, len, cap, "\xEF\xBF\xBD", 3);
         run = i;
     }
-    buf_put(out, len, cap, p + run, n - run);
+    buf_put(out, len, cap, n > run ? p + run : (const unsigned char *)"", n - run); // p may be NULL when n == 0
     return 0;
 }
 
