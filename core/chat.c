@@ -7,6 +7,7 @@
  * transformers' apply_chat_template, tests/ref/make_chat_fixtures.py):
  *   qwen2.5       Qwen2.5-Instruct: ChatML, default system
  *                 "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+ *   qwen2         Qwen2-Instruct: the same with "You are a helpful assistant."
  *   qwen2.5-math  Qwen2.5-Math(-Instruct): ChatML, default system
  *                 "Please reason step by step, and put your final answer within \boxed{}."
  *   llama3        Llama 3.1 / 3.2 Instruct: <|begin_of_text|>, a system turn that is
@@ -36,6 +37,7 @@ typedef struct chat_template {
 static const chat_template TEMPLATES[] = {
     {"qwen2.5", "", 1, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "", "<|im_start|>", "\n",
      "<|im_end|>\n", 0},
+    {"qwen2", "", 1, "You are a helpful assistant.", "", "<|im_start|>", "\n", "<|im_end|>\n", 0},
     {"qwen2.5-math", "", 1, "Please reason step by step, and put your final answer within \\boxed{}.", "", "<|im_start|>",
      "\n", "<|im_end|>\n", 0},
     {"llama3", "<|begin_of_text|>", 1, "", "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n",
@@ -97,7 +99,7 @@ char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int a
     SKPO_ASSERT(tmpl && (msgs || n == 0) && n >= 0);
     const chat_template *t = find_template(tmpl);
     if (!t) {
-        skpo_err_set(err, SKPO_ENOTFOUND, "unknown chat template '%s' (qwen2.5, qwen2.5-math, llama3, plain)", tmpl);
+        skpo_err_set(err, SKPO_ENOTFOUND, "unknown chat template '%s' (qwen2.5, qwen2, qwen2.5-math, llama3, plain)", tmpl);
         return NULL;
     }
     for (int i = 0; i < n; i++) {

@@ -1,6 +1,7 @@
 /*
  * tokenizer.c - Hugging Face tokenizer.json, byte-level BPE (Qwen2.5, Llama 3,
- * GPT-2 style files), giving exactly the ids `tokenizers` gives.
+ * GPT-2 style files), giving exactly the ids `tokenizers` gives. This file
+ * loads the file and decodes; tokenizer_encode.c encodes. See docs/tokenizer.md.
  *
  * Pipeline of skpo_tok_encode, in HF's order:
  *   1. added tokens with normalized=false are cut out of the raw text
@@ -8,14 +9,15 @@
  *      when allow_special;
  *   2. each remaining piece is normalized (NFC via utf8proc, or nothing), then
  *      added tokens with normalized=true are cut out of it;
- *   3. pre-tokenizers run in sequence: Split (the file's own regex, PCRE2 with
- *      UTF+UCP and JIT, every HF split behaviour) and ByteLevel (optional GPT-2
- *      regex and prefix space);
- *   4. each pre-token word goes through BPE: a heap of candidate merges ordered
- *      by (rank, position), as HF's Word::merge_all; results are cached per
- *      word (raw bytes -> ids).
- * The post-processor is never applied: callers that want BOS put it in the text
- * (chat templates do) and encode with allow_special.
+ *   3. pre-tokenizers run in sequence: Split (the file's own regex, compiled by
+ *      PCRE2 with UTF+UCP and JIT after rewriting \s and \p{L}/\p{N} to
+ *      Oniguruma's meaning; every HF split behaviour) and ByteLevel (optional
+ *      GPT-2 regex and prefix space);
+ *   4. each pre-token word goes through BPE: merges lowest rank first, leftmost
+ *      on ties, as HF's Word::merge_all; results are cached per word (raw bytes
+ *      -> ids).
+ * The post-processor is never applied; skpo_tok_bos_to_add tells callers which
+ * BOS HF's add_special_tokens would put in front.
  *
  * Deliberately not supported (rejected at load with a message): other
  * normalizers and pre-tokenizers (Metaspace, BertPreTokenizer, ...), BPE
@@ -82,6 +84,7 @@ static void buf_put(char **out, size_t *len, size_t *cap, const void *p, size_t 
 // returned so the caller can hold it back.
 static size_t utf8_lossy_append(const unsigned char *p, size_t n, int keep_tail, char **out, size_t *len, size_t *cap) {
     size_t i = 0, run = 0;
+    if (n == 0) return 0;
     while (i < n) {
         int k = utf8_step(p + i, n - i);
         if (k > 0) { i += (size_t)k; continue; }
@@ -91,7 +94,7 @@ static size_t utf8_lossy_append(const unsigned char *p, size_t n, int keep_tail,
         buf_put(out, len, cap, "\xEF\xBF\xBD", 3);
         run = i;
     }
-    buf_put(out, len, cap, n > run ? p + run : (const unsigned char *)"", n - run); // p may be NULL when n == 0
+    buf_put(out, len, cap, p + run, n - run);
     return 0;
 }
 
@@ -123,9 +126,9 @@ static void byte_inverse(int16_t inv[324]) {
     }
 }
 
-// Decode a vocab string with the ByteLevel decoder: every char a byte char ->
-// those bytes; otherwise the string's own bytes (as HF). Returns malloc'd or NULL
-// when identical to s.
+// Decode a vocab string with the ByteLevel decoder: when every char is a byte
+// char, the malloc'd bytes; otherwise NULL, and the caller keeps the string's
+// own bytes (as HF does).
 static char *bytelevel_decode(const char *s, size_t n, const int16_t inv[324], uint32_t *outn) {
     char *o = skpo_xmalloc(n + 1);
     size_t m = 0, i = 0;
@@ -282,8 +285,8 @@ static skpo_status compile_regex(pretok *p, const char *pat, size_t n, int liter
                             (size_t)eo, (char *)msg);
     }
     p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
-    // Oniguruma and PCRE2 disagree only on code points >= U+1000 (U+180E and
-    // the letters/digits above), so text below that can use the plain pattern
+    // the two engines agree on text without the code points above (U+180E and
+    // the extra letters/digits; needs_onig finds them): use the faster original
     p->re_low = literal ? NULL : pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
     p->jit_low = p->re_low && pcre2_jit_compile(p->re_low, PCRE2_JIT_COMPLETE) == 0;
     return SKPO_OK;
@@ -564,6 +567,28 @@ static skpo_status load_config(skpo_tok *t, const char *dir, skpo_err *err) {
     return st;
 }
 
+// HF's TemplateProcessing "single" template (possibly inside a Sequence of
+// processors): the id of a leading SpecialToken, else -1.
+static int32_t post_bos(const skpo_tok *t, const json_t *pp) {
+    const char *ty = jtype(pp);
+    if (ty && !strcmp(ty, "Sequence")) {
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(pp, "processors"), i, v) {
+            int32_t id = post_bos(t, v);
+            if (id >= 0) return id;
+        }
+        return -1;
+    }
+    if (!ty || strcmp(ty, "TemplateProcessing")) return -1;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+    if (!name) return -1;
+    json_t *ids = json_object_get(json_object_get(json_object_get(pp, "special_tokens"), name), "ids");
+    json_int_t id = json_array_size(ids) == 1 ? json_integer_value(json_array_get(ids, 0)) : skpo_tok_id(t, name);
+    return id >= 0 && id < t->nvocab ? (int32_t)id : -1;
+}
+
 static skpo_status load_tokenizer_json(skpo_tok *t, const json_t *j, const char *path, skpo_err *err) {
     if (!json_is_object(j)) return skpo_err_set(err, SKPO_EFORMAT, "'%s': not a JSON object", path);
     json_t *model = json_object_get(j, "model");
@@ -586,6 +611,7 @@ static skpo_status load_tokenizer_json(skpo_tok *t, const json_t *j, const char 
     t->unk_id = unk ? smap_get(&t->vocab, unk, strlen(unk)) : -1;
     qsort(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp);
     build_tables(t);
+    t->bos_to_add = post_bos(t, json_object_get(j, "post_processor"));
     return SKPO_OK;
 }
 
@@ -728,3 +754,5 @@ int skpo_tok_eos_ids(const skpo_tok *t, int32_t *out, int max) {
 }
 
 int skpo_tok_bos_id(const skpo_tok *t) { return t->bos_id; }
+
+int skpo_tok_bos_to_add(const skpo_tok *t) { return t->bos_to_add; }

@@ -17,11 +17,13 @@ skpo_status skpo_tok_load(const char *dir, skpo_tok **out, skpo_err *err);
 void skpo_tok_free(skpo_tok *t);
 
 // Encode UTF-8 text; added/special tokens in the text are matched when
-// allow_special. *ids is malloc'd.
+// allow_special. *ids is malloc'd. Invalid UTF-8 is SKPO_EFORMAT. Safe to call
+// from several threads on one tokenizer. Never adds BOS (skpo_tok_bos_to_add).
 skpo_status skpo_tok_encode(const skpo_tok *t, const char *text, size_t len, int allow_special,
                             int32_t **ids, size_t *n, skpo_err *err);
 // Decode to a malloc'd NUL-terminated string (invalid UTF-8 from partial
-// byte tokens is replaced by U+FFFD). skip_special drops special tokens.
+// byte tokens is replaced by U+FFFD). skip_special drops special tokens; ids
+// outside the vocab are skipped.
 char *skpo_tok_decode(const skpo_tok *t, const int32_t *ids, size_t n, int skip_special, size_t *len);
 
 int skpo_tok_vocab_size(const skpo_tok *t);        // including added tokens
@@ -32,6 +34,11 @@ int skpo_tok_is_special(const skpo_tok *t, int id);
 // end-of-turn token; n returned.
 int skpo_tok_eos_ids(const skpo_tok *t, int32_t *out, int max);
 int skpo_tok_bos_id(const skpo_tok *t);                  // -1 if none
+// The id HF's post-processor puts before a single sequence (a TemplateProcessing
+// that starts with a special token: Llama 3's <|begin_of_text|>); -1 if none
+// (Qwen). skpo_tok_encode never adds it; callers that want HF's
+// add_special_tokens=True prepend it.
+int skpo_tok_bos_to_add(const skpo_tok *t);
 
 // Incremental decoder: feed ids one at a time; returns only complete UTF-8
 // characters (never half a character). Text is appended to the caller's buffer.
@@ -52,7 +59,8 @@ typedef struct skpo_chat_msg {
     const char *content;
 } skpo_chat_msg;
 
-// Template names: "qwen2.5", "qwen2.5-math", "llama3", "plain".
+// Template names: "qwen2.5", "qwen2", "qwen2.5-math", "llama3", "plain"
+// (docs/tokenizer.md gives each one's text).
 // Render messages and, if add_generation_prompt, the assistant opener.
 // Returns malloc'd text, NULL with err set for an unknown template.
 char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int add_generation_prompt, skpo_err *err);

@@ -132,6 +132,7 @@ struct skpo_tok {
     int32_t unk_id;
     int dec_bytelevel, dec_bytefallback;
     int32_t bos_id, eos_id;
+    int32_t bos_to_add;        // post-processor's leading special token, -1 if none
     wcache *cache;
 };
 

@@ -1,5 +1,5 @@
 // fuzz_chat.c - the chat-template renderer and the prompt wordings on
-// arbitrary messages. Byte 0 picks the template (one of the four, or an
+// arbitrary messages. Byte 0 picks the template (one of the five, or an
 // unknown name) and add_generation_prompt; the rest is messages separated by
 // \002, each "role\001content" (C strings: a NUL ends a field early). Known
 // templates with valid roles must render, anything else must fail with a
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *TEMPLATES[] = {"qwen2.5", "qwen2.5-math", "llama3", "plain", "qwen2.5-mathx", ""};
+static const char *TEMPLATES[] = {"qwen2.5", "qwen2.5-math", "qwen2", "llama3", "plain", "qwen2.5-mathx", ""};
 static const char *WORDINGS[] = {"dapo", "boxed", "raw", "Raw"};
 
 static int valid_role(const char *r) {
@@ -18,12 +18,12 @@ static int valid_role(const char *r) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 1 << 16) return 0;
-    const char *tmpl = TEMPLATES[(data[0] & 0x7f) % 6];
+    const char *tmpl = TEMPLATES[(data[0] & 0x7f) % 7];
     int gen = data[0] >> 7;
     char *buf = malloc(size);  // fields become NUL-terminated in place
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
-    int n = 0, cap = 8, ok = (data[0] & 0x7f) % 6 < 4;
+    int n = 0, cap = 8, ok = (data[0] & 0x7f) % 7 < 5;
     skpo_chat_msg *m = malloc(cap * sizeof *m);
     for (char *p = buf, *next; p; p = next) {
         next = strchr(p, '\002');

@@ -2,8 +2,9 @@
 """Reference renderings for core/chat.c, made with transformers' apply_chat_template.
 
 qwen2.5-math uses the chat_template of the Qwen2.5-Math tokenizer_config.json in
-../shared/data/tokenizer/qwen2.5/. qwen2.5 and llama3 use the non-tool branches of
-the public Qwen2.5-Instruct and Llama-3.2-Instruct templates, transcribed below.
+../shared/data/tokenizer/qwen2.5/. qwen2.5, qwen2 and llama3 use the non-tool
+branches of the public Qwen2.5-Instruct, Qwen2-Instruct and Llama-3.2-Instruct
+templates, transcribed below.
 Writes tests/fixtures/tokenizer/chat.jsonl:
   {"template", "messages", "add_generation_prompt", "text", "ids"}
 where ids are the Hugging Face `tokenizers` ids of text (special tokens allowed).
@@ -34,6 +35,13 @@ QWEN25_INSTRUCT = (
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n"
+)
+
+QWEN2_INSTRUCT = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
 LLAMA32_INSTRUCT = (
@@ -78,7 +86,8 @@ CONVERSATIONS = [
 
 def main():
     tok = AutoTokenizer.from_pretrained(TOKDIR)
-    templates = {"qwen2.5": QWEN25_INSTRUCT, "qwen2.5-math": tok.chat_template, "llama3": LLAMA32_INSTRUCT}
+    templates = {"qwen2.5": QWEN25_INSTRUCT, "qwen2": QWEN2_INSTRUCT, "qwen2.5-math": tok.chat_template,
+                 "llama3": LLAMA32_INSTRUCT}
     out_path = os.path.join(TOP, "tests", "fixtures", "tokenizer", "chat.jsonl")
     n = 0
     with open(out_path, "w") as out:

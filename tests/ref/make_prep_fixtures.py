@@ -2,7 +2,7 @@
 """Expected skpo-prep output for the fixture rows in tests/fixtures/tokenizer/prep/.
 
 Independent of our C code: answers and pids follow the rules of docs/tokenizer.md
-written again in Python, the prompt is rendered with transformers'
+written again in Python (including verl/DAPO-Math-17k rows, rendered as stored), the prompt is rendered with transformers'
 apply_chat_template (the Qwen2.5-Math template of tokenizer_config.json) around
 the DAPO wording, and ids come from Hugging Face `tokenizers`.
 Writes tests/fixtures/tokenizer/prep/expected.jsonl, one line per fixture row:
@@ -51,9 +51,9 @@ def last_boxed(s):
 
 
 def answer_of(row):
-    for k in ("answer", "final_answer"):
+    for k in ("answer", "final_answer", "reward_model"):
         if row.get(k) is not None:
-            v = row[k]
+            v = row[k]["ground_truth"] if k == "reward_model" else row[k]
             if isinstance(v, str) and "####" in v:
                 return v.split("####")[-1].strip().replace(",", "")
             return text_of(v)
@@ -71,9 +71,18 @@ def main():
             for i, line in enumerate(l for l in open(path) if l.strip()):
                 row = json.loads(line)
                 problem = row.get("problem") or row.get("question")
+                if "extra_info" in row:
+                    row["id"] = row["extra_info"]["index"]
                 pid = next((text_of(row[k]) for k in ("id", "idx", "unique_id") if row.get(k) is not None),
                            f"{source}/{i}")
-                msgs = [{"role": "user", "content": DAPO.format(problem)}]
+                if problem is None:  # verl / DAPO-Math-17k: the worded conversation itself
+                    msgs = row["prompt"]
+                    problem = [m["content"] for m in msgs if m["role"] == "user"][-1]
+                    head, tail = DAPO.split("{}")
+                    if problem.startswith(head) and problem.endswith(tail):
+                        problem = problem[len(head):-len(tail)]
+                else:
+                    msgs = [{"role": "user", "content": DAPO.format(problem)}]
                 text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
                 ids = tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
                 out.write(json.dumps({"file": name, "pid": pid, "source": source, "problem": problem,

@@ -131,7 +131,16 @@ def llama_like():
     pre = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-    return base(bpe(v, merges, arrays=True, ignore_merges=True), pre, toks)
+    tj = base(bpe(v, merges, arrays=True, ignore_merges=True), pre, toks)
+    bos = n  # <|begin_of_text|>, as Llama 3's post-processor adds it
+    tj["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                  {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [bos], "tokens": ["<|begin_of_text|>"]}}}]}
+    return tj
 
 
 def prefix_space():
@@ -195,6 +204,8 @@ def main():
         with open(os.path.join(d, "cases.jsonl"), "w") as f:
             for t in TEXTS:
                 ids = tok.encode(t, add_special_tokens=False).ids
+                with_bos = tok.encode(t, add_special_tokens=True).ids
+                assert with_bos in (ids, [tok.token_to_id("<|begin_of_text|>")] + ids), name
                 f.write(json.dumps({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)},
                                    ensure_ascii=False) + "\n")
 

@@ -78,3 +78,18 @@ t "prep row without an answer fails naming file and line" sh -c '
   echo "{\"problem\":\"p\"}" >"$1/noans.jsonl" &&
   skpo-prep --tokenizer "$1/qwen" --template plain "$1/noans.jsonl" >/dev/null 2>"$1/e"
   [ $? = 1 ] && grep -q "noans.jsonl:1: no answer" "$1/e"' _ "$TMP"
+
+t "prep warns about pids repeated across files" sh -c '
+  skpo-prep --tokenizer "$1/qwen" --template qwen2.5 "$2/tokenizer/prep/aime25.jsonl" "$2/tokenizer/prep/amc23.jsonl" \
+    >/dev/null 2>"$1/e" && grep -q "warning: 2 records repeat a pid written before (0, 1)" "$1/e" &&
+  grep -q "wrote 4 prompt records" "$1/e"' _ "$TMP" "$FIX"
+
+t "prep that fails half way leaves no --out file behind" sh -c '
+  mkdir -p "$1/outdir" && echo "{\"problem\":\"p\"}" >"$1/noans2.jsonl" &&
+  skpo-prep --tokenizer "$1/qwen" --template plain --out "$1/outdir/p.zst" "$2/tokenizer/prep/aime25.jsonl" "$1/noans2.jsonl" 2>/dev/null
+  [ $? = 1 ] && [ -z "$(ls "$1/outdir")" ]' _ "$TMP" "$FIX"
+
+t "prep --dedup keeps the first of rows with the same prompt" sh -c '
+  cat "$2/tokenizer/prep/gsm8k.jsonl" "$2/tokenizer/prep/gsm8k.jsonl" >"$1/dup.jsonl" &&
+  skpo-prep --tokenizer "$1/qwen" --template plain --dedup "$1/dup.jsonl" >/dev/null 2>"$1/e" &&
+  grep -q "dedup skipped 3 rows" "$1/e" && grep -q "wrote 3 prompt records" "$1/e" && ! grep -q "repeat a pid" "$1/e"' _ "$TMP" "$FIX"

@@ -130,7 +130,7 @@ static void vocab_queries_and_eos_ids(void) {
     int n = skpo_tok_eos_ids(t, eos, 8);
     CHECK(n == 2 && eos[0] == 151645 && eos[1] == 151643);
     CHECK(skpo_tok_eos_ids(t, eos, 1) == 1);
-    CHECK(skpo_tok_bos_id(t) == -1);
+    CHECK(skpo_tok_bos_id(t) == -1 && skpo_tok_bos_to_add(t) == -1);
 }
 
 // Feed ids one at a time; every chunk must be valid UTF-8 and the chunks must

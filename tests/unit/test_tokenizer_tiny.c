@@ -86,13 +86,14 @@ static void eos_and_bos_come_from_config_and_turn_tokens(void) {
     CHECK(n == 2 && eos[0] == skpo_tok_id(t, "<|eot_id|>") && eos[1] == skpo_tok_id(t, "<|end_of_text|>"));
     CHECK(skpo_tok_bos_id(t) >= 0 && skpo_tok_bos_id(t) == skpo_tok_id(t, "<|begin_of_text|>"));
     CHECK(skpo_tok_is_special(t, skpo_tok_bos_id(t)));
+    CHECK(skpo_tok_bos_to_add(t) == skpo_tok_id(t, "<|begin_of_text|>"));
     skpo_tok_free(t);
     t = load_tiny("bytelevel-min");
     CHECK(t != NULL);
     if (!t) return;
     n = skpo_tok_eos_ids(t, eos, 8);
     CHECK(n == 2 && eos[0] == skpo_tok_id(t, "<|im_end|>") && eos[1] == skpo_tok_id(t, "<|endoftext|>"));
-    CHECK(skpo_tok_bos_id(t) == -1);
+    CHECK(skpo_tok_bos_id(t) == -1 && skpo_tok_bos_to_add(t) == -1);
     CHECK(skpo_tok_vocab_size(t) == skpo_tok_id(t, "<|im_end|>") + 1);
     skpo_tok_free(t);
 }

@@ -2,16 +2,26 @@
  * skpo-prep - dataset rows (JSON lines) to `prompt` records: the problem is put
  * in a prompt wording, rendered with a chat template and tokenized.
  *
- * Fields are found by name unless given (docs/tokenizer.md):
- *   problem  --problem-field, else "problem", else "question"
- *   answer   --answer-field, else "answer", else "final_answer", else the last
- *            \boxed{...} of "solution" (Minerva). Numbers become canonical text
+ * Fields are found by name unless given (docs/tokenizer.md; flags take dotted
+ * paths):
+ *   problem  --problem-field, else "problem", else "question", else a verl /
+ *            DAPO-Math-17k "prompt" message list, rendered as stored
+ *   answer   --answer-field, else "answer", else "final_answer", else
+ *            "reward_model.ground_truth", else the last \boxed{...} of
+ *            "solution" (Minerva). Numbers become canonical text
  *            (27.0 -> "27"), lists are joined with ", ", and a GSM8K answer
  *            "... #### 1,600" becomes "1600".
- *   pid      --id-field, else "id", "idx" or "unique_id", else "<source>/<row>"
+ *   pid      --id-field, else "id", "idx", "unique_id" or "extra_info.index",
+ *            else "<source>/<row>"
  *            (row counted from 0 over non-blank lines of the file).
  * Prompts longer than --max-prompt-tokens are skipped and reported on stderr,
- * never truncated. A row without a problem or an answer is an error.
+ * never truncated. Other scalar fields of a row are copied unless --no-extra.
+ * --dedup drops rows whose rendered prompt was already written (DAPO-Math-17k's
+ * ~1.79M rows hold ~17.4k distinct prompts).
+ * A row without a problem or an answer is an error. When the
+ * tokenizer's post-processor adds a BOS (Llama 3) and the rendered prompt does
+ * not start with it (the plain template), it is put in front, as HF's
+ * tokenizer(text) would.
  */
 #include "cli.h"
 #include "common.h"
@@ -26,22 +36,28 @@
 
 static const char SYNOPSIS[] =
     "--tokenizer DIR --template NAME [--wording dapo|boxed|raw] [--problem-field F] [--answer-field F]\n"
-    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--out FILE] FILE.jsonl...";
+    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--dedup] [--no-extra] [--out FILE] FILE.jsonl...";
 static const char ABOUT[] =
     "Turns dataset rows into prompt records (pid, source, problem, answer, text, prompt ids)\n"
     "written to stdout or --out FILE (atomically). The problem is worded (dapo: the\n"
     "DAPO-Math-17k instruction, the default; boxed: asks for \\boxed{}; raw: as is) and\n"
-    "rendered as one user turn with the chat template (qwen2.5, qwen2.5-math, llama3,\n"
+    "rendered as one user turn with the chat template (qwen2.5, qwen2, qwen2.5-math, llama3,\n"
     "plain) plus the assistant opener. Prompts over --max-prompt-tokens are skipped\n"
-    "and reported on stderr. Field detection is described in docs/tokenizer.md.";
+    "and reported on stderr. The row's other scalar fields (level, subject, ...) are\n"
+    "kept unless --no-extra. Field detection is described in docs/tokenizer.md.";
 
 typedef struct prep {
     const char *dir, *tmpl, *wording, *pfield, *afield, *ifield, *source, *out;
     long max_tokens;
+    int no_extra, dedup;
     const skpo_tok *tok;
     skpo_writer *w;
-    size_t written, overlong;
-    char *overlong_pids; // first few, for the report
+    size_t written, overlong, dups;
+    char *overlong_pids, *dup_pids; // first few, for the reports
+    char **seen;                    // open-addressing set of pids written
+    size_t seen_cap, seen_n;
+    uint64_t *texts;                // --dedup: set of 64-bit hashes of prompt texts (0 = empty)
+    size_t texts_cap, texts_n, repeats;
 } prep;
 
 // Canonical text of a JSON scalar or list: numbers as the shortest round-trip
@@ -109,17 +125,30 @@ static char *gsm8k_answer(const char *s) {
     return a;
 }
 
+// A field by dotted path ("reward_model.ground_truth"; a number indexes an array).
+static const json_t *field_path(const json_t *row, const char *path) {
+    char *dup = skpo_xstrdup(path), *save = NULL;
+    const json_t *v = row;
+    for (char *k = strtok_r(dup, ".", &save); k && v; k = strtok_r(NULL, ".", &save)) {
+        long i;
+        if (json_is_array(v) && skpo_parse_long(k, 0, 1L << 30, &i) == 0) v = json_array_get(v, (size_t)i);
+        else v = json_object_get(v, k);
+    }
+    free(dup);
+    return v;
+}
+
 static const json_t *first_field(const json_t *row, const char *given, const char *const *names, const char **used) {
-    if (given) return *used = given, json_object_get(row, given);
+    if (given) return *used = given, field_path(row, given);
     for (; *names; names++) {
-        const json_t *v = json_object_get(row, *names);
+        const json_t *v = field_path(row, *names);
         if (v && !json_is_null(v)) return *used = *names, v;
     }
     return NULL;
 }
 
 static char *row_answer(const prep *p, const json_t *row) {
-    static const char *const names[] = {"answer", "final_answer", NULL};
+    static const char *const names[] = {"answer", "final_answer", "reward_model.ground_truth", NULL};
     const char *used = NULL;
     const json_t *v = first_field(row, p->afield, names, &used);
     if (!v) {
@@ -131,7 +160,7 @@ static char *row_answer(const prep *p, const json_t *row) {
 }
 
 static char *row_pid(const prep *p, const json_t *row, const char *source, size_t index) {
-    static const char *const names[] = {"id", "idx", "unique_id", NULL};
+    static const char *const names[] = {"id", "idx", "unique_id", "extra_info.index", NULL};
     const char *used = NULL;
     const json_t *v = first_field(row, p->ifield, names, &used);
     char *s = v ? value_text(v) : NULL;
@@ -141,31 +170,160 @@ static char *row_pid(const prep *p, const json_t *row, const char *source, size_
     return s;
 }
 
-static void note_overlong(prep *p, const char *pid) {
-    if (p->overlong++ >= 5) return;
-    size_t n = p->overlong_pids ? strlen(p->overlong_pids) : 0;
-    p->overlong_pids = skpo_xrealloc(p->overlong_pids, n + strlen(pid) + 3);
-    sprintf(p->overlong_pids + n, "%s%s", n ? ", " : "", pid);
+// Append pid to a ", "-separated list of at most 5 (count counts them all).
+static void note_pid(size_t *count, char **list, const char *pid) {
+    if ((*count)++ >= 5) return;
+    size_t n = *list ? strlen(*list) : 0;
+    *list = skpo_xrealloc(*list, n + strlen(pid) + 3);
+    sprintf(*list + n, "%s%s", n ? ", " : "", pid);
+}
+
+// Adds pid to the set; returns 0 if it was already there.
+static int pid_insert(prep *p, const char *pid) {
+    if ((p->seen_n + 1) * 2 > p->seen_cap) {
+        char **old = p->seen;
+        size_t oc = p->seen_cap;
+        p->seen_cap = oc ? oc * 2 : 1024;
+        p->seen = skpo_xcalloc(p->seen_cap, sizeof *p->seen);
+        p->seen_n = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i]) pid_insert(p, old[i]), free(old[i]);
+        free(old);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = pid; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (size_t i = h & (p->seen_cap - 1);; i = (i + 1) & (p->seen_cap - 1)) {
+        if (!p->seen[i]) {
+            p->seen[i] = skpo_xstrdup(pid);
+            p->seen_n++;
+            return 1;
+        }
+        if (!strcmp(p->seen[i], pid)) return 0;
+    }
+}
+
+// --dedup: adds the hash of text to the set; returns 0 if it was there. 64-bit
+// hashes (FNV-1a, then mixed) make a false "repeat" in a few million prompts
+// vanishingly unlikely and keep memory at 16 bytes a prompt.
+static int text_insert(prep *p, const char *text) {
+    if ((p->texts_n + 1) * 2 > p->texts_cap) {
+        uint64_t *old = p->texts;
+        size_t oc = p->texts_cap;
+        p->texts_cap = oc ? oc * 2 : 4096;
+        p->texts = skpo_xcalloc(p->texts_cap, sizeof *p->texts);
+        for (size_t i = 0; i < oc; i++)
+            if (old[i])
+                for (size_t j = old[i] & (p->texts_cap - 1);; j = (j + 1) & (p->texts_cap - 1))
+                    if (!p->texts[j]) { p->texts[j] = old[i]; break; }
+        free(old);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= h >> 29, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 32;
+    h |= 1;
+    for (size_t i = h & (p->texts_cap - 1);; i = (i + 1) & (p->texts_cap - 1)) {
+        if (!p->texts[i]) { p->texts[i] = h, p->texts_n++; return 1; }
+        if (p->texts[i] == h) return 0;
+    }
+}
+
+// HF's add_special_tokens for tokenizers whose post-processor starts with a
+// BOS (Llama 3 with the plain template): put it in front of ids and text.
+static void add_bos(const skpo_tok *tok, int bos, char **text, int32_t **ids, size_t *n) {
+    const char *s = skpo_tok_str(tok, bos);
+    size_t ls = strlen(s), lt = strlen(*text);
+    char *t = skpo_xmalloc(ls + lt + 1);
+    memcpy(t, s, ls);
+    memcpy(t + ls, *text, lt + 1);
+    free(*text);
+    *text = t;
+    *ids = skpo_xrealloc(*ids, (*n + 1) * sizeof **ids);
+    memmove(*ids + 1, *ids, *n * sizeof **ids);
+    (*ids)[0] = bos;
+    (*n)++;
+}
+
+// Other scalar fields of the row (level, subject, type, url, solution, ...) are
+// kept in the record, except the field-name candidates read above and names
+// the record schema defines (their types are fixed there).
+static void add_extra(const prep *p, skpo_rec *r, const json_t *row) {
+    static const char *const skip[] = {"problem", "question", "answer", "final_answer", "id", "idx", "unique_id", NULL};
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)row, k, v) {
+        int drop = skpo_schema_find(k) != NULL || (p->pfield && !strcmp(k, p->pfield)) ||
+                   (p->afield && !strcmp(k, p->afield)) || (p->ifield && !strcmp(k, p->ifield));
+        for (int i = 0; skip[i] && !drop; i++) drop = !strcmp(k, skip[i]);
+        if (drop) continue;
+        if (json_is_string(v)) skpo_rec_set_strn(r, k, json_string_value(v), json_string_length(v));
+        else if (json_is_integer(v)) skpo_rec_set_int(r, k, json_integer_value(v));
+        else if (json_is_real(v)) skpo_rec_set_float(r, k, json_real_value(v));
+        else if (json_is_boolean(v)) skpo_rec_set_bool(r, k, json_is_true(v));
+    }
+}
+
+// verl / DAPO-Math-17k rows carry the conversation, already worded, in
+// "prompt": [{"role", "content"}...]. Returns the message count (0 if not).
+static int row_messages(const json_t *row, skpo_chat_msg *msgs, int max) {
+    const json_t *a = json_object_get(row, "prompt"), *m;
+    size_t i;
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > (size_t)max) return 0;
+    json_array_foreach(a, i, m) {
+        msgs[i].role = json_string_value(json_object_get(m, "role"));
+        msgs[i].content = json_string_value(json_object_get(m, "content"));
+        if (!msgs[i].role || !msgs[i].content) return 0;
+    }
+    return (int)i;
+}
+
+// The problem inside a user message worded with `wording` (DAPO-Math-17k's
+// rows hold the DAPO-worded message only), or NULL when it is not so worded.
+static char *unword(const char *wording, const char *content) {
+    char *w = skpo_prompt_wording(wording, "\001", NULL), *mark = w ? strchr(w, '\001') : NULL;
+    char *out = NULL;
+    if (mark) {
+        size_t head = (size_t)(mark - w), tail = strlen(mark + 1), n = strlen(content);
+        if (n >= head + tail && !strncmp(content, w, head) && !strcmp(content + n - tail, mark + 1))
+            out = skpo_xstrndup(content + head, n - head - tail);
+    }
+    free(w);
+    return out;
 }
 
 // Wording -> template -> ids; writes the record unless the prompt is too long.
-static void prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where) {
+static skpo_status prep_row(prep *p, const json_t *row, const char *source, size_t index, const char *where, skpo_err *err) {
     static const char *const pnames[] = {"problem", "question", NULL};
     const char *used = NULL;
+    skpo_chat_msg msgs[16];
+    int nmsg = 0;
     const char *problem = json_string_value(first_field(row, p->pfield, pnames, &used));
-    if (!problem) skpo_die("%s: no problem text (field %s; see --problem-field)", where, used ? used : "problem/question");
-    char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index);
-    if (!answer) skpo_die("%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
-    if (!pid) skpo_die("%s: field '%s' is missing or not a string or number", where, p->ifield);
-    skpo_err err = {0};
-    char *user = skpo_prompt_wording(p->wording, problem, &err);
-    skpo_chat_msg msg = {"user", user};
-    char *text = user ? skpo_chat_render(p->tmpl, &msg, 1, 1, &err) : NULL;
-    int32_t *ids;
-    size_t n;
-    if (!text || skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &err) != SKPO_OK) skpo_die("%s: %s", where, err.msg);
-    if ((long)n > p->max_tokens) note_overlong(p, pid);
-    else {
+    char *bare = NULL; // the problem without the row's own wording
+    if (!problem && !p->pfield && (nmsg = row_messages(row, msgs, 16)) > 0) {
+        for (int i = 0; i < nmsg; i++)
+            if (!strcmp(msgs[i].role, "user")) problem = msgs[i].content;
+        if (!problem) nmsg = 0;
+        else if ((bare = unword("dapo", problem)) != NULL) problem = bare;
+    }
+    if (!problem)
+        return skpo_err_set(err, SKPO_ENOTFOUND, "%s: no problem text (field %s; see --problem-field)", where,
+                            used ? used : "problem/question/prompt");
+    char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index), *user = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    skpo_status st = SKPO_OK;
+    skpo_err e = {0};
+    if (!nmsg && (user = skpo_prompt_wording(p->wording, problem, &e)) != NULL) msgs[0] = (skpo_chat_msg){"user", user}, nmsg = 1;
+    if (!answer) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
+    else if (!pid) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%s' is missing or not a string or number", where, p->ifield);
+    else if (!nmsg || !(text = skpo_chat_render(p->tmpl, msgs, nmsg, 1, &e)) ||
+             skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &e) != SKPO_OK)
+        st = skpo_err_set(err, SKPO_EFORMAT, "%s: %s", where, e.msg);
+    int bos = skpo_tok_bos_to_add(p->tok);
+    if (st == SKPO_OK && bos >= 0 && (n == 0 || ids[0] != bos)) add_bos(p->tok, bos, &text, &ids, &n);
+    if (st == SKPO_OK && (long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
+    else if (st == SKPO_OK && p->dedup && !text_insert(p, text)) p->repeats++;
+    else if (st == SKPO_OK) {
+        if (!pid_insert(p, pid)) note_pid(&p->dups, &p->dup_pids, pid);
         skpo_rec r;
         skpo_rec_init(&r);
         skpo_rec_set_str(&r, F_KIND, SKPO_KIND_PROMPT);
@@ -175,42 +333,46 @@ static void prep_row(prep *p, const json_t *row, const char *source, size_t inde
         skpo_rec_set_str(&r, F_ANSWER, answer);
         skpo_rec_set_str(&r, F_TEXT, text);
         skpo_rec_set_i32s(&r, F_PROMPT, ids, n);
-        if (skpo_writer_put(p->w, &r, &err) != SKPO_OK) skpo_die("%s", err.msg);
+        if (!p->no_extra) add_extra(p, &r, row);
+        st = skpo_writer_put(p->w, &r, err);
         skpo_rec_free(&r);
-        p->written++;
+        p->written += st == SKPO_OK;
     }
-    free(ids), free(text), free(user), free(answer), free(pid);
+    free(ids), free(text), free(user), free(answer), free(pid), free(bare);
+    return st;
 }
 
-static void prep_file(prep *p, const char *path) {
+static skpo_status prep_file(prep *p, const char *path, skpo_err *err) {
     FILE *f = fopen(path, "r");
-    if (!f) skpo_die("cannot open '%s'", path);
+    if (!f) return skpo_err_set(err, SKPO_ENOTFOUND, "cannot open '%s'", path);
     char *base = skpo_xstrdup(path), *source = skpo_xstrdup(p->source ? p->source : basename(base));
     char *dot = p->source ? NULL : strstr(source, ".jsonl");
     if (dot) *dot = 0;
     char *line = NULL, where[512];
     size_t cap = 0, lineno = 0, index = 0;
     ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
+    skpo_status st = SKPO_OK;
+    while (st == SKPO_OK && (n = getline(&line, &cap, f)) > 0) {
         lineno++;
         if (strspn(line, " \t\r\n") == (size_t)n) continue;
         snprintf(where, sizeof where, "%s:%zu", path, lineno);
         json_error_t je;
         json_t *row = json_loadb(line, (size_t)n, 0, &je);
-        if (!json_is_object(row)) skpo_die("%s: not a JSON object%s%s", where, row ? "" : ": ", row ? "" : je.text);
-        prep_row(p, row, source, index++, where);
+        if (!json_is_object(row)) st = skpo_err_set(err, SKPO_EFORMAT, "%s: not a JSON object%s%s", where, row ? "" : ": ", row ? "" : je.text);
+        else st = prep_row(p, row, source, index++, where, err);
         json_decref(row);
     }
-    if (ferror(f)) skpo_die("cannot read '%s'", path);
+    if (st == SKPO_OK && ferror(f)) st = skpo_err_set(err, SKPO_EIO, "cannot read '%s'", path);
     fclose(f);
     free(line), free(base), free(source);
+    return st;
 }
 
 int main(int argc, char **argv) {
     prep p = {.wording = "dapo", .max_tokens = 1024};
     const skpo_opt table[] = {
         {"tokenizer", 0, SKPO_OPT_STR, &p.dir, 0, 0, "DIR", "folder with tokenizer.json"},
-        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2.5-math, llama3, plain"},
+        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"},
         {"wording", 0, SKPO_OPT_STR, &p.wording, 0, 0, "W", "prompt wording: dapo (default), boxed, raw"},
         {"problem-field", 0, SKPO_OPT_STR, &p.pfield, 0, 0, "F", "field with the problem text"},
         {"answer-field", 0, SKPO_OPT_STR, &p.afield, 0, 0, "F", "field with the gold answer"},
@@ -218,6 +380,8 @@ int main(int argc, char **argv) {
         {"source", 0, SKPO_OPT_STR, &p.source, 0, 0, "NAME", "source name (default: file name without .jsonl)"},
         {"max-prompt-tokens", 0, SKPO_OPT_INT, &p.max_tokens, 1, 1 << 24, "N", "skip longer prompts (default 1024)"},
         {"out", 'o', SKPO_OPT_STR, &p.out, 0, 0, "FILE", "write records to FILE atomically instead of stdout"},
+        {"no-extra", 0, SKPO_OPT_FLAG, &p.no_extra, 0, 0, NULL, "do not copy the row's other fields into the record"},
+        {"dedup", 0, SKPO_OPT_FLAG, &p.dedup, 0, 0, NULL, "skip rows whose rendered prompt repeats an earlier one"},
         {0},
     };
     char **argv0 = skpo_xcalloc((size_t)argc + 1, sizeof *argv0); // the parser reorders argv
@@ -236,13 +400,22 @@ int main(int argc, char **argv) {
     if ((p.out ? skpo_writer_open_file(p.out, 0, &p.w, &err) : skpo_writer_open_fd(1, 0, &p.w, &err)) != SKPO_OK ||
         skpo_writer_meta(p.w, argc, argv0, NULL, &err) != SKPO_OK)
         skpo_die("%s", err.msg);
-    for (int i = 0; i < npos; i++) prep_file(&p, argv[1 + i]);
+    for (int i = 0; i < npos; i++)
+        if (prep_file(&p, argv[1 + i], &err) != SKPO_OK) {
+            skpo_writer_abort(p.w); // no half-written --out file
+            skpo_die("%s", err.msg);
+        }
     if (skpo_writer_close(p.w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (p.overlong)
         skpo_warn("skipped %zu prompts longer than %ld tokens (%s%s)", p.overlong, p.max_tokens, p.overlong_pids,
                   p.overlong > 5 ? ", ..." : "");
+    if (p.repeats) fprintf(stderr, "%s: --dedup skipped %zu rows whose prompt repeats an earlier one\n", skpo_progname(), p.repeats);
+    if (p.dups)
+        skpo_warn("%zu records repeat a pid written before (%s%s); give each file its own run or --id-field", p.dups,
+                  p.dup_pids, p.dups > 5 ? ", ..." : "");
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
-    free(p.overlong_pids);
+    for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
+    free(p.seen), free(p.texts), free(p.overlong_pids), free(p.dup_pids);
     free(argv0);
     skpo_tok_free(tok);
     if (!p.out) skpo_close_stdout_or_die();

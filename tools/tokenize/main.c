@@ -20,7 +20,7 @@ static const char ABOUT[] =
     "            matched unless --no-special)\n"
     "  --decode  {\"ids\": [...]} -> adds \"text\" (--skip-special drops special tokens)\n"
     "  --chat    {\"messages\": [{\"role\", \"content\"}...]} -> renders them with --template\n"
-    "            (qwen2.5, qwen2.5-math, llama3, plain; with the assistant opener unless\n"
+    "            (qwen2.5, qwen2, qwen2.5-math, llama3, plain; with the assistant opener unless\n"
     "            --no-generation-prompt) and adds \"text\" and \"ids\"\n"
     "--stats prints the encode throughput on stderr.";
 
