@@ -134,7 +134,7 @@ kill_every() {
     rm -rf "$dir" "$dir".tmp.* "$dir".old.* && cp -r "$keep" "$dir"
     k=$((k + stride))
   done
-  echo "$n events, killed at every ${stride}th" >&2
+  echo "$n events, killed at 1 in $stride" >&2
 }
 
 if [ -n "$SHIM" ]; then
