@@ -93,10 +93,13 @@ bench: deps
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in a
 # separate build tree so it never mixes with the normal objects.
+# bin/ is shared with the normal build: the tools are relinked with the
+# sanitizers first and removed afterwards, so neither run uses the other's.
 asan: deps
+	@rm -f $(TOOLS)
 	@$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	@SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh
+	@SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh; rc=$$?; rm -f $(TOOLS); exit $$rc
 
 fuzz: deps
 	@sh tests/fuzz/run.sh $${FUZZ_SECONDS:-600}

@@ -165,26 +165,29 @@ if [ -n "$SHIM" ]; then
   }
   advantage_killed() {
     in="$ADV/skpo_step2.msgpack.zst"
-    skpo-advantage --mode skpo --state "$TMP/ka.keep" "$ADV/skpo_step1.msgpack.zst" >/dev/null 2>&1 &&
+    skpo-advantage --mode skpo --state "$TMP/ka.keep" --metrics "$TMP/km.keep" "$ADV/skpo_step1.msgpack.zst" >/dev/null 2>&1 &&
     cp -r "$TMP/ka.keep" "$TMP/ka.ref" && skpo-advantage --mode skpo --state "$TMP/ka.ref" "$in" >"$TMP/ka.out" 2>/dev/null &&
-    cp -r "$TMP/ka.keep" "$TMP/ka" || return 1
-    n=$(events /dev/null skpo-advantage --mode skpo --state "$TMP/ka" "$in") || return 1
+    cp -r "$TMP/ka.keep" "$TMP/ka" && cp "$TMP/km.keep" "$TMP/km" || return 1
+    n=$(events /dev/null skpo-advantage --mode skpo --state "$TMP/ka" --metrics "$TMP/km" "$in") || return 1
     k=1
     while [ "$k" -le "$n" ]; do
-      rm -rf "$TMP/ka" && cp -r "$TMP/ka.keep" "$TMP/ka"
-      killed_at "$k" /dev/null skpo-advantage --mode skpo --state "$TMP/ka" "$in"; rc=$?
+      rm -rf "$TMP/ka" && cp -r "$TMP/ka.keep" "$TMP/ka" && cp "$TMP/km.keep" "$TMP/km"
+      killed_at "$k" /dev/null skpo-advantage --mode skpo --state "$TMP/ka" --metrics "$TMP/km" "$in"; rc=$?
       [ "$rc" = 137 ] || { echo "event $k of $n: exit $rc, want 137"; return 1; }
       state_consistent "$TMP/ka" "$TMP/ka.keep" "$TMP/ka.ref" || { echo "killed at event $k of $n"; return 1; }
       if [ "$(cat "$TMP/ka/CURRENT")" = "$(cat "$TMP/ka.keep/CURRENT")" ]; then
-        skpo-advantage --mode skpo --state "$TMP/ka" "$in" >"$TMP/ka.out2" 2>"$TMP/err" &&
+        skpo-advantage --mode skpo --state "$TMP/ka" --metrics "$TMP/km" "$in" >"$TMP/ka.out2" 2>"$TMP/err" &&
         [ "$(records "$TMP/ka.out2")" = "$(records "$TMP/ka.out")" ] && same "$TMP/ka.ref" "$TMP/ka" ||
           { echo "re-run after a kill at event $k"; cat "$TMP/err"; return 1; }
       fi
+      # The metrics log (appended, not atomic) stays readable and holds step 2.
+      skpo-cat "$TMP/km" >"$TMP/km.json" 2>"$TMP/err" && [ "$(grep -c '"kind":"metrics"' "$TMP/km.json")" -ge 2 ] ||
+        { echo "metrics log after a kill at event $k:"; cat "$TMP/err"; return 1; }
       k=$((k + 1))
     done
     echo "$n events" >&2
   }
-  t "skpo-advantage: SIGKILL at every write, sync and rename leaves the old or the new state" advantage_killed
+  t "skpo-advantage: SIGKILL at every write, sync and rename leaves the old or the new state and a readable metrics log" advantage_killed
 else
   skip "kill tests" "cannot build tests/fault/killshim.c: $(head -n 1 "$TMP/shim.err")"
 fi

@@ -106,6 +106,39 @@ static void truncation_error_names_the_stream_and_offset(void) {
     close(fd);
 }
 
+// A log appended to by a writer that was killed mid-frame: the next append
+// cuts the torn frame off, so the log stays readable.
+static void append_after_torn_frame_keeps_the_log_readable(void) {
+    char path[] = "/tmp/skpo-log-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    skpo_err e = {0};
+    off_t whole = 0;
+    for (int round = 0; round < 3; round++) {
+        skpo_writer *w;
+        skpo_rec r;
+        skpo_rec_init(&r);
+        skpo_rec_set_str(&r, F_KIND, SKPO_KIND_METRICS);
+        skpo_rec_set_int(&r, "round", round);
+        CHECK(skpo_writer_open_append(path, 3, &w, &e) == SKPO_OK);
+        CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK && skpo_writer_close(w, &e) == SKPO_OK);
+        skpo_rec_free(&r);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        if (round == 1) CHECK(truncate(path, whole + (sb.st_size - whole) / 2) == 0);  // round 1 is torn
+        whole = sb.st_size;
+    }
+    skpo_rec *recs;
+    size_t n;
+    CHECK_MSG(skpo_read_all(path, &recs, &n, &e) == SKPO_OK, "%s", e.msg);
+    int64_t a = -1, b = -1;
+    CHECK(n == 2 && skpo_rec_int(&recs[0], "round", &a) && skpo_rec_int(&recs[1], "round", &b) && a == 0 && b == 2);
+    skpo_recs_free(recs, n);
+    unlink(path);
+}
+
 // --- helper mode ------------------------------------------------------------------
 
 static int reframe(const char *in, const char *out) {
@@ -138,5 +171,6 @@ int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--reframe")) return reframe(argv[2], argv[3]);
     RUN(stream_cut_at_any_offset_gives_flushed_records_then_error);
     RUN(truncation_error_names_the_stream_and_offset);
+    RUN(append_after_torn_frame_keeps_the_log_readable);
     return TEST_SUMMARY();
 }
