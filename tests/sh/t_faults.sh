@@ -280,6 +280,20 @@ nan_weights() {
 }
 t "a NaN weight is refused at load by score and update, no checkpoint written" nan_weights
 
+Q="$FIX/sample/tiny-qwen2"
+P="$FIX/sample/prompts.msgpack.zst"
+sample_non_finite() {
+  cp -r "$Q" "$TMP/sq" && poke "$TMP/sq/model.safetensors" model.norm.weight '\377\377\177\177' 8 || return 1
+  skpo-sample --model "$TMP/sq" --prompts "$P" --n 2 --max-tokens 8 >/dev/null 2>"$TMP/err"
+  one_line skpo-sample $? && grep -q "NaN/Inf logits" "$TMP/err" || return 1
+  poke "$TMP/sq/model.safetensors" model.norm.weight '\000\000\300\177' 1 || return 1
+  skpo-sample --model "$TMP/sq" --prompts "$P" --n 2 --max-tokens 8 >/dev/null 2>"$TMP/err"
+  one_line skpo-sample $? && grep -q "non-finite weight" "$TMP/err"
+}
+if [ -x "$TOP/bin/skpo-sample" ]; then
+  t "skpo-sample stops on non-finite logits and refuses a NaN weight, in one line" sample_non_finite
+fi
+
 inf_logits() {
   # Finite weights at FLT_MAX in the final norm: the logits overflow.
   cp -r "$M" "$TMP/nl" && poke "$TMP/nl/model.safetensors" model.norm.weight '\377\377\177\177' 8 || return 1
