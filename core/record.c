@@ -453,7 +453,7 @@ static skpo_status from_object(const msgpack_object *o, skpo_rec *r, pbuf *scrat
         skpo_value *v = &r->v[r->n++];
         memset(v, 0, sizeof *v);
         v->key = dup_bytes(k->via.str.ptr, k->via.str.size, true);
-        if (memchr(k->via.str.ptr, 0, k->via.str.size))
+        if (k->via.str.size && memchr(k->via.str.ptr, 0, k->via.str.size)) // ptr is NULL for ""
             return skpo_err_set(err, SKPO_EFORMAT, "record key %u contains a NUL byte", i);
         switch (x->type) {
         case MSGPACK_OBJECT_NIL: v->type = SKPO_V_NIL; break;
