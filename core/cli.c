@@ -72,25 +72,15 @@ static void set(const char *syn, const skpo_opt *o, const char *val) {
 }
 
 int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv) {
-    // argv is permuted, never shortened (GNU getopt style): positional
-    // arguments first, then every option word in its original order, so
-    // argc/argv still hold the whole command line (provenance records use it).
-    int npos = 0, nrest = 0;
-    char **pos = skpo_xcalloc((size_t)argc + 1, sizeof *pos);
-    char **rest = skpo_xcalloc((size_t)argc + 1, sizeof *rest);
+    // Pass 1 parses and may exit (help, usage errors); it allocates nothing,
+    // so an exit leaks nothing (make asan runs with leak checking).
     int only_pos = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
-        if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
-            pos[npos++] = a;
-            continue;
-        }
-        rest[nrest++] = a;
+        if (only_pos || a[0] != '-' || !strcmp(a, "-")) continue;
         if (!strcmp(a, "--")) { only_pos = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             print_help(synopsis, about, opts);
-            free(pos);
-            free(rest);
             exit(SKPO_EXIT_OK);
         }
         const skpo_opt *o;
@@ -111,9 +101,27 @@ int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts
         } else if (!val) {
             if (i + 1 >= argc) skpo_cli_usage_error(synopsis, "--%s needs a value", o->name);
             val = argv[++i];
-            rest[nrest++] = argv[i];
         }
         set(synopsis, o, val);
+    }
+    // Pass 2 (cannot fail): argv is permuted, never shortened (GNU getopt
+    // style): positional arguments first, then every option word in its
+    // original order, so argc/argv still hold the whole command line
+    // (provenance records use it).
+    int npos = 0, nrest = 0;
+    char **pos = skpo_xcalloc((size_t)argc + 1, sizeof *pos);
+    char **rest = skpo_xcalloc((size_t)argc + 1, sizeof *rest);
+    only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
+            pos[npos++] = a;
+            continue;
+        }
+        rest[nrest++] = a;
+        if (!strcmp(a, "--")) { only_pos = 1; continue; }
+        const skpo_opt *o = a[1] == '-' ? find(opts, a + 2, strcspn(a + 2, "="), 0) : find(opts, NULL, 0, a[1]);
+        if (o->type != SKPO_OPT_FLAG && !(a[1] == '-' && strchr(a, '='))) rest[nrest++] = argv[++i];
     }
     for (int i = 0; i < npos; i++) argv[1 + i] = pos[i];
     for (int i = 0; i < nrest; i++) argv[1 + npos + i] = rest[i];
