@@ -68,9 +68,9 @@ bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
--include $(CORE_OBJ:.o=.d)
+-include $(CORE_OBJ:.o=.d) $(TESTS:=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
 deps:
 	@sh scripts/deps.sh

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,6 +317,18 @@ skpo_status skpo_dir_replace(const char *src, const char *dst, skpo_err *err) {
     char old[4096];
     snprintf(old, sizeof old, "%s.old.%ld", dst, (long)getpid());
     int had = skpo_path_exists(dst);
+    // Swap both names in one step where the file system can (Linux
+    // RENAME_EXCHANGE): a crash then leaves the old or the new folder at dst,
+    // never neither; the old one is left at src and removed. Two renames below
+    // otherwise (dst is missing between them: found by tests/sh/t_faults.sh).
+    if (had && renameat2(AT_FDCWD, src, AT_FDCWD, dst, RENAME_EXCHANGE) == 0) {
+        char *d = dir_of(dst);
+        skpo_status st = skpo_fsync_dir(d, err);
+        free(d);
+        return st ? st : skpo_rm_rf(src, err);
+    }
+    if (had && errno != EINVAL && errno != ENOSYS)
+        return skpo_err_set(err, SKPO_EIO, "cannot swap '%s' and '%s': %s", src, dst, strerror(errno));
     if (had && rename(dst, old) != 0)
         return skpo_err_set(err, SKPO_EIO, "cannot move '%s' aside: %s", dst, strerror(errno));
     if (rename(src, dst) != 0) {

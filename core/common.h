@@ -112,7 +112,8 @@ int skpo_path_exists(const char *path);
 // rm -rf (used on temp directories only).
 skpo_status skpo_rm_rf(const char *path, skpo_err *err);
 // Replace directory `dst` by `src` (both on one filesystem): src is fsynced by the
-// caller; dst (if any) is moved to dst.old.<pid>, src renamed to dst, old removed.
+// caller; an existing dst is swapped with src in one step (RENAME_EXCHANGE; else
+// moved to dst.old.<pid> first), src renamed to dst, the old folder removed.
 skpo_status skpo_dir_replace(const char *src, const char *dst, skpo_err *err);
 // Copy a file (used for tokenizer files next to checkpoints).
 skpo_status skpo_copy_file(const char *src, const char *dst, skpo_err *err);

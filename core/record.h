@@ -210,6 +210,7 @@ typedef struct skpo_writer skpo_writer;
 skpo_status skpo_writer_open_fd(int fd, int level, skpo_writer **out, skpo_err *err);
 skpo_status skpo_writer_open_file(const char *path, int level, skpo_writer **out, skpo_err *err);
 // Append mode for logs (metrics files): a new zstd frame at the end, not atomic.
+// A torn last frame (a writer killed mid-append) is cut off first.
 skpo_status skpo_writer_open_append(const char *path, int level, skpo_writer **out, skpo_err *err);
 // Write the provenance `meta` record: kind, schema, tool, argv, time, plus any
 // extra fields of `extra` (may be NULL).

@@ -10,58 +10,24 @@
 
 // --- random numbers ---------------------------------------------------------------
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-void skpo_signsim_rng_seed(skpo_signsim_rng *r, uint64_t seed, uint64_t stream) {
-    // Mix the stream through splitmix first so that (seed, t) and (seed + 1, t - 1)
+void skpo_signsim_rng_seed(skpo_rng *r, uint64_t seed, uint64_t stream) {
+    // seed_derive mixes seed, label and stream, so (seed, t) and (seed + 1, t - 1)
     // give unrelated states.
-    uint64_t x = seed;
-    uint64_t h = splitmix64(&x) ^ (stream * 0xd1342543de82ef95ULL + 0x2545f4914f6cdd1dULL);
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&h);
-    if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3])) r->s[0] = 1; // the all-zero state is a fixed point
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t skpo_signsim_rng_u64(skpo_signsim_rng *r) {
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-double skpo_signsim_rng_uniform(skpo_signsim_rng *r) {
-    return (double)(skpo_signsim_rng_u64(r) >> 11) * 0x1.0p-53;
-}
-
-double skpo_signsim_rng_normal(skpo_signsim_rng *r) {
-    double u = 1.0 - skpo_signsim_rng_uniform(r); // (0, 1]: log never sees 0
-    double v = skpo_signsim_rng_uniform(r);
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    skpo_rng_seed(r, skpo_seed_derive(seed, "signsim", stream));
 }
 
 // Marsaglia-Tsang (2000) for shape >= 1; shape < 1 boosted by U^(1/shape).
-static double gamma_draw(skpo_signsim_rng *r, double shape) {
+static double gamma_draw(skpo_rng *r, double shape) {
     if (shape < 1.0) {
-        double u = 1.0 - skpo_signsim_rng_uniform(r);
+        double u = 1.0 - skpo_rng_uniform(r);
         return gamma_draw(r, shape + 1.0) * pow(u, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
     for (;;) {
-        double x = skpo_signsim_rng_normal(r), v = 1.0 + c * x;
+        double x = skpo_rng_normal(r), v = 1.0 + c * x;
         if (v <= 0) continue;
         v = v * v * v;
-        double u = 1.0 - skpo_signsim_rng_uniform(r);
+        double u = 1.0 - skpo_rng_uniform(r);
         if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v;
     }
 }
@@ -74,10 +40,10 @@ static double lgam(double x) {
 }
 
 // Inversion by sequential search; expected n p + 1 steps, used for n p < 10 (p <= 1/2).
-static int64_t binom_inversion(skpo_signsim_rng *r, int64_t n, double p) {
+static int64_t binom_inversion(skpo_rng *r, int64_t n, double p) {
     double q = 1.0 - p, s = p / q, a = (double)(n + 1) * s;
     for (;;) {
-        double f = pow(q, (double)n), u = skpo_signsim_rng_uniform(r);
+        double f = pow(q, (double)n), u = skpo_rng_uniform(r);
         for (int64_t k = 0; k <= n; k++) {
             if (u < f) return k;
             u -= f;
@@ -88,14 +54,14 @@ static int64_t binom_inversion(skpo_signsim_rng *r, int64_t n, double p) {
 }
 
 // Hormann (1993) BTRS, for n p >= 10 with p <= 1/2.
-static int64_t binom_btrs(skpo_signsim_rng *r, int64_t n, double p) {
+static int64_t binom_btrs(skpo_rng *r, int64_t n, double p) {
     double q = 1.0 - p, spq = sqrt((double)n * p * q);
     double b = 1.15 + 2.53 * spq, a = -0.0873 + 0.0248 * b + 0.01 * p, c = (double)n * p + 0.5;
     double vr = 0.92 - 4.2 / b, alpha = (2.83 + 5.1 / b) * spq;
     double m = floor((double)(n + 1) * p), lpq = 0, h = 0;
     int slow_ready = 0; // the exact test's constants cost two lgammas: only when the squeeze fails
     for (;;) {
-        double u = skpo_signsim_rng_uniform(r) - 0.5, v = skpo_signsim_rng_uniform(r);
+        double u = skpo_rng_uniform(r) - 0.5, v = skpo_rng_uniform(r);
         double us = 0.5 - fabs(u);
         double k = floor((2 * a / us + b) * u + c);
         if (k < 0 || k > (double)n) continue;
@@ -111,7 +77,7 @@ static int64_t binom_btrs(skpo_signsim_rng *r, int64_t n, double p) {
     }
 }
 
-int64_t skpo_signsim_binomial(skpo_signsim_rng *r, int64_t n, double p) {
+int64_t skpo_signsim_binomial(skpo_rng *r, int64_t n, double p) {
     SKPO_ASSERT(n >= 0 && p >= 0 && p <= 1);
     if (n == 0 || p == 0) return 0;
     if (p == 1) return n;
@@ -198,14 +164,14 @@ skpo_status skpo_signsim_check(const skpo_signsim_cfg *c, skpo_err *err) {
     return SKPO_OK;
 }
 
-void skpo_signsim_draw_p(const skpo_signsim_cfg *c, skpo_signsim_rng *r, double *p) {
+void skpo_signsim_draw_p(const skpo_signsim_cfg *c, skpo_rng *r, double *p) {
     for (int i = 0; i < c->G; i++) {
         double u, x, y;
         switch (c->dist) {
-        case SKPO_SIGNSIM_UNIFORM: p[i] = c->lo + (c->hi - c->lo) * skpo_signsim_rng_uniform(r); break;
-        case SKPO_SIGNSIM_BAND: p[i] = c->centre + c->spread * (skpo_signsim_rng_uniform(r) - 0.5); break;
+        case SKPO_SIGNSIM_UNIFORM: p[i] = c->lo + (c->hi - c->lo) * skpo_rng_uniform(r); break;
+        case SKPO_SIGNSIM_BAND: p[i] = c->centre + c->spread * (skpo_rng_uniform(r) - 0.5); break;
         case SKPO_SIGNSIM_NORMAL:
-            do u = c->centre + c->spread * skpo_signsim_rng_normal(r); while (u < 0 || u > 1);
+            do u = c->centre + c->spread * skpo_rng_normal(r); while (u < 0 || u > 1);
             p[i] = u;
             break;
         case SKPO_SIGNSIM_BETA:
@@ -234,7 +200,7 @@ skpo_status skpo_signsim_run(const skpo_signsim_cfg *c, skpo_signsim_row *rows, 
         int64_t *x = skpo_xmalloc((size_t)G * sizeof *x);
 #pragma omp for schedule(dynamic, 64)
         for (int64_t t = 0; t < c->trials; t++) {
-            skpo_signsim_rng r;
+            skpo_rng r;
             skpo_signsim_rng_seed(&r, c->seed, (uint64_t)t);
             skpo_signsim_draw_p(c, &r, p);
             for (int k = 0; k < nr; k++) {

@@ -28,25 +28,19 @@
 #define SKPO_SIGNSIM_H
 
 #include "common.h"
+#include "rng.h"
 
 #include <stdint.h>
 
-// --- random numbers (xoshiro256**, seeded by splitmix64) ------------------------
+// --- random numbers: core/rng.h's xoshiro256** ------------------------------------
 
-typedef struct skpo_signsim_rng {
-    uint64_t s[4];
-} skpo_signsim_rng;
-
-// Independent stream `stream` of run `seed`.
-void skpo_signsim_rng_seed(skpo_signsim_rng *r, uint64_t seed, uint64_t stream);
-uint64_t skpo_signsim_rng_u64(skpo_signsim_rng *r);
-double skpo_signsim_rng_uniform(skpo_signsim_rng *r);  // [0, 1), 53 bits
-double skpo_signsim_rng_normal(skpo_signsim_rng *r);   // standard normal (Box-Muller, one of the pair)
+// Independent stream `stream` of run `seed` (one per trial block / thread).
+void skpo_signsim_rng_seed(skpo_rng *r, uint64_t seed, uint64_t stream);
 
 // Exact draw from Binomial(n, p), n >= 0, p in [0, 1]: inversion when
 // n min(p, 1-p) < 10, else Hormann's BTRS transformed rejection (1993), the
 // method of TensorFlow and NumPy's Generator. Cost O(1) in n.
-int64_t skpo_signsim_binomial(skpo_signsim_rng *r, int64_t n, double p);
+int64_t skpo_signsim_binomial(skpo_rng *r, int64_t n, double p);
 
 // --- one group ----------------------------------------------------------------------
 
@@ -98,7 +92,7 @@ typedef struct skpo_signsim_row {
 skpo_status skpo_signsim_check(const skpo_signsim_cfg *c, skpo_err *err);
 
 // Draw one trial's true success rates p[0..G) from stream `trial`.
-void skpo_signsim_draw_p(const skpo_signsim_cfg *c, skpo_signsim_rng *r, double *p);
+void skpo_signsim_draw_p(const skpo_signsim_cfg *c, skpo_rng *r, double *p);
 
 // Run the simulation: rows[0..n_ns) for c->ns in order, then rows[n_ns] = the
 // GRPO reference (N = 1). rows must hold n_ns + 1 entries. OpenMP over trials.

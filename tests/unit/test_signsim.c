@@ -22,7 +22,7 @@ static void binom_pmf(int n, double p, double *pmf) {
 // relative sd of the sample variance of about sqrt(2 / M) = 0.3 %).
 static int moments_ok(int64_t n, double p, uint64_t seed) {
     const int M = 200000;
-    skpo_signsim_rng r;
+    skpo_rng r;
     skpo_signsim_rng_seed(&r, seed, 7);
     double s = 0, s2 = 0;
     int64_t lo = n, hi = 0;
@@ -51,7 +51,7 @@ static void binomial_has_exact_moments_in_both_regimes(void) {
 }
 
 static void binomial_edge_probabilities_are_exact(void) {
-    skpo_signsim_rng r;
+    skpo_rng r;
     skpo_signsim_rng_seed(&r, 1, 1);
     for (int i = 0; i < 100; i++) {
         CHECK(skpo_signsim_binomial(&r, 50, 0.0) == 0);
@@ -67,7 +67,7 @@ static double chi_square(int n, double p, uint64_t seed, int *df) {
     const int M = 200000;
     double pmf[64], obs[64] = {0};
     binom_pmf(n, p, pmf);
-    skpo_signsim_rng r;
+    skpo_rng r;
     skpo_signsim_rng_seed(&r, seed, 0);
     for (int i = 0; i < M; i++) obs[skpo_signsim_binomial(&r, n, p)]++;
     double chi = 0, eo = 0, oo = 0;
@@ -91,19 +91,19 @@ static void binomial_matches_exact_pmf(void) {
 }
 
 static void rng_streams_are_reproducible_and_distinct(void) {
-    skpo_signsim_rng a, b, c;
+    skpo_rng a, b, c;
     skpo_signsim_rng_seed(&a, 42, 3);
     skpo_signsim_rng_seed(&b, 42, 3);
     skpo_signsim_rng_seed(&c, 42, 4);
     int same = 1, diff = 0;
     for (int i = 0; i < 100; i++) {
-        uint64_t x = skpo_signsim_rng_u64(&a), y = skpo_signsim_rng_u64(&b), z = skpo_signsim_rng_u64(&c);
+        uint64_t x = skpo_rng_u64(&a), y = skpo_rng_u64(&b), z = skpo_rng_u64(&c);
         same &= x == y;
         diff += x != z;
     }
     CHECK(same);
     CHECK(diff == 100);
-    double u = skpo_signsim_rng_uniform(&a);
+    double u = skpo_rng_uniform(&a);
     CHECK(u >= 0 && u < 1);
 }
 
@@ -250,7 +250,7 @@ static void distributions_stay_in_their_ranges(void) {
     int64_t ns[1] = {8};
     skpo_signsim_cfg c = base_cfg(ns, 1);
     double p[8];
-    skpo_signsim_rng r;
+    skpo_rng r;
     skpo_signsim_rng_seed(&r, 3, 0);
     c.dist = SKPO_SIGNSIM_BAND; c.centre = 0.3; c.spread = 0.2;
     double mn = 1, mx = 0, s = 0;
