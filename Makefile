@@ -68,9 +68,9 @@ bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
--include $(CORE_OBJ:.o=.d)
+-include $(CORE_OBJ:.o=.d) $(TESTS:=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
 deps:
 	@sh scripts/deps.sh
@@ -93,13 +93,13 @@ bench: deps
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in a
 # separate build tree so it never mixes with the normal objects.
-# bin/ is shared with the normal build: the tools are relinked with the
-# sanitizers first and removed afterwards, so neither run uses the other's.
+# bin/ is shared with the normal build, so the sanitized tools are removed
+# afterwards: the next plain `make` relinks them.
 asan: deps
-	@rm -f $(TOOLS)
+	@rm -f bin/skpo-*
 	@$(MAKE) --no-print-directory CUDA=0 BUILD=build-asan OPT=-O1 \
-	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
-	@SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh; rc=$$?; rm -f $(TOOLS); exit $$rc
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all \
+	  && SKPO_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh; rc=$$?; rm -f bin/skpo-*; exit $$rc
 
 fuzz: deps
 	@sh tests/fuzz/run.sh $${FUZZ_SECONDS:-600}

@@ -80,7 +80,9 @@ static void train(skpo_model *m, int B, int T) {
 
 static int argmax(const float *v, int n) {
     int k = 0;
-    for (int i = 1; i < n; i++) if (v[i] > v[k]) k = i;
+    float best = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] > best) best = v[i], k = i;
     return k;
 }
 

@@ -8,8 +8,8 @@ checkpoint folder, the same prompt ids and the same lengths.
   hf_generate.py generate MODEL_DIR IDS_FILE G NEW_TOKENS THREADS
       generate G samples per prompt, exactly NEW_TOKENS each
       (min_new_tokens = max_new_tokens), T = 1, top-p 1, top-k off; prints
-      "hf_tokens N hf_seconds S hf_tokens_per_s X" (model load and one
-      warm-up call are not timed)
+      "hf_tokens N hf_seconds S hf_tokens_per_s X hf_cpu_seconds C
+      hf_tokens_per_cpu_s Y" (model load and one warm-up call are not timed)
 """
 import random
 import struct
@@ -57,12 +57,13 @@ def generate(model_dir, ids_file, G, new, threads):
     kw = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=0)
     with torch.inference_mode():
         model.generate(ids[:1], attention_mask=attn[:1], max_new_tokens=4, min_new_tokens=4, **kw)  # warm-up
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = model.generate(ids, attention_mask=attn, num_return_sequences=G, max_new_tokens=new,
                              min_new_tokens=new, **kw)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
     tokens = (out.shape[1] - ids.shape[1]) * out.shape[0]
-    print("hf_tokens %d hf_seconds %.3f hf_tokens_per_s %.1f" % (tokens, dt, tokens / dt))
+    print("hf_tokens %d hf_seconds %.3f hf_tokens_per_s %.1f hf_cpu_seconds %.3f hf_tokens_per_cpu_s %.1f"
+          % (tokens, dt, tokens / dt, dc, tokens / dc))
 
 
 def main():

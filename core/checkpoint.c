@@ -104,9 +104,10 @@ static const char *dtype_name(skpo_dtype d) {
 }
 
 static skpo_status write_state(const char *dir, const skpo_trainer_state *st, skpo_dtype dtype, double lr,
-                               skpo_err *err) {
+                               const char *parent, skpo_err *err) {
     json_t *j = json_pack("{sssIsIsssf}", "format", SKPO_TRAINER_FORMAT, "step", (json_int_t)st->step,
                           "optimizer_updates", (json_int_t)st->optimizer_updates, "dtype", dtype_name(dtype), "lr", lr);
+    if (parent) json_object_set_new(j, "parent", json_string(parent));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     char *p = skpo_path_join(dir, SKPO_TRAINER_FILE);
@@ -128,7 +129,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
     snprintf(tmp, len + 32, "%s.tmp.%ld", base, (long)getpid());
     skpo_status s = SKPO_OK;
     if (skpo_path_exists(tmp)) s = skpo_rm_rf(tmp, err);
-    if (!s && mkdir(tmp, 0755) != 0) s = skpo_err_set(err, SKPO_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (!s) s = skpo_mkdir_p(tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
     if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
     if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
     if (!s) {
@@ -139,7 +140,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
         s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
         free(op);
     }
-    if (!s) s = write_state(tmp, st, dtype, lr, err);
+    if (!s) s = write_state(tmp, st, dtype, lr, src_dir, err);
     if (!s) s = skpo_fsync_dir(tmp, err);
     if (!s) s = skpo_dir_replace(tmp, base, err);
     if (s) {

@@ -9,7 +9,8 @@
  *   optim.safetensors    AdamW moments (+ float32 master weights when the
  *                        weights are stored narrower), see optim.h
  *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
- *                         "optimizer_updates": T, "dtype": "...", "lr": ...}
+ *                         "optimizer_updates": T, "dtype": "...", "lr": ...,
+ *                         "parent": the checkpoint it was trained from}
  *                        step = training steps completed (the step that wrote it)
  * Atomicity: everything is written into "<out>.tmp.<pid>" next to <out> (each
  * file fsynced), the folder is fsynced, then skpo_dir_replace() swaps it in;

@@ -114,6 +114,55 @@ static skpo_status mpi_open(skpo_comm *c, skpo_err *err) {
 }
 #endif
 
+// --- NCCL: device all-reduce, the rest over MPI ------------------------------------------
+
+#if defined(SKPO_HAVE_MPI) && defined(SKPO_HAVE_CUDA)
+#include "cuda.h"
+
+static skpo_status nccl_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) {
+    return skpo_nccl_allreduce_sum(c->impl, buf, n, err);
+}
+
+static void nccl_destroy(skpo_comm *c) {
+    skpo_nccl_free(c->impl);
+    mpi_destroy(c);
+}
+
+static const skpo_comm_ops nccl_ops = {
+    "nccl", nccl_allreduce_f32, mpi_allreduce_f64, mpi_bcast, mpi_barrier, nccl_destroy,
+};
+
+skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
+    *out = NULL;
+    skpo_comm *c = skpo_xcalloc(1, sizeof *c);
+    skpo_status st = mpi_open(c, err);
+    unsigned char id[128] = {0};
+    if (!st && c->rank == 0) st = skpo_nccl_unique_id(id, err);
+    // Every rank must take part in the broadcast even if rank 0 failed.
+    int bad = st != SKPO_OK, any = 0;
+    if (MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS || any) {
+        if (!st) st = skpo_err_set(err, SKPO_EDEVICE, "NCCL bootstrap failed on another rank");
+    } else {
+        st = mpi_bcast(c, id, sizeof id, 0, err);
+    }
+    skpo_nccl *nc = NULL;
+    if (!st) st = skpo_nccl_init(cu, id, c->rank, c->size, &nc, err);
+    if (st) {
+        mpi_destroy(c);
+        return st;
+    }
+    c->impl = nc;
+    c->ops = &nccl_ops;
+    *out = c;
+    return SKPO_OK;
+}
+#else
+skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
+    *out = NULL;
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator needs a build with CUDA and MPI");
+}
+#endif
+
 // --- open / close -----------------------------------------------------------------------
 
 skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err) {
@@ -136,7 +185,7 @@ skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err) 
 #endif
     } else if (kind == SKPO_COMM_NCCL) {
         free(c);
-        return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator is not implemented yet");
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator needs a device: use skpo_comm_init_nccl");
     } else if (kind != SKPO_COMM_LOCAL) {
         free(c);
         return skpo_err_set(err, SKPO_ERANGE, "unknown communicator kind %d", (int)kind);

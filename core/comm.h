@@ -7,8 +7,12 @@
  *   local  one process, every collective is the identity (no MPI_Init, so a
  *          plain run and ASan runs never touch MPI);
  *   mpi    MPI_COMM_WORLD (CPU data parallel under mpirun / srun);
- *   nccl   (slot) GPU buffers over NCCL, bootstrapped through MPI: not built
- *          yet, asking for it fails with SKPO_EUNSUPPORTED.
+ *   nccl   allreduce_f32 sums DEVICE buffers over NCCL (one rank per GPU);
+ *          the f64 all-reduce, broadcast and barrier stay on MPI with host
+ *          buffers (counts, metrics, error agreement). Bootstrapped through
+ *          MPI (rank 0's NCCL unique id is broadcast). Needs a CUDA build and
+ *          a device context: skpo_comm_init_nccl(). Compiled in CUDA builds
+ *          but never run yet (no GPU where it was written).
  * SKPO_COMM_AUTO picks mpi when the process was started by an MPI launcher
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and local
  * otherwise, so `bin/skpo-update` and `mpirun -np N bin/skpo-update` both work.
@@ -27,7 +31,7 @@ typedef enum skpo_comm_kind {
     SKPO_COMM_AUTO = 0,
     SKPO_COMM_LOCAL = 1,
     SKPO_COMM_MPI = 2,
-    SKPO_COMM_NCCL = 3,   // reserved: device buffers (not implemented)
+    SKPO_COMM_NCCL = 3,   // device buffers: created by skpo_comm_init_nccl only
 } skpo_comm_kind;
 
 typedef struct skpo_comm skpo_comm;
@@ -48,13 +52,19 @@ struct skpo_comm {
     const skpo_comm_ops *ops;
     int rank, size;
     int owns_runtime;   // this communicator initialised MPI and finalises it
+    void *impl;         // backend state (the NCCL communicator)
 };
 
 // --- open / close ---------------------------------------------------------------
 
 // kind AUTO chooses as described above. MPI is initialised here when needed
 // (and finalised by skpo_comm_free of the communicator that initialised it).
+// kind NCCL is refused here: it needs a device, see skpo_comm_init_nccl.
 skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err);
+struct skpo_cuda;
+// The NCCL communicator over the GPU of context cu (one rank per GPU, under
+// an MPI launcher). SKPO_EUNSUPPORTED in builds without CUDA or MPI.
+skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err);
 void skpo_comm_free(skpo_comm *c);
 // True when the environment says an MPI launcher started this process.
 int skpo_comm_launched_by_mpi(void);

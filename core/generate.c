@@ -103,7 +103,7 @@ void skpo_gen_free(skpo_gen *g) {
         if (g->act[i].stop) g->o.stop->close(g->act[i].stop);
     }
     for (size_t i = g->head; i < g->tail; i++) {
-        if (g->q[i]->par_state != PAR_NONE && g->q[i]->parent >= 0 && g->q[i]->par_state == PAR_READY)
+        if (g->q[i]->par_state == PAR_READY) // a prefilling parent is in act[], freed above
             skpo_kv_seq_free(g->o.kv, g->q[i]->parent);
         group_free(g->q[i], 1);
     }
@@ -367,11 +367,50 @@ static void retire_finished(skpo_gen *g) {
     g->nact = k;
 }
 
+// Nothing runs but the oldest open group cannot start: parents of later groups
+// (prefilled in the same steps, none of their samples running) hold the
+// blocks. Drop those parents; their groups prefill again when their turn
+// comes (same tokens: a sample's randomness is its own seed).
+static int release_later_parents(skpo_gen *g) {
+    size_t first = g->head;
+    while (first < g->tail && g->q[first]->started == g->q[first]->n) first++;
+    int freed = 0;
+    for (size_t i = first + 1; i < g->tail; i++) {
+        group *gr = g->q[i];
+        if (gr->par_state != PAR_READY) continue;
+        skpo_kv_seq_free(g->o.kv, gr->parent);
+        g->reserved -= gr->par_res;
+        gr->par_res = 0;
+        gr->parent = -1;
+        gr->par_state = PAR_NONE;
+        free(gr->first_logits);
+        gr->first_logits = NULL;
+        freed = 1;
+    }
+    return freed;
+}
+
+static size_t started_total(const skpo_gen *g) {
+    size_t n = 0;
+    for (size_t i = g->head; i < g->tail; i++) n += (size_t)g->q[i]->started;
+    return n;
+}
+
 skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
+    size_t before = started_total(g);
     skpo_status st = admit(g, err);
+    if (st == SKPO_OK) retire_finished(g);
+    if (st == SKPO_OK && g->nact == 0 && skpo_gen_busy(g) && release_later_parents(g)) {
+        st = admit(g, err);
+        if (st == SKPO_OK) retire_finished(g);
+    }
     if (st != SKPO_OK) return st;
-    retire_finished(g);
-    if (g->nact == 0) return SKPO_OK;
+    if (g->nact == 0) {
+        // Samples that finished at their fork (first token EOS) are progress;
+        // starting nothing with nothing running is not, and would spin.
+        if (!skpo_gen_busy(g) || started_total(g) > before) return SKPO_OK;
+        return skpo_err_set(err, SKPO_ERANGE, "KV cache of %zu blocks cannot start the next sequence", g->n_blocks);
+    }
     int rows = build_batch(g);
     st = g->o.step(g->o.step_ctx, g->o.kv, g->kvids, rows, g->toks, g->off, g->logits, err);
     if (st != SKPO_OK) return st;

@@ -22,8 +22,11 @@
  *
  * Memory: a sequence is admitted only when the blocks it may still need in the
  * worst case (prompt + max_new) are free after the reservations of those
- * already running, so the cache never runs out mid-sequence and nothing is
- * ever preempted. A request that cannot fit even alone is rejected at submit.
+ * already running, so the cache never runs out mid-sequence and a running
+ * sequence is never preempted. Only an idle parent can be dropped: when
+ * nothing runs and the oldest group cannot start, parents of later groups
+ * give their blocks back and prefill again later. A request that cannot fit
+ * even alone is rejected at submit.
  *
  * Stopping: an EOS id (kept as the last token), a stop condition on the
  * decoded text (skpo_gen_stop hooks; skpo_gen_stops_new gives stop strings

@@ -82,10 +82,11 @@ static void compute_inv_freq(skpo_model *m) {
     }
 }
 
-// Allocate a model for config c with uninitialised weights.
-static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_err *err) {
+// Allocate a model for config c with uninitialised weights (NULL, err set, on failure).
+static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_status *st, skpo_err *err) {
+    *st = SKPO_OK;
     if (o && o->device != SKPO_DEV_CPU) {
-        skpo_err_set(err, SKPO_EUNSUPPORTED, "only the cpu device is implemented in this build");
+        *st = skpo_err_set(err, SKPO_EUNSUPPORTED, "the model runs on the cpu device only (the CUDA backend is not wired to model.c)");
         return NULL;
     }
     skpo_model *m = skpo_xcalloc(1, sizeof *m);
@@ -105,7 +106,8 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
     if (!m->mem || (m->o.trainable && !m->grad)) {
         free(ps);
         skpo_model_free(m);
-        skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu MiB of parameters", total * 4 * (o && o->trainable ? 2 : 1) >> 20);
+        *st = skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu MiB of parameters",
+                           total * 4 * (o && o->trainable ? 2 : 1) >> 20);
         return NULL;
     }
     m->params = skpo_xcalloc((size_t)n, sizeof(skpo_param));
@@ -164,10 +166,10 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
     if (s) return s;
     skpo_st *st;
     if ((s = skpo_st_open_dir(dir, &st, err))) return s;
-    skpo_model *m = model_alloc(&c, o, err);
+    skpo_model *m = model_alloc(&c, o, &s, err);
     if (!m) {
         skpo_st_close(st);
-        return SKPO_ENOMEM;
+        return s;
     }
     for (int i = 0; i < m->nparams && !s; i++) {
         skpo_param *p = &m->params[i];
@@ -201,17 +203,24 @@ static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1
 skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *o, uint64_t seed, double std,
                                    skpo_model **out, skpo_err *err) {
     if (!(std > 0) || !isfinite(std)) return skpo_err_set(err, SKPO_ERANGE, "init std %g must be positive", std);
-    skpo_model *m = model_alloc(c, o, err);
-    if (!m) return SKPO_ENOMEM;
+    skpo_status st;
+    skpo_model *m = model_alloc(c, o, &st, err);
+    if (!m) return st;
+    enum { CHUNK = 1 << 16 };
     for (int i = 0; i < m->nparams; i++) {
         skpo_param *p = &m->params[i];
         int is_bias = strstr(p->name, ".bias") != NULL, is_norm = strstr(p->name, "norm.weight") != NULL;
-        // Each tensor gets its own stream so adding a tensor never shifts the others.
-        uint64_t st = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-        for (size_t j = 0; j < p->numel; j += 2) {
-            double u1 = uniform01(&st), u2 = uniform01(&st), r = sqrt(-2 * log(u1));
-            p->data[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * cos(2 * M_PI * u2));
-            if (j + 1 < p->numel) p->data[j + 1] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * sin(2 * M_PI * u2));
+        // A stream per (seed, tensor, chunk): parallel, yet independent of the thread count.
+#pragma omp parallel for schedule(static)
+        for (size_t c0 = 0; c0 < p->numel; c0 += CHUNK) {
+            uint64_t rng = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull + c0;
+            splitmix64(&rng);
+            size_t c1 = c0 + CHUNK < p->numel ? c0 + CHUNK : p->numel;
+            for (size_t j = c0; j < c1; j += 2) {
+                double u1 = uniform01(&rng), u2 = uniform01(&rng), r = sqrt(-2 * log(u1));
+                p->data[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * cos(2 * M_PI * u2));
+                if (j + 1 < c1) p->data[j + 1] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * r * sin(2 * M_PI * u2));
+            }
         }
     }
     *out = m;
@@ -308,12 +317,14 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     const skpo_config *c = &m->c;
     const skpo_ops *op = m->ops;
     const model_layer *L = &m->layers[l];
+    void (*mm)(float *, const float *, const float *, const float *, int, int, int, int) =
+        op->matmul_invariant ? op->matmul_invariant : op->matmul;
     int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
     int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
-    op->matmul(q, ln, L->wq, L->bq, N, C, QD, 0);
-    op->matmul(k, ln, L->wk, L->bk, N, C, KVD, 0);
-    op->matmul(v, ln, L->wv, L->bv, N, C, KVD, 0);
+    mm(q, ln, L->wq, L->bq, N, C, QD, 0);
+    mm(k, ln, L->wk, L->bk, N, C, KVD, 0);
+    mm(v, ln, L->wv, L->bv, N, C, KVD, 0);
     op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
     op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
@@ -328,12 +339,12 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     }
     skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
     op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
-    op->matmul(x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    mm(x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
     op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
-    op->matmul(gate, ln, L->wg, NULL, N, C, F, 0);
-    op->matmul(up, ln, L->wu, NULL, N, C, F, 0);
+    mm(gate, ln, L->wg, NULL, N, C, F, 0);
+    mm(up, ln, L->wu, NULL, N, C, F, 0);
     op->swiglu(gate, gate, up, (size_t)N * F);
-    op->matmul(x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    mm(x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
 }
 
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
@@ -361,7 +372,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     // Only the last new row of each sequence needs logits.
     for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
     m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
-    m->ops->matmul(logits, x, m->lm_head, NULL, nseq, C, V, 0);
+    (m->ops->matmul_invariant ? m->ops->matmul_invariant : m->ops->matmul)(logits, x, m->lm_head, NULL, nseq, C, V, 0);
     free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
     free(pos);
     free(blocks);

@@ -37,6 +37,11 @@ typedef struct skpo_ops {
     // out (N, O) = in (N, K) @ w^T, w (O, K), + bias (O) when non-NULL.
     // accumulate = 1 adds into out instead of overwriting it.
     void (*matmul)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int accumulate);
+    // Same product, but batch-invariant: each output element's rounding does not
+    // depend on N or on the other rows (inference uses it so a sequence decodes
+    // bit-identically alone or in any batch). (optional: NULL = use matmul)
+    void (*matmul_invariant)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
+                             int accumulate);
     // din (N, K) += dout (N, O) @ w; dw (O, K) += dout^T @ in; dbias (O) += column sums of dout.
     // Each output may be NULL (not needed).
     void (*matmul_backward)(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,

@@ -6,6 +6,7 @@
  * arrays print without building a tree. Input is parsed with jansson.
  */
 #include "recjson.h"
+#include "mpcheck.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -136,67 +137,113 @@ static void put_i64(skpo_jbuf *b, int64_t v) {
 
 static bool utf8_ok(const char *s, size_t n) { return skpo_utf8_valid(s, n); }
 
-static void obj_to_json(const msgpack_object *o, skpo_jbuf *b);
-
-static void map_key(const msgpack_object *k, skpo_jbuf *b) {
-    if (k->type == MSGPACK_OBJECT_STR && utf8_ok(k->via.str.ptr, k->via.str.size)) {
-        skpo_json_str(k->via.str.ptr, k->via.str.size, b);
-        return;
-    }
-    skpo_jbuf t = {0};
-    obj_to_json(k, &t);
-    skpo_json_str(t.p, t.n, b);
-    skpo_jbuf_free(&t);
+static void put_str_or_b64(const char *s, size_t n, skpo_jbuf *b) {
+    if (utf8_ok(s, n)) { skpo_json_str(s, n, b); return; }
+    puts_(b, "{\"$str\":");
+    put_b64(b, (const unsigned char *)s, n);
+    putc_(b, '}');
 }
 
-static void obj_to_json(const msgpack_object *o, skpo_jbuf *b) {
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL: puts_(b, "null"); break;
-    case MSGPACK_OBJECT_BOOLEAN: puts_(b, o->via.boolean ? "true" : "false"); break;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: {
-        char t[24];
-        snprintf(t, sizeof t, "%llu", (unsigned long long)o->via.u64);
-        puts_(b, t);
-        break;
-    }
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: put_i64(b, o->via.i64); break;
-    case MSGPACK_OBJECT_FLOAT32: skpo_json_float(o->via.f64, true, b); break;
-    case MSGPACK_OBJECT_FLOAT64: skpo_json_float(o->via.f64, false, b); break;
-    case MSGPACK_OBJECT_STR:
-        if (utf8_ok(o->via.str.ptr, o->via.str.size)) skpo_json_str(o->via.str.ptr, o->via.str.size, b);
-        else { puts_(b, "{\"$str\":"); put_b64(b, (const unsigned char *)o->via.str.ptr, o->via.str.size); putc_(b, '}'); }
-        break;
-    case MSGPACK_OBJECT_BIN:
-        puts_(b, "{\"$bin\":");
-        put_b64(b, (const unsigned char *)o->via.bin.ptr, o->via.bin.size);
-        putc_(b, '}');
-        break;
-    case MSGPACK_OBJECT_EXT:
-        puts_(b, "{\"$ext\":[");
-        put_i64(b, o->via.ext.type);
-        putc_(b, ',');
-        put_b64(b, (const unsigned char *)o->via.ext.ptr, o->via.ext.size);
-        puts_(b, "]}");
-        break;
-    case MSGPACK_OBJECT_ARRAY:
-        putc_(b, '[');
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-            if (i) putc_(b, ',');
-            obj_to_json(&o->via.array.ptr[i], b);
+static uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+// One msgpack value at p[0..n) as JSON; returns its size in bytes. The bytes
+// come from a record the reader framed with skpo_mp_check (or from our own
+// packer), so they are well formed and nested at most 64 deep; a short
+// buffer still only ends the output early (as null), never reads past n.
+static size_t mp_to_json(const unsigned char *p, size_t n, skpo_jbuf *b) {
+    if (!n) { puts_(b, "null"); return 0; }
+    unsigned c = p[0];
+    size_t h = 1, len = 0, kids = 0;
+    int map = 0;
+    if (c <= 0x7f || c >= 0xe0) { put_i64(b, (int8_t)c); return 1; }
+    if (c == 0xc0) { puts_(b, "null"); return 1; }
+    if (c == 0xc2 || c == 0xc3) { puts_(b, c == 0xc3 ? "true" : "false"); return 1; }
+    if (c >= 0x80 && c <= 0x9f) { kids = c & 0x0f; map = c <= 0x8f; }
+    else if (c >= 0xa0 && c <= 0xbf) len = c & 0x1f;
+    else {
+        static const int w[] = {1, 2, 4, 8};
+        int lw = 0, vw = 0; // width of a length field, or of a fixed-size payload
+        switch (c) {
+        case 0xc4: case 0xd9: case 0xc7: lw = 1; break;
+        case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lw = 2; break;
+        case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lw = 4; break;
+        case 0xca: vw = 4; break;
+        case 0xcb: vw = 8; break;
+        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: vw = 1 + (1 << (c - 0xd4)); break;
+        default: if (c >= 0xcc && c <= 0xd3) vw = w[(c - 0xcc) & 3]; break;
         }
-        putc_(b, ']');
-        break;
-    case MSGPACK_OBJECT_MAP:
-        putc_(b, '{');
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            if (i) putc_(b, ',');
-            map_key(&o->via.map.ptr[i].key, b);
+        if (n < 1 + (size_t)(lw + vw) || (!lw && !vw)) { puts_(b, "null"); return n; }
+        uint64_t x = be(p + 1, lw ? lw : (vw > 8 ? 0 : vw));
+        h = 1 + (size_t)lw;
+        if (c >= 0xcc && c <= 0xcf) {
+            char t[24];
+            snprintf(t, sizeof t, "%llu", (unsigned long long)x);
+            puts_(b, t);
+            return 1 + (size_t)vw;
+        }
+        if (c >= 0xd0 && c <= 0xd3) {
+            put_i64(b, vw == 8 ? (int64_t)x : (int64_t)(x ^ (1ull << (8 * vw - 1))) - (int64_t)(1ull << (8 * vw - 1)));
+            return 1 + (size_t)vw;
+        }
+        if (c == 0xca) { uint32_t u = (uint32_t)x; float f; memcpy(&f, &u, 4); skpo_json_float(f, true, b); return 5; }
+        if (c == 0xcb) { double d; memcpy(&d, &x, 8); skpo_json_float(d, false, b); return 9; }
+        if (c >= 0xd4 && c <= 0xd8) { len = (size_t)vw - 1; h = 1; } // fixext: type byte then payload
+        else if (c == 0xdc || c == 0xdd) kids = x;
+        else if (c == 0xde || c == 0xdf) { kids = x; map = 1; }
+        else len = x;
+    }
+    bool ext = c == 0xc7 || c == 0xc8 || c == 0xc9 || (c >= 0xd4 && c <= 0xd8);
+    if (!kids && !(c >= 0x80 && c <= 0x9f) && c != 0xdc && c != 0xdd && c != 0xde && c != 0xdf) {
+        size_t need = h + (ext ? 1 : 0) + len;
+        if (need > n) { puts_(b, "null"); return n; }
+        const char *d = (const char *)p + h + (ext ? 1 : 0);
+        if (ext) {
+            puts_(b, "{\"$ext\":[");
+            put_i64(b, (int8_t)p[h]);
+            putc_(b, ',');
+            put_b64(b, (const unsigned char *)d, len);
+            puts_(b, "]}");
+        } else if (c >= 0xc4 && c <= 0xc6) {
+            puts_(b, "{\"$bin\":");
+            put_b64(b, (const unsigned char *)d, len);
+            putc_(b, '}');
+        } else {
+            put_str_or_b64(d, len, b);
+        }
+        return need;
+    }
+    size_t o = h;
+    putc_(b, map ? '{' : '[');
+    for (size_t i = 0; i < kids && o < n; i++) {
+        if (i) putc_(b, ',');
+        if (map) {
+            unsigned k = p[o];
+            size_t kl;
+            skpo_err ke;
+            if ((k >= 0xa0 && k <= 0xbf) || (k >= 0xd9 && k <= 0xdb)) {
+                o += mp_to_json(p + o, n - o, b); // a string key prints as itself
+            } else if (((k >= 0x80 && k <= 0x9f) || (k >= 0xdc && k <= 0xdf)) &&
+                       skpo_mp_check((const char *)p + o, n - o, 0, &kl, &ke) == SKPO_OK) {
+                // A container key prints as the base64 of its bytes: as escaped
+                // JSON text, keys nested in keys would double in size per level.
+                put_b64(b, p + o, kl);
+                o += kl;
+            } else {
+                skpo_jbuf t = {0};
+                o += mp_to_json(p + o, n - o, &t);
+                skpo_json_str(t.p ? t.p : "", t.n, b);
+                skpo_jbuf_free(&t);
+            }
             putc_(b, ':');
-            obj_to_json(&o->via.map.ptr[i].val, b);
         }
-        putc_(b, '}');
-        break;
+        o += mp_to_json(p + o, n - o, b);
     }
+    putc_(b, map ? '}' : ']');
+    return o;
 }
 
 void skpo_value_to_json(const skpo_value *v, skpo_jbuf *b) {
@@ -206,11 +253,7 @@ void skpo_value_to_json(const skpo_value *v, skpo_jbuf *b) {
     case SKPO_V_INT: put_i64(b, v->i); return;
     case SKPO_V_F32: skpo_json_float(v->f, true, b); return;
     case SKPO_V_F64: skpo_json_float(v->f, false, b); return;
-    case SKPO_V_STR: {
-        msgpack_object o = {.type = MSGPACK_OBJECT_STR, .via.str = {(uint32_t)v->len, v->data}};
-        obj_to_json(&o, b);
-        return;
-    }
+    case SKPO_V_STR: put_str_or_b64(v->data, v->len, b); return;
     case SKPO_V_BIN: {
         const skpo_field_def *d = skpo_schema_find(v->key);
         skpo_ftype t = d ? d->type : SKPO_FT_ANY;
@@ -236,15 +279,7 @@ void skpo_value_to_json(const skpo_value *v, skpo_jbuf *b) {
         putc_(b, '}');
         return;
     }
-    case SKPO_V_RAW: {
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        size_t off = 0;
-        if (msgpack_unpack_next(&u, v->data, v->len, &off) == MSGPACK_UNPACK_SUCCESS) obj_to_json(&u.data, b);
-        else puts_(b, "null"); // RAW values come from a parsed record; cannot happen
-        msgpack_unpacked_destroy(&u);
-        return;
-    }
+    case SKPO_V_RAW: mp_to_json((const unsigned char *)v->data, v->len, b); return;
     }
 }
 

@@ -15,12 +15,14 @@
  * Values
  *   Token ids are msgpack bin holding little-endian int32; per-token floats are
  *   bin holding little-endian float32. Other values keep their msgpack type.
- *   Fields and kinds a tool does not know pass through unchanged (nested maps
- *   and arrays are kept as raw msgpack bytes).
+ *   Fields and kinds a tool does not know pass through unchanged: nested maps,
+ *   arrays and ext values are kept as their exact msgpack bytes (SKPO_V_RAW);
+ *   scalars keep their type (float32 stays float32) and are re-encoded in the
+ *   shortest form, as every msgpack library writes them.
  *
  * Schema: the table skpo_schema[] (record.c) is the single definition of field
- * names and types; docs/records.md documents it. The reader validates every
- * schema field's type and that text fields are valid UTF-8.
+ * names and types; docs/records.md documents it. The reader and the writer
+ * validate every schema field's type and that str fields are valid UTF-8.
  */
 #ifndef SKPO_RECORD_H
 #define SKPO_RECORD_H
@@ -97,6 +99,9 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_ARGV "argv"        // any: meta: its command line (array of str)
 #define F_TIME "time"        // str: meta: UTC start time, ISO 8601
 #define F_MODEL "model"      // str: meta: model (checkpoint) the tool used
+#define F_SEG_TOKENS "seg_tokens" // i32s: state: last upstream segment of a prompt
+#define F_SEG_LOGP "seg_logp"     // f32s: state: its behaviour log-probs
+#define F_SEG_PROMPT "seg_prompt" // i32s: state: the prompt ids it was conditioned on
 
 // --- records in memory ---------------------------------------------------------
 
@@ -210,6 +215,8 @@ skpo_status skpo_writer_open_append(const char *path, int level, skpo_writer **o
 // Write the provenance `meta` record: kind, schema, tool, argv, time, plus any
 // extra fields of `extra` (may be NULL).
 skpo_status skpo_writer_meta(skpo_writer *w, int argc, char **argv, const skpo_rec *extra, skpo_err *err);
+// Records are validated first (skpo_rec_validate): an invalid one is not
+// written and its error (naming the field) does not stop the writer.
 skpo_status skpo_writer_put(skpo_writer *w, const skpo_rec *r, skpo_err *err);
 // Make everything written so far readable by a consumer (ZSTD_e_flush + write).
 skpo_status skpo_writer_flush(skpo_writer *w, skpo_err *err);

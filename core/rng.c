@@ -5,6 +5,8 @@
 
 #include "common.h"
 
+#include <math.h>
+
 uint64_t skpo_mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -39,6 +41,12 @@ uint64_t skpo_rng_u64(skpo_rng *r) {
 
 double skpo_rng_uniform(skpo_rng *r) {
     return (double)(skpo_rng_u64(r) >> 11) * 0x1.0p-53;
+}
+
+double skpo_rng_normal(skpo_rng *r) {
+    double u = 1.0 - skpo_rng_uniform(r); // (0, 1]: log never sees 0
+    double v = skpo_rng_uniform(r);
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
 }
 
 int64_t skpo_rng_int(skpo_rng *r, int64_t lo, int64_t hi) {

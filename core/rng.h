@@ -28,6 +28,8 @@ void skpo_rng_seed(skpo_rng *r, uint64_t seed);
 uint64_t skpo_rng_u64(skpo_rng *r);
 // Uniform double in [0, 1) with 53 random bits.
 double skpo_rng_uniform(skpo_rng *r);
+// Standard normal (Box-Muller, one of the pair).
+double skpo_rng_normal(skpo_rng *r);
 // Uniform integer in [lo, hi] inclusive (lo <= hi), without modulo bias.
 int64_t skpo_rng_int(skpo_rng *r, int64_t lo, int64_t hi);
 

@@ -131,16 +131,27 @@ static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double 
 // The exponential is Cephes expf for x <= 0 (range reduction by ln 2, degree-6
 // minimax polynomial, ~1 ulp), inlined so the vocabulary loop vectorises:
 // glibc's expf is not vectorised without -ffast-math, and sampling a 32k-152k
-// vocabulary is otherwise as slow as a small model's forward pass.
-// no-trapping-math lets GCC if-convert and vectorise the float->int steps; it
-// does not change results (not fast-math: NaN/Inf semantics stay IEEE).
-__attribute__((optimize("no-trapping-math")))
+// vocabulary is otherwise as slow as a small model's forward pass. The clamp
+// and rounding use integer bit operations because float compare/convert steps
+// keep GCC from vectorising under the default -ftrapping-math. An AVX2 clone
+// is picked at load time where the CPU has it (no FMA; only the order of the
+// double sum differs).
+__attribute__((target_clones("avx2", "default")))
 static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
 #pragma omp simd
     for (int i = 0; i < V; i++) {
-        float x0 = (logits[i] - m) * inv, x = x0 < -87.0f ? -87.0f : x0;
-        int ni = (int)(x * 1.44269504088896341f - 0.5f); // round to nearest for x <= 0 (SSE2 has no roundps)
-        float n = (float)ni;
+        float x0 = (logits[i] - m) * inv;
+        union { float f; int32_t i; } xb = {.f = x0}, t;
+        // x = max(x0, -87) without a float compare-and-select (those keep
+        // GCC from vectorising under the default -ftrapping-math): for
+        // x0 <= 0, more negative means a larger bit pattern.
+        int32_t lim = (int32_t)0xC2AE0000; // bits of -87.0f
+        int32_t over = -(int32_t)((uint32_t)xb.i > (uint32_t)lim); // all ones when x0 < -87
+        union { int32_t i; float f; } xc = {.i = (xb.i & ~over) | (lim & over)};
+        float x = xc.f;
+        t.f = x * 1.44269504088896341f + 12582912.0f; // round to nearest via 1.5 * 2^23
+        float n = t.f - 12582912.0f;
+        int32_t ni = t.i - 0x4B400000;
         float r = x - n * 0.693359375f + n * 2.12194440e-4f;
         float q = 1.9875691500e-4f;
         q = q * r + 1.3981999507e-3f;
@@ -149,8 +160,7 @@ static double fill_probs(float *restrict prob, const float *restrict logits, int
         q = q * r + 1.6666665459e-1f;
         q = q * r + 5.0000001201e-1f;
         q = q * r * r + r + 1.0f;
-        int32_t keep = -(int32_t)(x0 >= -87.0f); // all ones, or 0 to flush to 0 below e^-87
-        union { int32_t i; float f; } sc = {.i = ((ni + 127) << 23) & keep};
+        union { int32_t i; float f; } sc = {.i = ((ni + 127) << 23) & ~over}; // 0 below e^-87
         prob[i] = q * sc.f;
     }
     double sum = 0;
@@ -228,9 +238,13 @@ int skpo_median_pick(const double *d, int g) {
     qsort(s, (size_t)g, sizeof *s, cmp_double);
     double med = g % 2 ? s[g / 2] : 0.5 * (s[g / 2 - 1] + s[g / 2]);
     free(s);
+    // With even g the two middle values are equally far from the median in
+    // exact arithmetic; rounding must not decide between them (it differs
+    // with batch composition), so distances within 1e-12 relative are ties.
+    double tol = 1e-12 * (fabs(med) > 1 ? fabs(med) : 1);
     int best = 0;
     for (int i = 1; i < g; i++)
-        if (fabs(d[i] - med) < fabs(d[best] - med)) best = i;
+        if (fabs(d[i] - med) < fabs(d[best] - med) - tol) best = i;
     return best;
 }
 
@@ -243,15 +257,13 @@ double skpo_mean_nll(const float *logp, int n) {
 
 skpo_status skpo_prio_draw(const double *w, size_t n, size_t B, skpo_rng *r, size_t *out, skpo_err *err) {
     size_t npos = 0;
-
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(w[i]) || w[i] < 0)
             return skpo_err_set(err, SKPO_ENUMERIC, "sampling weight %zu is %g (want finite, >= 0)", i, w[i]);
         npos += w[i] > 0;
-
     }
     if (B > npos)
-        return skpo_err_set(err, SKPO_ERANGE, "cannot draw %zu distinct prompts: only %zu have positive weight", B, npos);
+        return skpo_err_set(err, SKPO_ERANGE, "cannot draw %zu distinct prompts: %zu have positive weight", B, npos);
     unsigned char *taken = skpo_xcalloc(n ? n : 1, 1);
     for (size_t b = 0; b < B; b++) {
         // Recompute the remaining total each draw so rounding never accumulates.

@@ -75,7 +75,9 @@ int skpo_seg_cut(double L, skpo_rng *r);
 // tokens (its EOS never enters a segment).
 int skpo_seg_len(int n, int t_q, int stopped);
 // Index of the value closest to the median of d[0..g) (numpy median: mean of
-// the two middle values when g is even), lowest index on ties. g >= 1.
+// the two middle values when g is even), lowest index on ties. Distances
+// within 1e-12 (relative to the median) count as ties, so with even g the
+// lower-index middle value wins however rounding falls. g >= 1.
 int skpo_median_pick(const double *d, int g);
 // Mean of -logp over n tokens; 0 for an empty segment.
 double skpo_mean_nll(const float *logp, int n);

@@ -14,6 +14,8 @@ void skpo_update_opts_default(skpo_update_opts *o) {
     skpo_loss_cfg_default(&o->loss);
     o->minibatch = 32;
     o->micro_tokens = 8192;
+    o->epochs = 1;
+    for (int p = 0; p < SKPO_NPHASE; p++) o->phase_weight[p] = NAN;
     o->temperature = 1.0;
     o->step = 1;
 }
@@ -106,14 +108,22 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
         s->weight = 1;
         return SKPO_OK;
     }
-    s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
+    // Old log-probs: a recomputed `old_logp` (e.g. skpo-score --field old_logp)
+    // wins over the sampler's `logp`; --recompute-old overrides both later.
+    const char *of = F_OLD_LOGP;
+    s->behav = skpo_rec_f32s(r, F_OLD_LOGP, &nl);
+    if (!s->behav) {
+        of = F_LOGP;
+        s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
+    }
     if (!o->recompute_old && !s->behav) return bad(err, s, "missing field ", "'logp' (or use --recompute-old)");
-    if (s->behav && nl != nt) return bad(err, s, "'logp' length differs from 'tokens'", "");
+    if (s->behav && nl != nt) return bad(err, s, of, " length differs from 'tokens'");
     if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
     if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
     s->weight = 1;
     if (skpo_rec_get(r, F_WEIGHT) && (!skpo_rec_float(r, F_WEIGHT, &s->weight) || !isfinite(s->weight)))
         return bad(err, s, "'weight' is not a finite number", "");
+    if (!isnan(o->phase_weight[phase])) s->weight = o->phase_weight[phase];
     if (o->loss.kl_coef != 0) {
         s->ref = skpo_rec_f32s(r, F_REF_LOGP, &nr);
         if (!s->ref) return bad(err, s, "missing field ", "'ref_logp' (needed by --kl-coef)");
@@ -131,6 +141,44 @@ static const char *prompt_key(const skpo_rec *r) {
 
 // --- the mini-batch plan ----------------------------------------------------------------
 
+typedef struct prompt_load {
+    double tokens;   // prompt + response tokens of all its records: the compute it costs
+    int prompt;
+} prompt_load;
+
+static int by_load_desc(const void *a, const void *b) {
+    const prompt_load *x = a, *y = b;
+    if (x->tokens != y->tokens) return x->tokens < y->tokens ? 1 : -1;
+    return x->prompt - y->prompt;
+}
+
+// Which rank trains each prompt: within each mini-batch, heaviest prompt first
+// to the least-loaded rank (lowest rank on ties). Every rank sees the same
+// records, so every rank computes the same plan without talking.
+static int *assign_ranks(const skpo_batch *b, int minibatch) {
+    int *owner = skpo_xcalloc(b->nprompts ? (size_t)b->nprompts : 1, sizeof *owner);
+    prompt_load *pl = skpo_xcalloc(b->nprompts ? (size_t)b->nprompts : 1, sizeof *pl);
+    double *load = skpo_xcalloc((size_t)b->size, sizeof *load);
+    for (int q = 0; q < b->nprompts; q++) pl[q].prompt = q;
+    for (size_t i = 0; i < b->ns; i++)
+        if (b->s[i].n > b->s[i].start) pl[b->s[i].prompt].tokens += b->s[i].n;
+    for (int lo = 0; lo < b->nprompts; lo += minibatch) {
+        int cnt = lo + minibatch < b->nprompts ? minibatch : b->nprompts - lo;
+        qsort(pl + lo, (size_t)cnt, sizeof *pl, by_load_desc);
+        memset(load, 0, (size_t)b->size * sizeof *load);
+        for (int q = lo; q < lo + cnt; q++) {
+            int r = 0;
+            for (int k = 1; k < b->size; k++)
+                if (load[k] < load[r]) r = k;
+            owner[pl[q].prompt] = r;
+            load[r] += pl[q].tokens;
+        }
+    }
+    free(load);
+    free(pl);
+    return owner;
+}
+
 static void plan(skpo_batch *b, int minibatch) {
     b->nmb = (b->nprompts + minibatch - 1) / minibatch;
     b->mb = skpo_xcalloc(b->nmb ? (size_t)b->nmb : 1, sizeof *b->mb);
@@ -141,11 +189,13 @@ static void plan(skpo_batch *b, int minibatch) {
         b->mbprompts[k] = hi - lo;
         b->mb[k] = skpo_xmalloc((b->ns ? b->ns : 1) * sizeof(int));
     }
+    int *owner = assign_ranks(b, minibatch);
     for (size_t i = 0; i < b->ns; i++) {
         const sample *s = &b->s[i];
-        int k = s->prompt / minibatch, j = s->prompt % minibatch;
-        if (j % b->size == b->rank && s->n > s->start) b->mb[k][b->mbn[k]++] = (int)i;
+        int k = s->prompt / minibatch;
+        if (owner[s->prompt] == b->rank && s->n > s->start) b->mb[k][b->mbn[k]++] = (int)i;
     }
+    free(owner);
 }
 
 skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opts *o, int rank, int size,
@@ -200,6 +250,13 @@ void skpo_batch_free(skpo_batch *b) {
 int skpo_batch_minibatches(const skpo_batch *b) { return b->nmb; }
 int skpo_batch_prompts(const skpo_batch *b) { return b->nprompts; }
 size_t skpo_batch_records(const skpo_batch *b) { return b->ns; }
+
+void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) {
+    SKPO_ASSERT(k >= 0 && k < b->nmb);
+    *records = b->mbn[k];
+    *tokens = 0;
+    for (int q = 0; q < b->mbn[k]; q++) *tokens += b->s[b->mb[k][q]].n;
+}
 
 // --- micro-batches ------------------------------------------------------------------------
 
@@ -268,8 +325,11 @@ static int grads_finite(skpo_param *p, int np) {
 static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, int i, int j, const skpo_seq *seqs,
                          long ntok, const skpo_update_opts *o, const skpo_loss_count *cnt, skpo_update_metrics *m,
                          double *wloss, skpo_err *err) {
-    const skpo_loss_cfg *lc = &o->loss;
     static const skpo_phase_loss sft = {SKPO_LOSS_SFT, 0, 0, 0};
+    // SFT is plain cross-entropy: no KL or entropy terms even if configured.
+    skpo_loss_cfg sftcfg = o->loss;
+    sftcfg.kl_coef = sftcfg.entropy_coef = 0;
+    const skpo_loss_cfg *lc = o->sft ? &sftcfg : &o->loss;
     size_t nb = (size_t)(ntok ? ntok : 1) * sizeof(float);
     float *lp = skpo_xmalloc(nb), *ent = skpo_xmalloc(nb), *dlp = skpo_xmalloc(nb);
     float *dent = lc->entropy_coef != 0 ? skpo_xmalloc(nb) : NULL;
@@ -379,10 +439,13 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
         }
     }
     double lr = skpo_optim_lr(&opt->cfg, o->step);
-    for (int k = 0; k < b->nmb; k++) {
+    SKPO_ASSERT(o->epochs >= 1);
+    for (int u = 0; u < o->epochs * b->nmb; u++) {
+        int k = u % b->nmb;
         double t0 = skpo_now();
         skpo_update_metrics m;
         st = skpo_update_grad(pol, comm, b, k, o, &m, err);
+        m.epoch = u / b->nmb;
         if (!st && !isfinite(m.loss))
             st = skpo_err_set(err, SKPO_ENUMERIC, "loss is %g", m.loss);
         skpo_param *p;
@@ -390,11 +453,14 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
         if (!st) st = skpo_optim_step(opt, p, np, lr, &m.grad_norm, err);
         if (st) {
             skpo_err e = *err;
+            if (o->epochs > 1)
+                return skpo_err_set(err, st, "step %" PRId64 ", epoch %d, mini-batch %d of %d: %s", o->step, m.epoch + 1,
+                                    k + 1, b->nmb, e.msg);
             return skpo_err_set(err, st, "step %" PRId64 ", mini-batch %d of %d: %s", o->step, k + 1, b->nmb, e.msg);
         }
         m.lr = lr;
         m.seconds = skpo_now() - t0;
-        if (met) met[k] = m;
+        if (met) met[u] = m;
     }
     return SKPO_OK;
 }
@@ -410,14 +476,15 @@ static void set_ph(skpo_rec *r, const char *what, int p, double v) {
 void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_rec *r) {
     skpo_rec_clear(r);
     skpo_rec_set_str(r, F_KIND, SKPO_KIND_METRICS);
-    skpo_rec_set_str(r, "tool", "update");
+    skpo_rec_set_str(r, "tool", "skpo-update");
     skpo_rec_set_int(r, F_STEP, step);
+    skpo_rec_set_int(r, "epoch", m->epoch);
     skpo_rec_set_int(r, "minibatch", m->minibatch);
     skpo_rec_set_int(r, "prompts", m->prompts);
     skpo_rec_set_float(r, "loss", m->loss);
     skpo_rec_set_float(r, "grad_norm", m->grad_norm);
     skpo_rec_set_float(r, "lr", m->lr);
-    skpo_rec_set_float(r, "tokens", m->tokens);
+    skpo_rec_set_float(r, "n_tokens", m->tokens);   // not `tokens`: that schema field is i32s
     skpo_rec_set_float(r, "seconds", m->seconds);
     skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
     for (int p = 0; p < SKPO_NPHASE; p++) {
@@ -425,8 +492,8 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
         if (m->seqs[p] == 0) continue;
         double n = s->tokens > 0 ? s->tokens : 1;
         set_ph(r, "loss", p, s->loss);
-        set_ph(r, "seqs", p, m->seqs[p]);
-        set_ph(r, "tokens", p, s->tokens);
+        set_ph(r, "n_seqs", p, m->seqs[p]);
+        set_ph(r, "n_tokens", p, s->tokens);
         set_ph(r, "clip_low", p, s->clip_low / n);
         set_ph(r, "clip_high", p, s->clip_high / n);
         set_ph(r, "clip_dual", p, s->clip_dual / n);

@@ -5,7 +5,8 @@
  * checkpoint; no file I/O here.
  *
  * Records: kinds up, down, full with `prompt` and `tokens` (i32s); `logp`
- * (f32s, one per token) unless --recompute-old or SFT; `adv` (float, required
+ * (f32s, one per token; a recomputed `old_logp` is used instead when present)
+ * unless --recompute-old or SFT; `adv` (float, required
  * except SFT); `weight` (float, default 1); `ref_logp` when the KL term is on;
  * `uid` names the record in errors. Other kinds (prompt, meta, ...) are
  * ignored. A record with no tokens contributes nothing and counts as no sequence.
@@ -13,8 +14,9 @@
  * Mini-batches: prompts in order of first appearance (key `pid`, else `gid`,
  * else `uid`), `minibatch` prompts per optimizer update, so a prompt's up record
  * and its downs always share one update; 128 prompts / 32 = 4 updates. No
- * shuffling (verl's actor default). Data parallel: prompt j of a mini-batch goes
- * to rank j % size. Micro-batches: a rank's records of one mini-batch are packed
+ * shuffling (verl's actor default). Data parallel: whole prompts go to ranks,
+ * within each mini-batch the heaviest (most tokens) first to the least-loaded
+ * rank, a plan every rank computes identically. Micro-batches: a rank's records of one mini-batch are packed
  * in order up to `micro_tokens` (prompt + response) per forward/backward (a
  * longer record goes alone). Normalisers are counted over the whole mini-batch
  * on all ranks first (SKPO.md 4.6), so the sum of micro-batch gradients equals
@@ -23,7 +25,7 @@
  * Old log-probs: the records' `logp` (behaviour policy), or with recompute_old
  * the current weights' log-probs of every record before the first update.
  * SFT (opts.sft): every trained record's tokens in one token-mean of -logp,
- * record weights and advantages ignored.
+ * record weights, advantages and the KL / entropy terms ignored.
  */
 #ifndef SKPO_UPDATE_H
 #define SKPO_UPDATE_H
@@ -57,6 +59,8 @@ typedef struct skpo_update_opts {
     int minibatch;          // prompts per optimizer update (32)
     long micro_tokens;      // prompt + response tokens per forward/backward (8192)
     int recompute_old;
+    int epochs;             // passes over the step's mini-batches (PPO epochs, 1)
+    double phase_weight[SKPO_NPHASE];   // NAN (default): each record's `weight`
     double temperature;     // log-probs of softmax(logits / T) (1.0)
     int64_t step;           // training step, 1-based: sets the learning rate
 } skpo_update_opts;
@@ -65,7 +69,8 @@ void skpo_update_opts_default(skpo_update_opts *o);
 
 // Per mini-batch metrics, summed over ranks.
 typedef struct skpo_update_metrics {
-    int minibatch;                        // 0-based index within the step
+    int epoch;                            // 0-based
+    int minibatch;                        // 0-based index within the epoch
     int prompts;
     double seqs[SKPO_NPHASE];
     skpo_loss_stats phase[SKPO_NPHASE];   // phase[p].loss = L_p (before the weight)
@@ -89,6 +94,8 @@ void skpo_batch_free(skpo_batch *b);
 int skpo_batch_minibatches(const skpo_batch *b);
 int skpo_batch_prompts(const skpo_batch *b);
 size_t skpo_batch_records(const skpo_batch *b);   // trained records (all ranks)
+// This rank's share of mini-batch k: records and prompt + response tokens.
+void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens);
 
 // --- the step ----------------------------------------------------------------------
 
@@ -99,9 +106,10 @@ skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, con
 // all-reduced over comm; m receives the loss statistics (not grad_norm/lr).
 skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch *b, int k,
                              const skpo_update_opts *o, skpo_update_metrics *m, skpo_err *err);
-// The whole step: recompute old (if asked), then for every mini-batch grad +
-// AdamW at the step's learning rate. met (nullable) receives
-// skpo_batch_minibatches(b) entries. On error the message names the step, the
+// The whole step: recompute old (if asked), then `epochs` times for every
+// mini-batch grad + AdamW at the step's learning rate (old log-probs stay
+// those of before the first update). met (nullable) receives
+// epochs * skpo_batch_minibatches(b) entries, epoch-major. On error the message names the step, the
 // mini-batch and the first offending record; parameters may have been updated
 // by earlier mini-batches (the caller writes nothing then).
 skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm *comm, skpo_batch *b,

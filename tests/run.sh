@@ -7,6 +7,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
 BUILD=${SKPO_BUILD:-build}
 export SKPO_BUILD=$BUILD SKPO_TOP=$top PATH="$top/bin:$PATH"
+# Pipelines run several OpenMP programs at once; spinning idle threads would
+# steal the cores from the stage doing the work.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 passed=0; failed=0; skipped=0

@@ -18,6 +18,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+// --- vector helpers --------------------------------------------------------------------
+//
+// The per-item kernels are compiled twice (target_clones): for x86-64-v3
+// (AVX2 + FMA) and plain x86-64, picked at load time, since the build has no
+// -march flag. FMA contraction only makes a*b+c more accurate; it is not
+// fast-math (no reassociation beyond the explicit `omp simd` reductions).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SKPO_SIMD_CLONES
+#endif
+
+__attribute__((always_inline)) static inline float dot(const float *a, const float *b, int n) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+__attribute__((always_inline)) static inline void axpy(float *y, float a, const float *x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 // --- dense ---------------------------------------------------------------------------
 //
 // One thread pool: OpenBLAS runs single-threaded (skpo_ops_cpu sets it) inside
@@ -48,6 +72,76 @@ static void cpu_matmul(float *out, const float *in, const float *w, const float 
                 for (int n = 0; n < N; n++)
                     for (int o = o0; o < o1; o++) out[(size_t)n * O + o] += bias[o];
         }
+    }
+}
+
+// Batch-invariant product for inference: every output element is the same
+// fixed-order sum (8 lanes over K, a fixed reduction tree, then the tail),
+// whatever N is and wherever the row sits, so a sequence decodes bit-for-bit
+// the same alone or in any batch. (sgemm is not: its row tiling changes the
+// rounding of edge rows.) Tiles: 8 weight rows x 4 input rows.
+__attribute__((always_inline)) static inline float reduce8(const float *s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+
+// One output element: lanes s[0..8) over k < K8, then reduce8, then the tail.
+// The four-row version below performs exactly these operations per element.
+__attribute__((always_inline)) static inline float fixed_dot(const float *a, const float *w, int K, int K8) {
+    float s[8] = {0};
+    for (int k = 0; k < K8; k += 8)
+        for (int l = 0; l < 8; l++) s[l] += a[k + l] * w[k + l];
+    float t = reduce8(s);
+    for (int k = K8; k < K; k++) t += a[k] * w[k];
+    return t;
+}
+
+__attribute__((always_inline)) static inline void fixed_dot4(float t[4], const float *a0, const float *a1, const float *a2, const float *a3,
+                              const float *w, int K, int K8) {
+    float s0[8] = {0}, s1[8] = {0}, s2[8] = {0}, s3[8] = {0};
+    for (int k = 0; k < K8; k += 8)
+        for (int l = 0; l < 8; l++) {
+            float x = w[k + l];
+            s0[l] += a0[k + l] * x;
+            s1[l] += a1[k + l] * x;
+            s2[l] += a2[k + l] * x;
+            s3[l] += a3[k + l] * x;
+        }
+    t[0] = reduce8(s0), t[1] = reduce8(s1), t[2] = reduce8(s2), t[3] = reduce8(s3);
+    for (int k = K8; k < K; k++) {
+        t[0] += a0[k] * w[k], t[1] += a1[k] * w[k], t[2] += a2[k] * w[k], t[3] += a3[k] * w[k];
+    }
+}
+
+SKPO_SIMD_CLONES
+static void matmul_fixed_order(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
+                               int o0, int o1, int acc) {
+    int K8 = K & ~7;
+    for (int ot = o0; ot < o1; ot += 8) {
+        int oe = ot + 8 < o1 ? ot + 8 : o1;
+        for (int n0 = 0; n0 < N; n0 += 4) {
+            const float *a = in + (size_t)n0 * K;
+            for (int o = ot; o < oe; o++) {
+                const float *wr = w + (size_t)o * K;
+                float t[4];
+                int nb = N - n0 < 4 ? N - n0 : 4;
+                if (nb == 4) fixed_dot4(t, a, a + K, a + 2 * (size_t)K, a + 3 * (size_t)K, wr, K, K8);
+                else
+                    for (int r = 0; r < nb; r++) t[r] = fixed_dot(a + (size_t)r * K, wr, K, K8);
+                for (int r = 0; r < nb; r++) {
+                    float *y = out + (size_t)(n0 + r) * O + o;
+                    *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + t[r];
+                }
+            }
+        }
+    }
+}
+
+static void cpu_matmul_invariant(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
+                                 int acc) {
+    if (N == 0) return;
+#pragma omp parallel
+    {
+        int o0, o1;
+        slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+        if (o1 > o0) matmul_fixed_order(out, in, w, bias, N, K, O, o0, o1, acc);
     }
 }
 
@@ -190,18 +284,6 @@ static void cpu_embed_backward(float *dwte, const float *dout, const int32_t *id
 
 // --- attention ------------------------------------------------------------------------------
 
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static inline void axpy(float *y, float a, const float *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 // Row of sequence containing global row r (seq_off is sorted).
 static int seq_of_row(const int *seq_off, int nseq, int r) {
     int lo = 0, hi = nseq - 1;
@@ -220,10 +302,30 @@ static int max_seq_len(const int *seq_off, int nseq) {
     return m;
 }
 
+// One query row qr against key rows k[0..n) (stride ks floats), values likewise:
+// o (HS) = softmax(qr . k * scale) v; returns the log-normaliser. p: n floats scratch.
+SKPO_SIMD_CLONES
+static float attend_row(float *o, const float *qr, const float *k, const float *v, size_t ks, int n, int HS,
+                        float scale, float *p) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        float z = dot(qr, k + (size_t)j * ks, HS) * scale;
+        p[j] = z;
+        if (z > mx) mx = z;
+    }
+    float sum = 0;
+    for (int j = 0; j < n; j++) sum += (p[j] = expf(p[j] - mx));
+    float inv = 1.0f / sum;
+    memset(o, 0, (size_t)HS * sizeof(float));
+    for (int j = 0; j < n; j++) axpy(o, p[j] * inv, v + (size_t)j * ks, HS);
+    return mx + logf(sum);
+}
+
 static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
                           int nseq, int NH, int NKV, int HS) {
     int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
+    size_t ks = (size_t)NKV * HS;
 #pragma omp parallel
     {
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
@@ -231,22 +333,46 @@ static void cpu_attention(float *out, float *lse, const float *q, const float *k
         for (long it = 0; it < (long)N * NH; it++) {
             int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
             int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
-            const float *qr = q + ((size_t)r * NH + h) * HS;
-            float mx = -INFINITY;
-            for (int j = s0; j <= r; j++) {
-                float z = dot(qr, k + ((size_t)j * NKV + g) * HS, HS) * scale;
-                p[j - s0] = z;
-                if (z > mx) mx = z;
-            }
-            float sum = 0;
-            for (int j = 0; j <= r - s0; j++) sum += (p[j] = expf(p[j] - mx));
-            float *o = out + ((size_t)r * NH + h) * HS, inv = 1.0f / sum;
-            memset(o, 0, (size_t)HS * sizeof(float));
-            for (int j = s0; j <= r; j++) axpy(o, p[j - s0] * inv, v + ((size_t)j * NKV + g) * HS, HS);
-            if (lse) lse[(size_t)r * NH + h] = mx + logf(sum);
+            float l = attend_row(out + it * HS, q + it * HS, k + (size_t)s0 * ks + (size_t)g * HS,
+                                 v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1, HS, scale, p);
+            if (lse) lse[it] = l;
         }
         free(p);
     }
+}
+
+// dq (HS) of query row qr over keys k[0..n): dS_j = P_j (dO.v_j - D), dq = scale sum_j dS_j k_j.
+SKPO_SIMD_CLONES
+static void attend_bwd_q(float *dqr, const float *qr, const float *dor, const float *k, const float *v, size_t ks,
+                         int n, int HS, float scale, float l, float D) {
+    memset(dqr, 0, (size_t)HS * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * ks, *vj = v + (size_t)j * ks;
+        float P = expf(dot(qr, kj, HS) * scale - l);
+        axpy(dqr, P * (dot(dor, vj, HS) - D) * scale, kj, HS);
+    }
+}
+
+// dk, dv (HS) of key row j from query rows i in [j, s1) of heads h0 .. h0+grp.
+SKPO_SIMD_CLONES
+static void attend_bwd_kv(float *dkj, float *dvj, const float *kj, const float *vj, const float *q, const float *dout,
+                          const float *lse, const float *D, int j, int s1, int h0, int grp, int NH, int HS,
+                          float scale) {
+    memset(dkj, 0, (size_t)HS * sizeof(float));
+    memset(dvj, 0, (size_t)HS * sizeof(float));
+    for (int h = h0; h < h0 + grp; h++)
+        for (int i = j; i < s1; i++) {
+            size_t ih = (size_t)i * NH + h;
+            const float *qi = q + ih * HS, *doi = dout + ih * HS;
+            float P = expf(dot(qi, kj, HS) * scale - lse[ih]);
+            axpy(dkj, P * (dot(doi, vj, HS) - D[ih]) * scale, qi, HS);
+            axpy(dvj, P, doi, HS);
+        }
+}
+
+SKPO_SIMD_CLONES
+static void dot_rows(float *D, const float *a, const float *b, long n, int HS) {
+    for (long it = 0; it < n; it++) D[it] = dot(a + it * HS, b + it * HS, HS);
 }
 
 // P_ij = exp(q_i.k_j * scale - lse_i); dS_ij = P_ij (dO_i.v_j - D_i), D_i = dO_i.O_i;
@@ -256,48 +382,52 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
                                    const int *seq_off, int nseq, int NH, int NKV, int HS) {
     int N = seq_off[nseq], grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
+    size_t ks = (size_t)NKV * HS;
     float *D = skpo_xmalloc((size_t)(N ? N : 1) * NH * sizeof(float));
 #pragma omp parallel for schedule(static)
-    for (long it = 0; it < (long)N * NH; it++) D[it] = dot(dout + it * HS, out + it * HS, HS);
+    for (int r = 0; r < N; r++) dot_rows(D + (size_t)r * NH, dout + (size_t)r * NH * HS, out + (size_t)r * NH * HS, NH, HS);
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NH; it++) {
         int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
         int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
-        const float *qr = q + it * HS, *dor = dout + it * HS;
-        float *dqr = dq + it * HS, l = lse[it], Dr = D[it];
-        memset(dqr, 0, (size_t)HS * sizeof(float));
-        for (int j = s0; j <= r; j++) {
-            const float *kj = k + ((size_t)j * NKV + g) * HS, *vj = v + ((size_t)j * NKV + g) * HS;
-            float P = expf(dot(qr, kj, HS) * scale - l);
-            float dS = P * (dot(dor, vj, HS) - Dr);
-            axpy(dqr, dS * scale, kj, HS);
-        }
+        attend_bwd_q(dq + it * HS, q + it * HS, dout + it * HS, k + (size_t)s0 * ks + (size_t)g * HS,
+                     v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1, HS, scale, lse[it], D[it]);
     }
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NKV; it++) {
         int j = (int)(it / NKV), g = (int)(it % NKV);
-        int s = seq_of_row(seq_off, nseq, j), s1 = seq_off[s + 1];
-        const float *kj = k + it * HS, *vj = v + it * HS;
-        float *dkj = dk + it * HS, *dvj = dv + it * HS;
-        memset(dkj, 0, (size_t)HS * sizeof(float));
-        memset(dvj, 0, (size_t)HS * sizeof(float));
-        for (int h = g * grp; h < (g + 1) * grp; h++)
-            for (int i = j; i < s1; i++) {
-                size_t ih = (size_t)i * NH + h;
-                const float *qi = q + ih * HS, *doi = dout + ih * HS;
-                float P = expf(dot(qi, kj, HS) * scale - lse[ih]);
-                float dS = P * (dot(doi, vj, HS) - D[ih]);
-                axpy(dkj, dS * scale, qi, HS);
-                axpy(dvj, P, doi, HS);
-            }
+        int s1 = seq_off[seq_of_row(seq_off, nseq, j) + 1];
+        attend_bwd_kv(dk + it * HS, dv + it * HS, k + it * HS, v + it * HS, q, dout, lse, D, j, s1, g * grp, grp, NH,
+                      HS, scale);
     }
     free(D);
 }
 
-static inline size_t paged_row(const skpo_paged_kv *kv, const int *blocks, int layer, int pos) {
-    size_t b = (size_t)blocks[pos / kv->block_size];
-    return ((b * (size_t)kv->n_layers + (size_t)layer) * (size_t)kv->block_size + (size_t)(pos % kv->block_size)) *
-           (size_t)kv->kv_dim;
+// Paged variant of attend_row: keys / values of positions 0..pos through the block table.
+SKPO_SIMD_CLONES
+static void attend_row_paged(float *o, const float *qr, const skpo_paged_kv *kv, const int *blocks, int layer,
+                             int pos, size_t goff, int HS, float scale, float *p) {
+    size_t bs = (size_t)kv->block_size, lstride = bs * (size_t)kv->kv_dim;
+    size_t bstride = (size_t)kv->n_layers * lstride, loff = (size_t)layer * lstride + goff;
+    float mx = -INFINITY;
+    for (int j0 = 0; j0 <= pos; j0 += (int)bs) { // block by block: no division per position
+        const float *kb = kv->pool_k + (size_t)blocks[j0 / bs] * bstride + loff;
+        int n = pos - j0 + 1 < (int)bs ? pos - j0 + 1 : (int)bs;
+        for (int j = 0; j < n; j++) {
+            float z = dot(qr, kb + (size_t)j * kv->kv_dim, HS) * scale;
+            p[j0 + j] = z;
+            if (z > mx) mx = z;
+        }
+    }
+    float sum = 0;
+    for (int j = 0; j <= pos; j++) sum += (p[j] = expf(p[j] - mx));
+    float inv = 1.0f / sum;
+    memset(o, 0, (size_t)HS * sizeof(float));
+    for (int j0 = 0; j0 <= pos; j0 += (int)bs) {
+        const float *vb = kv->pool_v + (size_t)blocks[j0 / bs] * bstride + loff;
+        int n = pos - j0 + 1 < (int)bs ? pos - j0 + 1 : (int)bs;
+        for (int j = 0; j < n; j++) axpy(o, p[j0 + j] * inv, vb + (size_t)j * kv->kv_dim, HS);
+    }
 }
 
 static void cpu_attention_paged(float *out, const float *q, int N, const int *pos, const int *const *blocks,
@@ -311,20 +441,9 @@ static void cpu_attention_paged(float *out, const float *q, int N, const int *po
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
         for (long it = 0; it < (long)N * NH; it++) {
-            int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
-            const float *qr = q + it * HS;
-            float mx = -INFINITY;
-            for (int j = 0; j <= pos[r]; j++) {
-                float z = dot(qr, kv->pool_k + paged_row(kv, blocks[r], layer, j) + (size_t)g * HS, HS) * scale;
-                p[j] = z;
-                if (z > mx) mx = z;
-            }
-            float sum = 0;
-            for (int j = 0; j <= pos[r]; j++) sum += (p[j] = expf(p[j] - mx));
-            float *o = out + it * HS, inv = 1.0f / sum;
-            memset(o, 0, (size_t)HS * sizeof(float));
-            for (int j = 0; j <= pos[r]; j++)
-                axpy(o, p[j] * inv, kv->pool_v + paged_row(kv, blocks[r], layer, j) + (size_t)g * HS, HS);
+            int r = (int)(it / NH), h = (int)(it % NH);
+            attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
+                             scale, p);
         }
         free(p);
     }
@@ -376,6 +495,7 @@ static const skpo_ops CPU_OPS = {
     .alloc = NULL,
     .free = NULL,
     .matmul = cpu_matmul,
+    .matmul_invariant = cpu_matmul_invariant,
     .matmul_backward = cpu_matmul_backward,
     .rmsnorm = cpu_rmsnorm,
     .rmsnorm_backward = cpu_rmsnorm_backward,

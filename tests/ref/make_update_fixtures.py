@@ -193,7 +193,7 @@ def adamw_fixtures():
 # --- the model step ---------------------------------------------------------------------
 
 # skpo-update flags the model fixture was computed for (the C test uses the same).
-# adam-eps is raised from 1e-8 so that elements with |grad| ~ float noise do not
+# eps (AdamW) is raised from 1e-8 so that elements with |grad| ~ float noise do not
 # flip the sign of a full-size Adam step between two correct implementations.
 MODEL_ARGS = dict(minibatch=2, lr=1e-2, warmup_steps=2, step=1, weight_decay=0.1, adam_eps=1e-4, max_grad_norm=1.0)
 

@@ -38,7 +38,12 @@ t "output is an HF folder with tokenizer files, optimizer state and step 1" sh -
 t "summary line on stderr names step, updates and output" \
   grep -q "skpo-update: step 1: 2 updates over 4 prompts, 16 records.*-> $TMP/ck1" "$TMP/err1"
 
-t "metrics file gets one record per mini-batch" sh -c "[ \$(zstd -dc '$TMP/m.zst' | grep -ao grad_norm | wc -l) = 2 ]"
+t "metrics file gets one record per mini-batch" sh -c "
+  [ \$(zstd -dc '$TMP/m.zst' | grep -ao grad_norm | wc -l) = 2 ] && zstd -dc '$TMP/m.zst' | grep -aq skpo-update"
+if [ -x "$TOP/bin/skpo-cat" ]; then
+  t "metrics file reads back through skpo-cat (schema-valid)" sh -c "
+    [ \$(skpo-cat --where kind=metrics '$TMP/m.zst' | grep -c '\"grad_norm\"') = 2 ]"
+fi
 
 t "stdout stays empty" sh -c "[ -z \"\$(skpo-update --model '$M' --out '$TMP/ck-q' $A <'$R' 2>/dev/null)\" ]"
 
@@ -79,9 +84,32 @@ t "truncated input fails with exit 1" sh -c "
 t "unknown loss form is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --down-loss foo
 t "dual clip at or below 1 is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --up-dual-clip 0.5
 t "missing --out is a usage error" expect_exit 2 skpo-update --model "$M"
+t "pipeline flags: --epochs 2 makes 4 updates; --clip-* and --w-* change the result" sh -c "
+  skpo-update --model '$M' --out '$TMP/ep' $A --epochs 2 --metrics '$TMP/m-ep.zst' '$R' 2>/dev/null &&
+  grep -q '\"optimizer_updates\": 4' '$TMP/ep/trainer_state.json' &&
+  [ \$(zstd -dc '$TMP/m-ep.zst' | grep -ao grad_norm | wc -l) = 4 ] &&
+  skpo-update --model '$M' --out '$TMP/cl' $A --clip-low 0.1 --clip-high 0.1 --clip-high-up 0.1 '$R' 2>/dev/null &&
+  ! '$CHK' --same '$TMP/cl' '$TMP/ck1' 1e-6 2>/dev/null &&
+  skpo-update --model '$M' --out '$TMP/cl2' $A --up-clip-low 0.1 --down-clip-low 0.1 --full-clip-low 0.1 \
+    --up-clip-high 0.1 --down-clip-high 0.1 '$R' 2>/dev/null && '$CHK' --same '$TMP/cl' '$TMP/cl2' 0 &&
+  skpo-update --model '$M' --out '$TMP/w' $A --w-up 0.5 --w-down 0.5 '$R' 2>/dev/null &&
+  '$CHK' --same '$TMP/w' '$TMP/ck1' 0"
+t "--warmup/--eps/--grad-clip spell the same options as --warmup-steps/--adam-eps/--max-grad-norm" sh -c "
+  skpo-update --model '$M' --out '$TMP/sp' --minibatch 2 --lr 1e-2 --warmup 2 --eps 1e-4 --grad-clip 1.0 \
+    --micro-tokens 24 '$R' 2>/dev/null && '$CHK' --same '$TMP/sp' '$TMP/ck1' 0"
+t "sft with a KL term is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --loss sft --kl-coef 0.1
 t "sft warm start runs on the same records" sh -c "
   skpo-update --model '$M' --out '$TMP/sft' --loss sft --lr 1e-3 '$R' 2>'$TMP/err-sft' &&
   grep -q 'full ' '$TMP/err-sft'"
+
+if [ -x "$TOP/bin/skpo-score" ]; then
+  t "skpo-score --field old_logp piped in equals --recompute-old (1e-6)" sh -c "
+    skpo-score --model '$M' --field old_logp '$R' | skpo-update --model '$M' --out '$TMP/sc' $A 2>/dev/null &&
+    skpo-update --model '$M' --out '$TMP/rc' --recompute-old $A '$R' 2>/dev/null &&
+    '$CHK' --same '$TMP/sc' '$TMP/rc' 1e-6 && ! '$CHK' --same '$TMP/sc' '$TMP/ck1' 1e-4 2>/dev/null"
+else
+  skip "skpo-score into skpo-update" "bin/skpo-score not built"
+fi
 
 if have_mpirun && [ -x "$BUILD/tests/test_update_dp" ]; then
   t "data-parallel step over 2 MPI ranks equals the single-process step (core)" \
@@ -94,6 +122,12 @@ if have_mpirun && [ -x "$BUILD/tests/test_update_dp" ]; then
     ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
       $(command -v skpo-update) --model '$M' --out '$TMP/dp2' $A <'$R' 2>/dev/null &&
     '$CHK' --same '$TMP/ck1' '$TMP/dp2' 1e-6"
+  # Only the rank holding q3-d1 fails; rank 0 prints that rank's message once.
+  t "under mpirun a NaN record on rank 1 stops all ranks and writes nothing" sh -c "
+    ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
+      $(command -v skpo-update) --model '$M' --out '$TMP/dpn' $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-dpn';
+    [ \$? != 0 ] && [ \$(grep -c \"skpo-update: step 1, mini-batch 2 of 2: record 'q3-d1'\" '$TMP/err-dpn') = 1 ] &&
+    [ ! -e '$TMP/dpn' ]"
 else
   skip "data-parallel runs" "no mpirun or no $BUILD/tests/test_update_dp"
 fi

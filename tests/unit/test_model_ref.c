@@ -322,6 +322,44 @@ static void saved_checkpoints_reload_identically(void) {
     fixture_close(&f);
 }
 
+// A sequence's logits are bit-identical whether it is stepped alone or in a
+// batch with others (prefill and decode), so sampling does not depend on
+// batch composition.
+static void batched_step_is_bit_identical_to_single_sequence_steps(void) {
+    fixture f;
+    if (!fixture_open(&f, "qwen2_bf16", 0)) { CHECK(0); return; }
+    int V = skpo_model_config(f.m)->vocab_size;
+    skpo_err err = {0};
+    skpo_kv *kv = skpo_model_kv_new(f.m, 256, 2 * NSEQ, &err);
+    float *batch = malloc((size_t)NSEQ * V * sizeof(float)), *one = malloc((size_t)V * sizeof(float));
+    int bs[NSEQ], ss[NSEQ], off[NSEQ + 1] = {0};
+    int32_t toks[64];
+    for (int i = 0; i < NSEQ; i++) {
+        bs[i] = skpo_kv_seq_new(kv);
+        ss[i] = skpo_kv_seq_new(kv);
+        memcpy(toks + off[i], f.ids[i], 5 * sizeof(int32_t));
+        off[i + 1] = off[i] + 5;
+    }
+    int same = 1;
+    for (int t = 0; t < 3; t++) { // a 5-token prefill, then two decode steps
+        CHECK(skpo_model_step(f.m, kv, bs, NSEQ, toks, off, batch, &err) == SKPO_OK);
+        for (int i = 0; i < NSEQ; i++) {
+            int o1[2] = {0, off[i + 1] - off[i]};
+            CHECK(skpo_model_step(f.m, kv, &ss[i], 1, toks + off[i], o1, one, &err) == SKPO_OK);
+            same &= !memcmp(one, batch + (size_t)i * V, (size_t)V * sizeof(float));
+        }
+        for (int i = 0; i < NSEQ && t < 2; i++) { // every fixture sequence has >= 7 tokens
+            toks[i] = f.ids[i][5 + t];
+            off[i + 1] = i + 1;
+        }
+    }
+    CHECK_MSG(same, "batched and single-sequence logits differ");
+    free(batch);
+    free(one);
+    skpo_kv_free(kv);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(logprobs_match_hf_qwen2_bf16_tied);
     RUN(logprobs_match_hf_qwen2_untied);
@@ -329,6 +367,7 @@ int main(void) {
     RUN(batched_decode_matches_hf_qwen2_bf16);
     RUN(batched_decode_matches_hf_qwen2_untied);
     RUN(batched_decode_matches_hf_llama3);
+    RUN(batched_step_is_bit_identical_to_single_sequence_steps);
     RUN(forked_prefix_decodes_like_unshared_sequences);
     RUN(saved_checkpoints_reload_identically);
     RUN(step_past_cache_or_positions_fails_without_appending);

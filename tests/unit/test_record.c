@@ -241,6 +241,38 @@ static void concatenated_streams_read_as_one(void) {
     free(ab);
 }
 
+static void meta_record_carries_provenance_and_extras(void) {
+    char *p = tpath("meta.zst");
+    skpo_writer *w;
+    skpo_err e = {0};
+    skpo_rec extra;
+    skpo_rec_init(&extra);
+    skpo_rec_set_str(&extra, F_MODEL, "ckpt/7");
+    skpo_rec_set_int(&extra, F_STEP, 7);
+    char *argv[] = {"skpo-x", "--n", "8", NULL};
+    CHECK(skpo_writer_open_file(p, 0, &w, &e) == SKPO_OK);
+    CHECK(skpo_writer_meta(w, 3, argv, &extra, &e) == SKPO_OK);
+    CHECK(skpo_writer_close(w, &e) == SKPO_OK);
+    skpo_rec *recs;
+    size_t n;
+    CHECK(skpo_read_all(p, &recs, &n, &e) == SKPO_OK && n == 1);
+    if (n == 1) {
+        const skpo_rec *m = &recs[0];
+        int64_t v;
+        CHECK(!strcmp(m->v[0].key, F_KIND) && skpo_rec_is_kind(m, SKPO_KIND_META));
+        CHECK(skpo_rec_int(m, F_SCHEMA, &v) && v == SKPO_SCHEMA_VERSION);
+        CHECK(skpo_rec_int(m, F_STEP, &v) && v == 7 && !strcmp(skpo_rec_str(m, F_MODEL), "ckpt/7"));
+        const char *t = skpo_rec_str(m, F_TIME);
+        CHECK(t && strlen(t) == 20 && t[4] == '-' && t[10] == 'T' && t[19] == 'Z');
+        const skpo_value *a = skpo_rec_get(m, F_ARGV);
+        static const char want[] = "\x93\xa6skpo-x\xa3--n\xa1" "8";
+        CHECK(a && a->type == SKPO_V_RAW && a->len == sizeof want - 1 && !memcmp(a->data, want, a->len));
+        skpo_recs_free(recs, n);
+    }
+    skpo_rec_free(&extra);
+    free(p);
+}
+
 static void append_mode_adds_a_frame(void) {
     char *p = tpath("log.zst");
     skpo_err e = {0};
@@ -506,7 +538,23 @@ static void declared_counts_beyond_the_data_are_errors(void) {
     bad_value_case(pack_huge_array, "malformed msgpack", "at record 3");
     bad_value_case(pack_big_map, "declares 2702776600 elements", "at record 3");
     bad_value_case(pack_deep, "nesting deeper", "at record 3");
-    bad_value_case(pack_deep40, "malformed msgpack", "at record 3");
+    // 40 levels is within the limit (64) and passes through byte for byte
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_deep40(&pk);
+    skpo_rec d;
+    skpo_rec_init(&d);
+    skpo_err de = {0};
+    CHECK(skpo_rec_unpack(sb.data, sb.size, &d, &de) == SKPO_OK && d.n == 1 && d.v[0].type == SKPO_V_RAW);
+    char *back;
+    size_t nback;
+    skpo_rec_pack(&d, &back, &nback);
+    CHECK(nback == sb.size && !memcmp(back, sb.data, nback));
+    free(back);
+    skpo_rec_free(&d);
+    msgpack_sbuffer_destroy(&sb);
     static const char crash1[] = "\xdf\x50\x8c\x8c\x8c\x50\x8c\x8c\x8c\x8c";
     char crash2[35];
     memset(crash2, 0xdf, 34);
@@ -671,6 +719,27 @@ static void file_appears_only_on_successful_close(void) {
     free(p);
 }
 
+static void writer_refuses_an_invalid_record_and_goes_on(void) {
+    char *p = tpath("inval.zst");
+    skpo_writer *w;
+    skpo_err e = {0};
+    skpo_rec r;
+    skpo_rec_init(&r);
+    CHECK(skpo_writer_open_file(p, 0, &w, &e) == SKPO_OK);
+    make_rec(&r, 1);
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    skpo_rec_set_str(&r, F_REWARD, "high");
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_ETYPE);
+    CHECK_MSG(strstr(e.msg, "record 2 written to") && strstr(e.msg, "field 'reward' is str, want float"), "%s", e.msg);
+    skpo_rec_set_float(&r, F_REWARD, 1.0);
+    CHECK(skpo_writer_put(w, &r, &e) == SKPO_OK);
+    CHECK(skpo_writer_close(w, &e) == SKPO_OK);
+    skpo_status st;
+    CHECK(read_until_error(p, &st, &e) == 2 && st == SKPO_EOF);
+    skpo_rec_free(&r);
+    free(p);
+}
+
 static void validate_names_the_field(void) {
     skpo_rec r;
     skpo_rec_init(&r);
@@ -700,6 +769,7 @@ int main(void) {
     RUN(setters_replace_in_place_and_keep_order);
     RUN(unpack_rejects_trailing_bytes);
     RUN(concatenated_streams_read_as_one);
+    RUN(meta_record_carries_provenance_and_extras);
     RUN(append_mode_adds_a_frame);
     RUN(unknown_fields_pass_through_byte_exact);
     RUN(truncated_frame_reports_record_and_offset);
@@ -719,6 +789,7 @@ int main(void) {
     RUN(hundred_megabyte_record_round_trips);
     RUN(flushed_records_reach_a_pipe_reader_before_close);
     RUN(file_appears_only_on_successful_close);
+    RUN(writer_refuses_an_invalid_record_and_goes_on);
     RUN(validate_names_the_field);
     skpo_err e = {0};
     skpo_rm_rf(tmpdir, &e);

@@ -253,6 +253,11 @@ static void median_pick_is_closest_lowest_index(void) {
     CHECK(skpo_median_pick(c, 1) == 0);
     double d[8] = {0.25, 1, 0, 0.75, 0.125, 2, 0.875, 0.375}; // median 0.5625: 0.75 and 0.375 tie
     CHECK(skpo_median_pick(d, 8) == 3);
+    // 0.5 and 0.6 tie exactly but not in doubles (numpy picks index 6): lowest index here
+    double e[8] = {0.5, 0.9, 0.1, 0.7, 0.3, 2.0, 0.6, 0.4};
+    CHECK(skpo_median_pick(e, 8) == 0);
+    double f[4] = {5.0, 1.0, 5.0 + 1e-9, 9.0}; // middle pair 1e-9 apart: still the lower index
+    CHECK(skpo_median_pick(f, 4) == 0);
     float lp[3] = {-1, -2, -3};
     CHECK_NEAR(skpo_mean_nll(lp, 3), 2.0, 1e-12);
     CHECK(skpo_mean_nll(lp, 0) == 0);

@@ -257,6 +257,27 @@ static void stop_string_ends_response_at_completing_token(void) {
     drop(&o);
 }
 
+// --n with --prompts-per-step draws distinct prompts (GRPO baselines); --lq-init
+// sets L_q of unseen prompts: 12 -> t_q in [2, 6].
+static void full_mode_draws_prompts_and_lq_init_sets_the_cut(void) {
+    CHECK(!sh(SAMPLE " --n 2 --max-tokens 4 --prompts-per-step 3 --state %s/state --prio-eps 0.1 > %s/drawn.zst", TOP,
+              MODEL, PROMPTS, TMPD, TMPD));
+    CHECK(!sh(SAMPLE " --segment --all --lq-init 12 --group 2 > %s/lq.zst", TOP, MODEL, PROMPTS, TMPD));
+    recs d = load("drawn.zst"), l = load("lq.zst");
+    CHECK(d.n == 1 + 3 * 2);
+    for (size_t i = 1; i + 1 < d.n; i += 2) {
+        CHECK(!strcmp(skpo_rec_str(&d.r[i], F_PID), skpo_rec_str(&d.r[i + 1], F_PID)));
+        for (size_t j = 1; j < i; j += 2) CHECK(strcmp(skpo_rec_str(&d.r[i], F_PID), skpo_rec_str(&d.r[j], F_PID)));
+    }
+    CHECK(l.n == 7);
+    for (size_t i = 1; i < l.n; i++) {
+        int64_t cut = 0;
+        CHECK(skpo_rec_int(&l.r[i], F_CUT, &cut) && cut >= 2 && cut <= 6);
+    }
+    drop(&d);
+    drop(&l);
+}
+
 int main(void) {
     const char *top = getenv("SKPO_TOP");
     snprintf(TOP, sizeof TOP, "%s", top ? top : ".");
@@ -273,6 +294,7 @@ int main(void) {
     RUN(segment_mode_writes_one_cut_segment_per_drawn_prompt);
     RUN(splice_writes_up_then_g_downs_from_skip_prefix);
     RUN(stop_string_ends_response_at_completing_token);
+    RUN(full_mode_draws_prompts_and_lq_init_sets_the_cut);
     sh("rm -rf %s", TMPD);
     return TEST_SUMMARY();
 }

@@ -120,6 +120,14 @@ static void each_minibatch_holds_whole_prompts(void) {
         CHECK_NEAR(met[k].lr, 1e-7, 1e-20);   // step 1 of a 10-step warmup, same for all 4
     }
     CHECK(opt->t == 4);
+    // The metrics record obeys the record schema (readers validate it).
+    skpo_rec mr;
+    skpo_rec_init(&mr);
+    skpo_update_metrics_rec(&met[0], 1, &mr);
+    CHECK_MSG(skpo_rec_validate(&mr, &e) == SKPO_OK, "%s", e.msg);
+    double v;
+    CHECK(skpo_rec_float(&mr, "n_tokens", &v) && v == met[0].tokens && skpo_rec_float(&mr, "clip_high_down", &v));
+    skpo_rec_free(&mr);
     skpo_optim_free(opt);
     skpo_comm_free(c);
     skpo_batch_free(b);
@@ -282,6 +290,109 @@ static void zero_weight_records_still_count_in_the_token_mean(void) {
     bg_records_free(r, n);
 }
 
+static void old_logp_field_takes_precedence_over_behaviour_logp(void) {
+    bigram m;
+    bg_init(&m, 14);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 3, 2, 0.3, 15, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    float a[BG_V * BG_V], b[BG_V * BG_V];
+    double la = grad_of(&m, r, n, &o, a, NULL);
+    for (size_t i = 0; i < n; i++) {   // move logp to old_logp, put garbage in logp
+        size_t nl;
+        const float *lp = skpo_rec_f32s(&r[i], F_LOGP, &nl);
+        float keep[16], junk[16];
+        memcpy(keep, lp, nl * sizeof *lp);
+        for (size_t t = 0; t < nl; t++) junk[t] = -50.0f;
+        skpo_rec_set_f32s(&r[i], F_OLD_LOGP, keep, nl);
+        skpo_rec_set_f32s(&r[i], F_LOGP, junk, nl);
+    }
+    double lb = grad_of(&m, r, n, &o, b, NULL);
+    CHECK(la == lb && memcmp(a, b, sizeof a) == 0);
+    bg_records_free(r, n);
+}
+
+static void epochs_repeat_the_minibatches_and_phase_weights_override_records(void) {
+    bigram m, m2;
+    bg_init(&m, 16);
+    bg_init(&m2, 16);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 4, 2, 0.2, 17, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.minibatch = 2;
+    o.epochs = 3;
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_adamw_cfg ac;
+    skpo_adamw_cfg_default(&ac);
+    skpo_policy pol = bg_policy(&m);
+    skpo_optim *opt = skpo_optim_new(&ac, m.p, 2);
+    skpo_comm *c = local_comm();
+    skpo_update_metrics met[6];
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, met, &e) == SKPO_OK);
+    CHECK(opt->t == 6 && met[5].epoch == 2 && met[5].minibatch == 1 && met[2].epoch == 1 && met[2].minibatch == 0);
+    skpo_optim_free(opt);
+    skpo_batch_free(b);
+    // --w-up 0 --w-down 1 == records whose weights say so.
+    float a[BG_V * BG_V], g[BG_V * BG_V];
+    skpo_update_opts_default(&o);
+    o.phase_weight[SKPO_PHASE_UP] = 0;
+    o.phase_weight[SKPO_PHASE_DOWN] = 1;
+    double la = grad_of(&m2, r, n, &o, a, NULL);
+    for (size_t i = 0; i < n; i++) skpo_rec_set_float(&r[i], F_WEIGHT, skpo_rec_is_kind(&r[i], SKPO_KIND_UP) ? 0 : 1);
+    skpo_update_opts_default(&o);
+    double lb = grad_of(&m2, r, n, &o, g, NULL);
+    CHECK(la == lb && memcmp(a, g, sizeof a) == 0);
+    skpo_comm_free(c);
+    bg_records_free(r, n);
+}
+
+static void data_parallel_plan_covers_every_record_once_and_balances_tokens(void) {
+    bigram m;
+    bg_init(&m, 18);
+    size_t n;
+    skpo_rec *r = bg_records(&m, 40, 5, 0.1, 19, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.minibatch = 16;   // 3 mini-batches: 16, 16, 8 prompts
+    skpo_err e = {0};
+    for (int size = 2; size <= 3; size++) {
+        skpo_batch *b[3] = {NULL, NULL, NULL};
+        for (int rk = 0; rk < size; rk++) CHECK(skpo_batch_new(r, n, &o, rk, size, &b[rk], &e) == SKPO_OK);
+        int total = 0;
+        for (int k = 0; k < skpo_batch_minibatches(b[0]); k++) {
+            double lo = 1e300, hi = 0, max_prompt = 0;
+            int recs = 0;
+            for (int rk = 0; rk < size; rk++) {
+                int nr;
+                double t;
+                skpo_batch_local(b[rk], k, &nr, &t);
+                recs += nr;
+                lo = fmin(lo, t), hi = fmax(hi, t);
+            }
+            // The heaviest prompt of the mini-batch bounds the imbalance of a greedy plan.
+            for (size_t i = 0; i < n; i += 6) {
+                double t = 0;
+                for (size_t d = 0; d < 6; d++) {
+                    size_t np, nt;
+                    skpo_rec_i32s(&r[i + d], F_PROMPT, &np);
+                    skpo_rec_i32s(&r[i + d], F_TOKENS, &nt);
+                    t += (double)(np + nt);
+                }
+                if ((int)(i / 6) / 16 == k) max_prompt = fmax(max_prompt, t);
+            }
+            CHECK_MSG(hi - lo <= max_prompt, "size %d mb %d: loads %g..%g, heaviest prompt %g", size, k, lo, hi, max_prompt);
+            total += recs;
+        }
+        CHECK(total == (int)n);
+        for (int rk = 0; rk < size; rk++) skpo_batch_free(b[rk]);
+    }
+    bg_records_free(r, n);
+}
+
 static void records_missing_fields_are_named(void) {
     bigram m;
     bg_init(&m, 7);
@@ -318,6 +429,7 @@ static void sft_lowers_the_negative_log_likelihood(void) {
     skpo_update_opts o;
     skpo_update_opts_default(&o);
     o.sft = 1;
+    o.loss.kl_coef = 0.5;   // ignored by SFT (records carry no ref_logp)
     skpo_adamw_cfg ac;
     skpo_adamw_cfg_default(&ac);
     ac.lr = 0.05;
@@ -351,6 +463,9 @@ int main(void) {
     RUN(nonfinite_logprob_stops_naming_step_minibatch_and_record);
     RUN(recompute_old_puts_the_first_minibatch_on_policy);
     RUN(zero_weight_records_still_count_in_the_token_mean);
+    RUN(old_logp_field_takes_precedence_over_behaviour_logp);
+    RUN(epochs_repeat_the_minibatches_and_phase_weights_override_records);
+    RUN(data_parallel_plan_covers_every_record_once_and_balances_tokens);
     RUN(records_missing_fields_are_named);
     RUN(sft_lowers_the_negative_log_likelihood);
     return TEST_SUMMARY();

@@ -62,7 +62,16 @@ static void a_bad_record_on_one_rank_stops_every_rank_with_its_name(void) {
     bg_init(&m, 24);
     size_t n;
     skpo_rec *r = bg_records(&ref, 4, 1, 0.1, 41, &n);
-    // prompt 1 goes to rank 1 (prompt j of a mini-batch -> rank j % size)
+    // Make p0 the heaviest prompt and p1 the second: the plan gives p0 to rank 0
+    // and p1 to rank 1, so the failure below happens on rank 1 only.
+    for (int q = 0; q < 2; q++) {
+        int32_t ids[60];
+        float l[60];
+        int len = q ? 40 : 60;
+        for (int t = 0; t < len; t++) ids[t] = t % BG_V, l[t] = -2.0f;
+        skpo_rec_set_i32s(&r[2 * q], F_TOKENS, ids, (size_t)len);
+        skpo_rec_set_f32s(&r[2 * q], F_LOGP, l, (size_t)len);
+    }
     float lp[16];
     size_t nl;
     const float *src = skpo_rec_f32s(&r[3], F_LOGP, &nl);

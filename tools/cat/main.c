@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 static const char SYNOPSIS[] =
-    "[--where FIELD=VALUE]... [--fields A,B,C] [--head N] [--count | --stats | --view | --pack [--no-meta]] [FILE|-]...";
+    "[--where FIELD=VALUE]... [--fields A,B,C] [--head N] [--count | --stats | --view | --pack [--no-meta]] [FILE|-]...\n"
+    "       skpo-cat --schema";
 static const char ABOUT[] =
     "Print skpo record streams (zstd-compressed msgpack) as JSON lines, one record per line.\n"
     "Inputs are read one after another; none or '-' means standard input.\n"
@@ -27,7 +28,7 @@ typedef struct cat_opts {
     skpo_strlist where;
     const char *fields;
     long head;
-    int count, stats, view, pack, no_meta;
+    int count, stats, view, pack, no_meta, schema;
 } cat_opts;
 
 typedef struct cat_out {
@@ -58,7 +59,15 @@ static char **split_fields(const char *s, size_t *n) {
     }
 }
 
+static void print_schema(void) {
+    static const char *const tn[] = {"", "str", "int", "float", "bool", "int32[]", "float32[]", "any"};
+    for (const skpo_field_def *d = skpo_schema; d->name; d++) printf("%-12s %-10s %s\n", d->name, tn[d->type], d->doc);
+    skpo_close_stdout_or_die();
+    exit(SKPO_EXIT_OK);
+}
+
 static void check_opts(const cat_opts *o, cat_out *out) {
+    if (o->schema) print_schema();
     if (o->count + o->stats + o->view + o->pack > 1)
         skpo_cli_usage_error(SYNOPSIS, "--count, --stats, --view and --pack exclude each other");
     if (o->fields && (o->count || o->stats || o->view))
@@ -138,6 +147,7 @@ int main(int argc, char **argv) {
         {"view", 'v', SKPO_OPT_FLAG, &o.view, 0, 0, NULL, "readable rollouts: down records grouped under their up segment"},
         {"pack", 'p', SKPO_OPT_FLAG, &o.pack, 0, 0, NULL, "read JSON lines, write a record stream"},
         {"no-meta", 0, SKPO_OPT_FLAG, &o.no_meta, 0, 0, NULL, "with --pack: do not write skpo-cat's own meta record first"},
+        {"schema", 0, SKPO_OPT_FLAG, &o.schema, 0, 0, NULL, "print the record schema (field, type, meaning) and exit"},
         {0},
     };
     int n = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);

@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static void base_record(const sample_cfg *c, const sample_job *job, const sample_item *it, skpo_rec *r, const char *kind) {
     skpo_rec_copy(r, it->rec);
@@ -70,6 +71,14 @@ static skpo_status put_up(const sample_cfg *c, const skpo_rollout *ro, const sam
     return st;
 }
 
+// CPU time of the whole process (all threads): a load-independent measure for
+// the benchmark on a shared machine.
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *job) {
     int G = c->segment ? (int)c->group : (int)c->n;
     uint64_t *seeds = skpo_xmalloc((size_t)G * sizeof *seeds);
@@ -87,7 +96,7 @@ static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *
 }
 
 skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *job, skpo_writer *w, skpo_err *err) {
-    double t0 = skpo_now();
+    double t0 = skpo_now(), c0 = cpu_seconds();
     submit_all(c, ro, job);
     skpo_progress prog;
     skpo_progress_init(&prog);
@@ -112,10 +121,11 @@ skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *
     skpo_progress_done(&prog);
     if (c->stats) {
         const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);
-        double dt = skpo_now() - t0;
-        fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s); prefill %llu tokens; %llu model calls; "
-                "peak KV %zu blocks (%.1f MiB)\n", skpo_progname(), (unsigned long long)gs->gen_tokens, dt,
-                dt > 0 ? gs->gen_tokens / dt : 0.0, (unsigned long long)gs->prefill_tokens,
+        double dt = skpo_now() - t0, dc = cpu_seconds() - c0;
+        fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s; %.3f s CPU, %.1f tok/CPU-s); prefill %llu "
+                "tokens; %llu model calls; peak KV %zu blocks (%.1f MiB)\n", skpo_progname(),
+                (unsigned long long)gs->gen_tokens, dt, dt > 0 ? gs->gen_tokens / dt : 0.0, dc,
+                dc > 0 ? gs->gen_tokens / dc : 0.0, (unsigned long long)gs->prefill_tokens,
                 (unsigned long long)gs->steps, gs->peak_blocks,
                 gs->peak_blocks * (double)skpo_kv_bytes_per_block(ro->kv) / (1 << 20));
     }

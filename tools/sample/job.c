@@ -9,6 +9,7 @@
 #include "sampler.h"
 #include "tracker.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,9 @@ void sample_cfg_default(sample_cfg *c) {
     c->ro.max_tokens = 3072;
     c->ro.sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
     c->group = 8;
-    c->per_step = 128;
+    c->per_step = 0; // not given: --segment draws 128, --n takes every prompt
+    c->lq_init = -1;
+    c->prio_eps = -1;
     c->batch = 64;
     c->step = -1;
     c->shard_n = 1;
@@ -28,7 +31,9 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (!c->ro.model_dir) skpo_cli_usage_error(syn, "--model is required");
     if (!c->prompts) skpo_cli_usage_error(syn, "--prompts is required");
     if ((c->n > 0) == (c->segment != 0)) skpo_cli_usage_error(syn, "give exactly one of --n K and --segment");
-    if (!c->segment && (c->state || c->all)) skpo_cli_usage_error(syn, "--state and --all go with --segment");
+    if (c->all && c->per_step > 0) skpo_cli_usage_error(syn, "--all and --prompts-per-step exclude each other");
+    if (!c->segment && c->lq_init >= 0) skpo_cli_usage_error(syn, "--lq-init goes with --segment");
+    if (c->segment && !c->all && c->per_step == 0) c->per_step = 128;
     if (c->shard) {
         char *e1, *e2;
         long i = strtol(c->shard, &e1, 10), n = *e1 == '/' ? strtol(e1 + 1, &e2, 10) : 0;
@@ -67,7 +72,11 @@ static void draw(const sample_cfg *c, const skpo_tracker *t, sample_job *job, sa
     if ((size_t)c->per_step > nall)
         skpo_die("--prompts-per-step %ld is more than the %zu prompts in '%s'", c->per_step, nall, c->prompts);
     double *w = skpo_xmalloc(nall * sizeof *w);
-    for (size_t i = 0; i < nall; i++) w[i] = skpo_tracker_weight(t, all[i].pid);
+    for (size_t i = 0; i < nall; i++) {
+        if (c->prio_eps < 0) { w[i] = skpo_tracker_weight(t, all[i].pid); continue; }
+        double p = (skpo_tracker_value(t, all[i].pid) + 1) / 2; // SKPO.md section 3 step 1
+        w[i] = sqrt(p * (1 - p)) + c->prio_eps;
+    }
     size_t *pick = skpo_xmalloc((size_t)c->per_step * sizeof *pick);
     skpo_rng r;
     skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "draw", "", 0));
@@ -90,15 +99,13 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
         if (skpo_rec_is_kind(&job->recs[i], SKPO_KIND_PROMPT)) check_prompt(&job->recs[i], i, ro, &all[nall++]);
     if (nall == 0) skpo_die("no prompt records in '%s'", c->prompts);
     skpo_tracker *t = NULL;
-    if (c->segment) {
-        if (c->state) {
-            if (skpo_tracker_load(c->state, &t, &err) != SKPO_OK) skpo_die("%s", err.msg);
-        } else {
-            t = skpo_tracker_new(NULL);
-        }
+    if (c->state) {
+        if (skpo_tracker_load(c->state, &t, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    } else {
+        t = skpo_tracker_new(NULL); // every prompt unseen: equal weights, L_q = 1024
     }
-    job->step = c->step >= 0 ? c->step : t ? skpo_tracker_step(t) : 0;
-    if (c->segment && !c->all) {
+    job->step = c->step >= 0 ? c->step : c->state ? skpo_tracker_step(t) : 0;
+    if (c->per_step > 0) {
         draw(c, t, job, all, nall);
         free(all);
     } else {
@@ -113,7 +120,8 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     for (size_t i = 0; c->segment && i < job->n; i++) {
         skpo_rng r;
         skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));
-        double L = skpo_tracker_len(t, job->items[i].pid);
+        const char *pid = job->items[i].pid;
+        double L = c->lq_init >= 0 && !skpo_tracker_seen(t, pid) ? c->lq_init : skpo_tracker_len(t, pid);
         if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);
         job->items[i].t_q = skpo_seg_cut(L, &r);
     }

@@ -20,9 +20,10 @@
 #include <string.h>
 
 static const char SYNOPSIS[] =
-    "--model DIR --prompts FILE (--n K | --segment [--state DIR] [--all] [--group G]) [--tokenizer DIR]\n"
-    "       [--batch N] [--prompts-per-step B] [--shard I/N] [--temperature T] [--top-p P] [--top-k K]\n"
-    "       [--max-tokens N] [--seed S] [--step N] [--stop STR]... [--no-share] [--no-text] [--stats]";
+    "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L]) [--state DIR]\n"
+    "       [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
+    "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
+    "       [--no-share] [--no-text] [--stats]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -37,10 +38,13 @@ int main(int argc, char **argv) {
         {"no-text", 0, SKPO_OPT_FLAG, &c.ro.no_text, 0, 0, NULL, "no tokenizer: no `text`, EOS from config.json"},
         {"n", 0, SKPO_OPT_INT, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"},
         {"segment", 0, SKPO_OPT_FLAG, &c.segment, 0, 0, NULL, "SKPO upstream segments (kind=up)"},
-        {"state", 0, SKPO_OPT_STR, &c.state, 0, 0, "DIR", "tracker state folder (L_q, sampling weights)"},
-        {"all", 0, SKPO_OPT_FLAG, &c.all, 0, 0, NULL, "--segment: every prompt in file order, no draw"},
+        {"state", 0, SKPO_OPT_STR, &c.state, 0, 0, "DIR", "tracker state folder (L_q, sampling weights, step)"},
+        {"all", 0, SKPO_OPT_FLAG, &c.all, 0, 0, NULL, "every prompt in file order, no draw (default with --n)"},
         {"group", 0, SKPO_OPT_INT, &c.group, 1, 4096, "G", "--segment: candidates per prompt (default 8)"},
-        {"prompts-per-step", 0, SKPO_OPT_INT, &c.per_step, 1, INT_MAX, "B", "--segment: prompts drawn (default 128)"},
+        {"prompts-per-step", 0, SKPO_OPT_INT, &c.per_step, 1, INT_MAX, "B",
+         "draw B prompts by prioritized sampling (default 128 with --segment)"},
+        {"lq-init", 0, SKPO_OPT_DOUBLE, &c.lq_init, 1, 1e9, "L", "--segment: L_q of unseen prompts (default: tracker's)"},
+        {"prio-eps", 0, SKPO_OPT_DOUBLE, &c.prio_eps, 0, 1e9, "E", "weight floor eps (default: tracker's, 0.05)"},
         {"batch", 0, SKPO_OPT_INT, &c.batch, 1, 65536, "N", "sequences generated at once (default 64)"},
         {"shard", 0, SKPO_OPT_STR, &c.shard, 0, 0, "I/N", "keep slice I of N of the work (same draws on every shard)"},
         {"temperature", 0, SKPO_OPT_DOUBLE, &c.ro.sample.temperature, 0, 100, "T", "0 = greedy (default 1.0)"},

@@ -68,7 +68,7 @@ typedef struct splicer {
     skpo_rollout *ro;
     slot **fifo;            // fifo[head..tail)
     size_t head, tail, cap;
-    uint64_t nread;
+    uint64_t nread, nup, ndone;
 } splicer;
 
 // Queue an up record's rollouts; a prefix that fills the context gets G empty
@@ -114,7 +114,7 @@ static void take_record(splicer *sp, skpo_rec *r) {
     s->is_up = skpo_rec_is_kind(&s->rec, SKPO_KIND_UP);
     skpo_xgrow((void **)&sp->fifo, &sp->cap, sp->tail + 1, sizeof *sp->fifo);
     sp->fifo[sp->tail++] = s;
-    if (s->is_up) start_up(sp, s);
+    if (s->is_up) { sp->nup++; start_up(sp, s); }
     else s->ready = 1;
 }
 
@@ -155,6 +155,7 @@ static skpo_status drain(splicer *sp, skpo_writer *w, skpo_err *err) {
     while (sp->head < sp->tail && sp->fifo[sp->head]->ready) {
         slot *s = sp->fifo[sp->head++];
         skpo_status st = put_slot(sp, s, w, err);
+        sp->ndone += (uint64_t)s->is_up;
         slot_free(s);
         if (st != SKPO_OK) return st;
     }
@@ -168,6 +169,8 @@ skpo_status splice_run(const splice_cfg *c, skpo_rollout *ro, skpo_reader *rd, s
     rq_start(q, rd);
     int eof = 0;
     skpo_status st = SKPO_OK;
+    skpo_progress prog;
+    skpo_progress_init(&prog);
     while (st == SKPO_OK && !(eof && sp.head == sp.tail)) {
         int wait = !skpo_gen_busy(ro->gen) && !eof;
         skpo_rec r;
@@ -185,7 +188,13 @@ skpo_status splice_run(const splice_cfg *c, skpo_rollout *ro, skpo_reader *rd, s
             s->ready = 1;
         }
         if (st == SKPO_OK) st = drain(&sp, w, err);
+        uint64_t toks = skpo_gen_get_stats(ro->gen)->gen_tokens;
+        double dt = skpo_now() - prog.start;
+        skpo_progress_update(&prog, "%llu/%llu segments done%s, %llu tokens, %.0f tok/s", (unsigned long long)sp.ndone,
+                             (unsigned long long)sp.nup, eof ? "" : " (input open)", (unsigned long long)toks,
+                             dt > 0 ? toks / dt : 0.0);
     }
+    skpo_progress_done(&prog);
     for (size_t i = sp.head; i < sp.tail; i++) slot_free(sp.fifo[i]);
     free(sp.fifo);
     // After an engine or write error the caller exits; the reader may be

@@ -5,12 +5,13 @@
 #include "cli.h"
 #include "tool.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
     "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
-    "       [--lr X] [--warmup-steps N] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
+    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
 
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
@@ -36,10 +37,13 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
     const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
-    long minibatch = a->u.minibatch, warmup = a->a.warmup_steps;
+    long minibatch = a->u.minibatch, warmup = a->a.warmup_steps, epochs = 1;
     a->threads = 0;
     const double B = 1e300;
-    skpo_phase_loss *P = L->phase;
+    // NAN = not given: per-phase flags override the group flags, which override the defaults.
+    double lo[SKPO_NPHASE] = {NAN, NAN, NAN}, hi[SKPO_NPHASE] = {NAN, NAN, NAN}, dual[SKPO_NPHASE] = {NAN, NAN, NAN};
+    double clip_low = NAN, clip_high = NAN, clip_high_up = NAN;
+    double *W = a->u.phase_weight;
     skpo_opt opts[] = {
         {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "checkpoint to update (HF folder; + optimizer state)"},
         {"out", 0, SKPO_OPT_STR, &a->out, 0, 0, "DIR", "checkpoint to write (replaced atomically)"},
@@ -50,18 +54,24 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"recompute-old", 0, SKPO_OPT_FLAG, &a->u.recompute_old, 0, 0, NULL, "old log-probs from the current weights, not `logp`"},
         {"temperature", 0, SKPO_OPT_DOUBLE, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"},
         {"loss", 0, SKPO_OPT_STR, &loss, 0, 0, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"},
+        {"clip-low", 0, SKPO_OPT_DOUBLE, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"},
+        {"clip-high", 0, SKPO_OPT_DOUBLE, &clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"},
+        {"clip-high-up", 0, SKPO_OPT_DOUBLE, &clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"},
         {"up-loss", 0, SKPO_OPT_STR, &pl[0], 0, 0, "ppo|cispo", "upstream loss form (ppo)"},
-        {"up-clip-low", 0, SKPO_OPT_DOUBLE, &P[0].eps_low, 0, 0.999999, "E", "upstream ratio floor 1-E (0.2)"},
-        {"up-clip-high", 0, SKPO_OPT_DOUBLE, &P[0].eps_high, 0, B, "E", "upstream ratio ceiling 1+E (0.2)"},
-        {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &P[0].dual_clip, 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"},
+        {"up-clip-low", 0, SKPO_OPT_DOUBLE, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"},
+        {"up-clip-high", 0, SKPO_OPT_DOUBLE, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"},
+        {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"},
         {"down-loss", 0, SKPO_OPT_STR, &pl[1], 0, 0, "ppo|cispo", "downstream loss form (cispo)"},
-        {"down-clip-low", 0, SKPO_OPT_DOUBLE, &P[1].eps_low, 0, 0.999999, "E", "downstream ratio floor 1-E (0.2)"},
-        {"down-clip-high", 0, SKPO_OPT_DOUBLE, &P[1].eps_high, 0, B, "E", "downstream ratio ceiling 1+E (0.28)"},
-        {"down-dual-clip", 0, SKPO_OPT_DOUBLE, &P[1].dual_clip, 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"},
+        {"down-clip-low", 0, SKPO_OPT_DOUBLE, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"},
+        {"down-clip-high", 0, SKPO_OPT_DOUBLE, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"},
+        {"down-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"},
         {"full-loss", 0, SKPO_OPT_STR, &pl[2], 0, 0, "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"},
-        {"full-clip-low", 0, SKPO_OPT_DOUBLE, &P[2].eps_low, 0, 0.999999, "E", "full ratio floor 1-E (0.2)"},
-        {"full-clip-high", 0, SKPO_OPT_DOUBLE, &P[2].eps_high, 0, B, "E", "full ratio ceiling 1+E (0.28)"},
-        {"full-dual-clip", 0, SKPO_OPT_DOUBLE, &P[2].dual_clip, 0, B, "C", "full dual clip for A<0, 0 = off (3)"},
+        {"full-clip-low", 0, SKPO_OPT_DOUBLE, &lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"},
+        {"full-clip-high", 0, SKPO_OPT_DOUBLE, &hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"},
+        {"full-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"},
+        {"w-up", 0, SKPO_OPT_DOUBLE, &W[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"},
+        {"w-down", 0, SKPO_OPT_DOUBLE, &W[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"},
+        {"w-full", 0, SKPO_OPT_DOUBLE, &W[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"},
         {"loss-agg", 0, SKPO_OPT_STR, &agg, 0, 0, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"},
         {"up-loss-agg", 0, SKPO_OPT_STR, &pagg[0], 0, 0, "MODE", "upstream aggregation (default: --loss-agg)"},
         {"down-loss-agg", 0, SKPO_OPT_STR, &pagg[1], 0, 0, "MODE", "downstream aggregation (default: --loss-agg)"},
@@ -75,12 +85,17 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"decay", 0, SKPO_OPT_STR, &decay, 0, 0, "all|matrices", "which parameters decay (all, as verl)"},
         {"beta1", 0, SKPO_OPT_DOUBLE, &a->a.beta1, 0, 0.999999999, "X", "AdamW beta1 (0.9)"},
         {"beta2", 0, SKPO_OPT_DOUBLE, &a->a.beta2, 0, 0.999999999, "X", "AdamW beta2 (0.999)"},
-        {"adam-eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "AdamW eps (1e-8)"},
+        {"adam-eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"},
         {"max-grad-norm", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "global grad-norm clip, 0 = off (1.0)"},
+        {"epochs", 0, SKPO_OPT_INT, &epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"},
         {"resume", 0, SKPO_OPT_FLAG, &a->resume, 0, 0, NULL, "fail unless --model holds optimizer state"},
         {"fresh-optimizer", 0, SKPO_OPT_FLAG, &a->fresh_optimizer, 0, 0, NULL, "ignore optimizer state in --model"},
         {"threads", 0, SKPO_OPT_INT, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"},
         {"comm", 0, SKPO_OPT_STR, &comm, 0, 0, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"},
+        // Other spellings callers use (pipelines/common.sh on main).
+        {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
+        {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
+        {"grad-clip", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "same as --max-grad-norm"},
         {0},
     };
     int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);
@@ -89,9 +104,21 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     a->input = npos ? argv[1] : "-";
     if (a->resume && a->fresh_optimizer) skpo_cli_usage_error(SYNOPSIS, "--resume and --fresh-optimizer exclude each other");
     a->u.minibatch = (int)minibatch;
+    a->u.epochs = (int)epochs;
     a->a.warmup_steps = (int)warmup;
+    skpo_phase_loss *P = L->phase;
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        double group_high = p == SKPO_PHASE_UP ? clip_high_up : clip_high;
+        if (!isnan(lo[p])) P[p].eps_low = lo[p];
+        else if (!isnan(clip_low)) P[p].eps_low = clip_low;
+        if (!isnan(hi[p])) P[p].eps_high = hi[p];
+        else if (!isnan(group_high)) P[p].eps_high = group_high;
+        if (!isnan(dual[p])) P[p].dual_clip = dual[p];
+    }
     if (!strcmp(loss, "sft")) a->u.sft = 1;
     else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
+    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || a->u.recompute_old))
+        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef or --recompute-old");
     static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
     for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
     static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};

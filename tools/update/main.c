@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
     upd_load(c, &a, &m, &o, &a.u.step);
     skpo_batch *b = NULL;
     upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
-    int nmb = skpo_batch_minibatches(b);
+    int nmb = skpo_batch_minibatches(b) * a.u.epochs;
     if (nmb == 0 && c->rank == 0) skpo_warn("no trained records (kinds up, down, full): writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
     skpo_policy pol = skpo_policy_of_model(m);

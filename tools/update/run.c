@@ -179,9 +179,9 @@ void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const sk
     }
     double nt = tokens > 0 ? tokens : 1;
     fprintf(stderr,
-            "%s: step %" PRId64 ": %d updates over %d prompts, %zu records, %.0f tokens in %.1f s (%.0f tok/s, %d rank%s); "
+            "%s: step %" PRId64 ": %d update%s over %d prompts, %zu records, %.0f tokens in %.1f s (%.0f tok/s, %d rank%s); "
             "loss %.5g (up %.4g, down %.4g, full %.4g), grad norm max %.4g, lr %.3g, clip low %.4f high %.4f -> %s\n",
-            skpo_progname(), a->u.step, nmb, skpo_batch_prompts(b), skpo_batch_records(b), tokens, seconds,
+            skpo_progname(), a->u.step, nmb, nmb == 1 ? "" : "s", skpo_batch_prompts(b), skpo_batch_records(b), tokens, seconds,
             seconds > 0 ? tokens / seconds : 0, c->size, c->size == 1 ? "" : "s", loss, ph[0], ph[1], ph[2], gmax,
             nmb ? met[0].lr : skpo_optim_lr(&a->a, a->u.step), low / nt, high / nt, a->out);
 }

@@ -1,0 +1,56 @@
+#!/bin/sh
+# sign_empirical.sh - sign consistency of Monte Carlo advantages on real
+# rollouts of a checkpoint (docs/analyses.md, analysis 2; SKPO.md section 8).
+#
+# For each prompt: G responses (skpo-sample --n G), rewarded; each response cut
+# at the relative positions --at (skpo-cut); each segment continued N times
+# from [q, s] (skpo-splice --layout continual --group N), rewarded. Then
+# skpo-analyze signs compares, per position, the signs of group-normalised
+# estimates from k continuations (and of the responses' own outcomes: GRPO)
+# with a leave-out reference from the other continuations.
+#
+# Outputs in --out: responses.msgpack.zst, continuations.msgpack.zst,
+# signs.txt (the table), signs.png (sign accuracy and all-signs-right rate
+# against the position, one line per estimate size).
+set -eu
+USAGE="$0 --model DIR --prompts FILE [--out DIR] [--group G] [--n N] [--at R,R,...] [--k K,K,...]
+       [--max-tokens T] [--seed S] [--sample-flags '...'] [--reward-flags '...']"
+. "$(dirname "$0")/common.sh"
+model= prompts= out=runs/analysis/signs group=8 n=32 at=0.1,0.25,0.5,0.75 k=1,2,4,8,16,32,64,128,256,512
+max_tokens=3072 seed=0 sflags= rflags=
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage_die "$1 needs a value"
+  case $1 in
+    --model) model=$2;; --prompts) prompts=$2;; --out) out=$2;; --group) group=$2;; --n) n=$2;;
+    --at) at=$2;; --k) k=$2;; --max-tokens) max_tokens=$2;; --seed) seed=$2;;
+    --sample-flags) sflags=$2;; --reward-flags) rflags=$2;;
+    *) usage_die "unknown option '$1'";;
+  esac
+  shift 2
+done
+[ -n "$model" ] && [ -n "$prompts" ] || usage_die "--model and --prompts are required"
+need_tools skpo-sample skpo-reward skpo-cut skpo-splice skpo-analyze
+mkdir -p "$out"
+trap 'rm -f "$out"/*.tmp "$out"/.*.gp' EXIT # a failed stage leaves no partial stream
+
+log "sampling $group responses per prompt"
+# shellcheck disable=SC2086 # flag lists are word lists
+skpo-sample --model "$model" --prompts "$prompts" --n "$group" --max-tokens "$max_tokens" --seed "$seed" $sflags \
+  | skpo-reward $rflags >"$out/responses.msgpack.zst.tmp"
+mv "$out/responses.msgpack.zst.tmp" "$out/responses.msgpack.zst"
+
+log "continuing every segment $n times (positions $at)"
+# shellcheck disable=SC2086
+skpo-cut --at "$at" "$out/responses.msgpack.zst" \
+  | skpo-splice --model "$model" --layout continual --group "$n" --max-tokens "$max_tokens" --seed "$seed" $sflags \
+  | skpo-reward $rflags >"$out/continuations.msgpack.zst.tmp"
+mv "$out/continuations.msgpack.zst.tmp" "$out/continuations.msgpack.zst"
+
+skpo-analyze signs --k "$k" "$out/continuations.msgpack.zst" >"$out/signs.txt"
+cat "$out/signs.txt"
+cmds=$out/.signs.gp
+: >"$cmds"
+panel "$out/signs.txt" 7 '^(grpo|mc_k=[0-9]+)$' 'per-prefix sign accuracy' 'top left' >>"$cmds"
+panel "$out/signs.txt" 6 '^(grpo|mc_k=[0-9]+)$' 'fraction of groups with all signs right' 'top left' >>"$cmds"
+plot "$out/signs.png" "Sign consistency on rollouts of $(basename "$model") (G=$group, N=$n)" '2,1' <"$cmds"
+rm -f "$cmds"

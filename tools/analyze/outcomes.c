@@ -1,0 +1,135 @@
+/*
+ * outcomes.c - shortcut validation and implicit advantage (docs/analyses.md,
+ * analyses 3 and 4): per-segment outcome statistics aggregated per label
+ * (layout or method) and relative position.
+ */
+#include "analyze.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double mean_ok(const prefix *p) {
+    double s = 0;
+    for (int j = 0; j < p->n; j++) s += p->ok[j];
+    return p->n ? s / p->n : 0;
+}
+
+// Distinct extracted answers among the continuations; a missing answer is one value.
+static int distinct_preds(const prefix *p) {
+    int d = 0;
+    for (int j = 0; j < p->n; j++) {
+        int seen = 0;
+        for (int i = 0; i < j && !seen; i++)
+            seen = (!p->pred[i] && !p->pred[j]) || (p->pred[i] && p->pred[j] && !strcmp(p->pred[i], p->pred[j]));
+        d += !seen;
+    }
+    return d;
+}
+
+enum { S_PREF, S_DIST, S_SAME, S_ACC, S_LEN, S_SEG, S_CONT };
+
+void analyze_shortcut(const prefixes *ps, rows *out) {
+    for (size_t i = 0; i < ps->n; i++) {
+        const prefix *p = &ps->p[i];
+        if (p->n == 0) continue;
+        row *r = rows_get(out, p->label, p->rel, "all");
+        int same = 1;
+        double len = 0;
+        for (int j = 0; j < p->n; j++) { same &= p->ok[j] == p->ok[0]; len += (double)p->len[j]; }
+        r->v[S_PREF]++;
+        r->v[S_DIST] += distinct_preds(p);
+        r->v[S_SAME] += same;
+        r->v[S_ACC] += mean_ok(p);
+        r->v[S_LEN] += len / p->n;
+        r->v[S_SEG] += p->seg > 0 ? (double)p->seg : 0;
+        r->v[S_CONT] += p->n;
+    }
+    out->what = "shortcut";
+    const char *cols[] = {"segments", "distinct", "all_same", "accuracy", "length", "seg_len", "conts"};
+    out->ncols = 7;
+    memcpy(out->cols, cols, sizeof cols);
+    for (size_t i = 0; i < out->n; i++) {
+        double *v = out->r[i].v, n = v[S_PREF];
+        for (int c = S_DIST; c <= S_CONT; c++) v[c] /= n; // means per segment
+    }
+}
+
+// --- implicit advantage ---------------------------------------------------------------
+
+typedef struct cell {          // one (problem, position)
+    const char *pid;
+    double rel;
+    double *sum;               // (nlabels) success rate summed over that label's segments
+    int *cnt;                  // (nlabels)
+} cell;
+
+enum { I_CELLS, I_RATE, I_CENTER, I_Z, I_SEGS };
+
+void analyze_implicit(const prefixes *ps, rows *out) {
+    strmap labels = {0}, cells = {0};
+    const char **lname = NULL;
+    size_t nl = 0, lcap = 0, nc = 0, ccap = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (strmap_get(&labels, ps->p[i].label) == (size_t)-1) {
+            strmap_put(&labels, ps->p[i].label, nl);
+            skpo_xgrow((void **)&lname, &lcap, nl + 1, sizeof *lname);
+            lname[nl++] = ps->p[i].label;
+        }
+    cell *cs = NULL;
+    for (size_t i = 0; i < ps->n; i++) {
+        const prefix *p = &ps->p[i];
+        if (p->n == 0) continue;
+        char key[2048];
+        if ((size_t)snprintf(key, sizeof key, "%s\x1f%.17g", p->pid, p->rel) >= sizeof key)
+            skpo_die("pid '%.40s...' too long", p->pid);
+        size_t c = strmap_get(&cells, key);
+        if (c == (size_t)-1) {
+            skpo_xgrow((void **)&cs, &ccap, nc + 1, sizeof *cs);
+            cs[nc] = (cell){p->pid, p->rel, skpo_xcalloc(nl, sizeof(double)), skpo_xcalloc(nl, sizeof(int))};
+            strmap_put(&cells, key, nc);
+            c = nc++;
+        }
+        size_t l = strmap_get(&labels, p->label);
+        cs[c].sum[l] += mean_ok(p);
+        cs[c].cnt[l]++;
+    }
+    // per cell: label rates, normalised across the labels present (>= 2 needed)
+    double *rate = skpo_xmalloc((nl + 1) * sizeof *rate);
+    for (size_t c = 0; c < nc; c++) {
+        int present = 0;
+        double m = 0, var = 0;
+        for (size_t l = 0; l < nl; l++)
+            if (cs[c].cnt[l]) { rate[l] = cs[c].sum[l] / cs[c].cnt[l]; m += rate[l]; present++; }
+        if (present >= 2) {
+            m /= present;
+            for (size_t l = 0; l < nl; l++)
+                if (cs[c].cnt[l]) var += (rate[l] - m) * (rate[l] - m);
+            double sd = sqrt(var / present);
+            for (size_t l = 0; l < nl; l++) {
+                if (!cs[c].cnt[l]) continue;
+                row *r = rows_get(out, lname[l], cs[c].rel, "all");
+                r->v[I_CELLS]++;
+                r->v[I_RATE] += rate[l];
+                r->v[I_CENTER] += rate[l] - m;
+                r->v[I_Z] += (rate[l] - m) / (sd + 1e-6);
+                r->v[I_SEGS] += cs[c].cnt[l];
+            }
+        }
+        free(cs[c].sum);
+        free(cs[c].cnt);
+    }
+    free(rate);
+    free(cs);
+    free(lname);
+    strmap_free(&labels);
+    strmap_free(&cells);
+    out->what = "implicit";
+    const char *cols[] = {"problems", "rate", "adv_center", "adv_z", "segments"};
+    out->ncols = 5;
+    memcpy(out->cols, cols, sizeof cols);
+    for (size_t i = 0; i < out->n; i++) {
+        double *v = out->r[i].v, n = v[I_CELLS];
+        for (int c = I_RATE; c <= I_Z; c++) v[c] /= n;
+    }
+}

@@ -1,0 +1,165 @@
+/*
+ * skpo-cut - cut responses at relative positions into segment records that
+ * skpo-splice continues: the record filter behind the analyses of
+ * docs/analyses.md (sign consistency on real rollouts, shortcut validation,
+ * implicit advantage).
+ *
+ * Each `full` or `down` record (a response with `prompt` and `tokens`) is
+ * replaced by one `up` record per position r in --at: the same record with
+ * tokens (and logp) cut to the first floor(r * len) tokens, where len is the
+ * response length, and these fields added:
+ *   uid "<source uid>@<i>[/<label>]" (i = index of r in --at), rel = r,
+ *   seg = segment length (int), src = source uid, src_gid = source gid,
+ *   src_len = source length, src_correct / src_reward = the source's outcome
+ *   (when it had one), label = --label (when given).
+ * The source's text, reward, correct, pred, adv, weight, finish, cut, nll and
+ * per-token side arrays other than logp are dropped: they describe the whole
+ * response, not the segment. --empty writes segments of zero tokens (the
+ * "Unconditional" baseline: the continuation sees q only) while keeping the
+ * position fields. Every other record passes through unchanged, unless
+ * --cuts-only: cutting skpo-splice output would otherwise hand its `up`
+ * records to the next skpo-splice, which would continue them too.
+ * Not here: continuing the segments (skpo-splice --layout continual|skip).
+ */
+#include "cli.h"
+#include "common.h"
+#include "record.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_AT 1024
+
+static const char synopsis[] = "--at R1,R2,... [--label NAME] [--only-correct] [--empty] [--cuts-only] [FILE...]";
+static const char about[] =
+    "Replaces each full/down response record by one `up` record per relative position R in [0, 1]:\n"
+    "the response cut to its first floor(R * length) tokens, with rel, seg, src, src_gid, src_len and the\n"
+    "source outcome added, ready for skpo-splice. Other records pass through. Reads FILEs or stdin.";
+
+typedef struct cut_cfg {
+    double at[MAX_AT];
+    int n_at;
+    const char *label;
+    int only_correct, empty, cuts_only;
+} cut_cfg;
+
+static int parse_at(const char *s, double *out) {
+    int n = 0;
+    char *copy = skpo_xstrdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == MAX_AT) skpo_cli_usage_error(synopsis, "--at: more than %d positions", MAX_AT);
+        if (skpo_parse_double(tok, 0, 1, &out[n])) skpo_cli_usage_error(synopsis, "--at: '%s' is not a number in [0, 1]", tok);
+        n++;
+    }
+    free(copy);
+    if (n == 0) skpo_cli_usage_error(synopsis, "--at: no positions");
+    return n;
+}
+
+// The source outcome: 1 correct, 0 wrong, -1 unknown.
+static int outcome(const skpo_rec *r) {
+    bool c;
+    double rew;
+    if (skpo_rec_bool(r, F_CORRECT, &c)) return c;
+    if (skpo_rec_float(r, F_REWARD, &rew)) return rew > 0;
+    return -1;
+}
+
+static const char *const dropped[] = {F_TEXT, F_REWARD, F_CORRECT, F_PRED, F_ADV, F_WEIGHT, F_FINISH,
+                                      F_CUT, F_NLL, F_REF_LOGP, F_OLD_LOGP, NULL};
+
+// Write the cuts of one response record r (read from `where`, record number k).
+static void cut_one(const cut_cfg *c, const skpo_rec *r, const char *where, uint64_t k, skpo_writer *w) {
+    const char *uid = skpo_rec_str(r, F_UID);
+    size_t nt = 0, nq = 0, nl = 0;
+    const int32_t *tok = skpo_rec_i32s(r, F_TOKENS, &nt);
+    if (!uid) skpo_die("record %llu of %s: a response without a 'uid' string", (unsigned long long)k, where);
+    if (!tok) skpo_die("response '%s' (%s): no 'tokens' int32 ids", uid, where);
+    if (!skpo_rec_i32s(r, F_PROMPT, &nq) || nq == 0) skpo_die("response '%s' (%s): no 'prompt' token ids", uid, where);
+    int ok = outcome(r);
+    if (c->only_correct && ok < 0) skpo_die("response '%s' (%s): --only-correct needs 'correct' or 'reward' (run skpo-reward first)", uid, where);
+    if (c->only_correct && ok != 1) return;
+    const float *lp = skpo_rec_f32s(r, F_LOGP, &nl);
+    int32_t *t = skpo_xmalloc((nt + 1) * sizeof *t); // copies: the setters free the fields they replace
+    float *l = skpo_xmalloc((nt + 1) * sizeof *l);
+    memcpy(t, tok, nt * sizeof *t);
+    if (lp && nl == nt) memcpy(l, lp, nt * sizeof *l);
+    double rew;
+    int has_rew = skpo_rec_float(r, F_REWARD, &rew);
+    const char *gid = skpo_rec_str(r, F_GID);
+    for (int i = 0; i < c->n_at; i++) {
+        size_t seg = c->empty ? 0 : (size_t)floor(c->at[i] * (double)nt);
+        skpo_rec o;
+        skpo_rec_init(&o);
+        skpo_rec_copy(&o, r);
+        skpo_rec_set_str(&o, F_KIND, SKPO_KIND_UP);
+        char id[1200];
+        int len = c->label ? snprintf(id, sizeof id, "%s@%d/%s", uid, i, c->label) : snprintf(id, sizeof id, "%s@%d", uid, i);
+        if (len < 0 || (size_t)len >= sizeof id) skpo_die("response '%s' (%s): uid with position and label too long", uid, where);
+        skpo_rec_set_str(&o, F_UID, id);
+        skpo_rec_set_i32s(&o, F_TOKENS, t, seg);
+        if (lp && nl == nt) skpo_rec_set_f32s(&o, F_LOGP, l, seg);
+        else skpo_rec_del(&o, F_LOGP);
+        for (int d = 0; dropped[d]; d++) skpo_rec_del(&o, dropped[d]);
+        skpo_rec_set_float(&o, "rel", c->at[i]);
+        skpo_rec_set_int(&o, "seg", (int64_t)seg);
+        skpo_rec_set_str(&o, "src", uid);
+        skpo_rec_set_str(&o, "src_gid", gid ? gid : uid);
+        skpo_rec_set_int(&o, "src_len", (int64_t)nt);
+        if (ok >= 0) skpo_rec_set_bool(&o, "src_correct", ok);
+        if (has_rew) skpo_rec_set_float(&o, "src_reward", rew);
+        if (c->label) skpo_rec_set_str(&o, "label", c->label);
+        skpo_err err = {{0}};
+        if (skpo_writer_put(w, &o, &err)) skpo_die("%s", err.msg);
+        skpo_rec_free(&o);
+    }
+    free(t);
+    free(l);
+}
+
+static void run(const cut_cfg *c, const char *path, skpo_writer *w) {
+    skpo_err err = {{0}};
+    skpo_reader *rd;
+    if (skpo_reader_open(path, &rd, &err)) skpo_die("%s", err.msg);
+    skpo_rec r;
+    skpo_rec_init(&r);
+    skpo_status st;
+    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+        if (skpo_rec_is_kind(&r, SKPO_KIND_FULL) || skpo_rec_is_kind(&r, SKPO_KIND_DOWN))
+            cut_one(c, &r, skpo_reader_name(rd), skpo_reader_count(rd), w);
+        else if (!c->cuts_only && skpo_writer_put(w, &r, &err)) // meta records too: the provenance chain
+            skpo_die("%s", err.msg);
+        if (skpo_reader_count(rd) % SKPO_FLUSH_RECORDS == 0 && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
+    }
+    if (st != SKPO_EOF) skpo_die("%s", err.msg);
+    skpo_rec_free(&r);
+    skpo_reader_close(rd);
+}
+
+int main(int argc, char **argv) {
+    cut_cfg c = {0};
+    const char *at = NULL;
+    const skpo_opt opts[] = {
+        {"at", 0, SKPO_OPT_STR, &at, 0, 0, "LIST", "relative cut positions in [0, 1], comma-separated"},
+        {"label", 0, SKPO_OPT_STR, &c.label, 0, 0, "NAME", "set field `label` (method, layout) on every cut"},
+        {"only-correct", 0, SKPO_OPT_FLAG, &c.only_correct, 0, 0, NULL, "cut only responses that are correct"},
+        {"empty", 0, SKPO_OPT_FLAG, &c.empty, 0, 0, NULL, "zero-token segments (unconditional baseline)"},
+        {"cuts-only", 0, SKPO_OPT_FLAG, &c.cuts_only, 0, 0, NULL, "drop every other record (e.g. the up records of splice output)"},
+        {0},
+    };
+    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // parsing reorders argv; meta keeps it whole
+    memcpy(orig, argv, (size_t)argc * sizeof *orig);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    if (!at) skpo_cli_usage_error(synopsis, "--at is required");
+    c.n_at = parse_at(at, c.at);
+    skpo_err err = {{0}};
+    skpo_writer *w;
+    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, orig, NULL, &err)) skpo_die("%s", err.msg);
+    if (npos == 0) run(&c, "-", w);
+    for (int i = 1; i <= npos; i++) run(&c, argv[i], w);
+    if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
+    skpo_close_stdout_or_die();
+    free(orig);
+    return SKPO_EXIT_OK;
+}
