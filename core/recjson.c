@@ -307,8 +307,11 @@ static json_t *tagged(json_t *j, const char *tag) {
     return json_object_get(j, tag);
 }
 
+// On failure *out is freed: a partial decode must not leak from error paths.
 static bool b64_of(json_t *s, skpo_jbuf *out) {
-    return json_is_string(s) && from_b64(json_string_value(s), json_string_length(s), out) == 0;
+    if (json_is_string(s) && from_b64(json_string_value(s), json_string_length(s), out) == 0) return true;
+    skpo_jbuf_free(out);
+    return false;
 }
 
 // A float from a JSON number or one of the non-finite spellings.
