@@ -12,7 +12,7 @@
 #   config                     KEY=VALUE (pipelines/config/defaults.conf + overrides)
 #   last                       number of the last committed step (commit marker)
 #   ckpt/N/                    checkpoint after step N (ckpt/0 = the initial model)
-#   state/N.msgpack.zst        tracker state after step N (SPO/SKPO baselines, lengths)
+#   state/N/                   tracker state folder after step N (skpo-advantage --state)
 #   rollouts/N.msgpack.zst     what step N sampled (teed, before the reward)
 #   metrics/N.msgpack.zst      metrics records of step N (skpo-update) and evals
 #   eval/N.msgpack.zst         rewarded eval samples at step N
@@ -26,13 +26,15 @@ SKPO_SHARED=${SKPO_SHARED:-$TOP/../shared}
 die() { echo "skpo-pipeline: $*" >&2; exit 1; }
 
 # load_config RUN: defaults, then the run's config (later lines win).
+# REWARD_CMD from the environment wins over the config (a one-off reward swap).
 load_config() {
+  local env_reward=${REWARD_CMD-}
   # shellcheck disable=SC1091
   . "$PIPE/config/defaults.conf"
   [ -f "$1/config" ] || die "no config in run folder '$1' (start it with pipelines/train.sh)"
   # shellcheck disable=SC1090,SC1091
   . "$1/config"
-  REWARD_CMD=${REWARD_CMD:-skpo-reward}
+  REWARD_CMD=${env_reward:-${REWARD_CMD:-skpo-reward}}
 }
 
 last_step() { if [ -f "$1/last" ]; then cat "$1/last"; else echo 0; fi; }
@@ -47,33 +49,68 @@ write_marker() {
 
 # --- stage commands (the only place tool flags appear) -------------------------------
 # Each reads the variables of the config plus: CK (checkpoint dir), OUT (next
-# checkpoint dir), ST (state file of this step), TMPD (the step's work folder), STEP.
+# checkpoint dir), ST (tracker state folder of this step), TMPD (the step's work
+# folder), STEP.
+
+seed_of_step() { echo $((SEED * 100003 + STEP)); }
 
 stage_sample_segment() {
-  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --batch "$PROMPTS" --segment \
-    --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" \
-    --lq-init "$LQ_INIT" --prio-eps "$PRIO_EPS" --seed "$((SEED * 100003 + STEP))" --step "$STEP"
+  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
+    --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
+    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"}
 }
-stage_sample_n() { # N: responses per prompt; BATCH: prompts
-  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --batch "$2" --n "$1" \
-    --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" \
-    --prio-eps "$PRIO_EPS" --seed "$((SEED * 100003 + STEP))" --step "$STEP"
+# stage_sample_n K: K whole responses for every prompt of the step's draw (draw_prompts).
+stage_sample_n() {
+  skpo-sample --model "$CK" --prompts "$TMPD/prompts.msgpack.zst" --n "$1" \
+    --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
+    --step "$STEP" ${THREADS:+--threads "$THREADS"}
 }
 stage_splice() {
-  skpo-splice --model "$CK" --group "$G" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
-    --max-tokens "$MAX_TOKENS" --seed "$((SEED * 100003 + STEP))"
+  skpo-splice --model "$CK" --group "$G" --layout "${LAYOUT:-skip}" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
+    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"}
 }
-stage_reward() { eval "$REWARD_CMD \"\$@\""; }
-stage_advantage() { # MODE [extra flags]
+# stage_reward [flags]: the flags (DAPO's --overlong) go to skpo-reward only; a
+# swapped-in REWARD_CMD runs as given (it owns its shaping) and a note says so.
+stage_reward() {
+  case "$REWARD_CMD" in
+    skpo-reward|skpo-reward\ *) eval "$REWARD_CMD \"\$@\"";;
+    *) [ $# -gt 0 ] && echo "skpo-pipeline: note: custom REWARD_CMD, not adding: $*" >&2; eval "$REWARD_CMD";;
+  esac
+}
+# stage_advantage MODE [flags]: advantages + tracker update (into $ST) + metrics.
+stage_advantage() {
   local mode=$1; shift
-  skpo-advantage --mode "$mode" --state "$ST" --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" \
-    --tau-half "$TAU_HALF" "$@"
+  skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" \
+    ${RHO_RESCORE:+--model "$CK" --temperature "$TEMPERATURE"} \
+    --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --eps "$PRIO_EPS" --len-init "$LQ_INIT" \
+    --metrics "$TMPD/metrics.msgpack.zst" "$@"
 }
 stage_update() { # [extra flags]
   skpo-update --model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP" \
-    --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" --beta1 "$BETA1" --beta2 "$BETA2" \
-    --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --minibatch "$MINIBATCH" --epochs "$EPOCHS" \
-    --clip-low "$CLIP_LOW" --clip-high "$CLIP_HIGH" --w-up "$W_UP" --w-down "$W_DOWN" "$@"
+    --minibatch "$MINIBATCH" --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
+    --beta1 "$BETA1" --beta2 "$BETA2" --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --epochs "$EPOCHS" \
+    --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
+    ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) "$@"
+}
+
+# draw_prompts B: the step's B prompts for the --n pipelines, drawn uniformly without
+# replacement from TRAIN_DATA with a seed of (SEED, STEP), into $TMPD/prompts.msgpack.zst.
+draw_prompts() {
+  local all="$RUN/prompts.jsonl"
+  if [ ! -s "$all" ]; then
+    skpo-cat --where kind=prompt "$TRAIN_DATA" >"$all.tmp" && mv "$all.tmp" "$all" || die "cannot read TRAIN_DATA '$TRAIN_DATA'"
+  fi
+  shuf -n "$1" --random-source=<(yes "$(seed_of_step)") "$all" | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" \
+    || die "step $STEP: cannot draw prompts"
+}
+
+# seed_state DIR: an empty tracker whose parameters come from the config (so the
+# first visit of a prompt already uses LQ_INIT for the split position).
+seed_state() {
+  mkdir -p "$1"
+  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":1,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
+    "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/state-000001.msgpack.zst" \
+    && echo state-000001.msgpack.zst >"$1/CURRENT"
 }
 
 # --- running one step ------------------------------------------------------------------
@@ -90,8 +127,8 @@ begin_step() {
   rm -rf "$TMPD"
   mkdir -p "$TMPD/logs"
   OUT="$TMPD/ckpt"
-  ST="$TMPD/state.msgpack.zst"
-  if [ -f "$RUN/state/$prev.msgpack.zst" ]; then cp "$RUN/state/$prev.msgpack.zst" "$ST"; fi
+  ST="$TMPD/state"
+  if [ -d "$RUN/state/$prev" ]; then cp -r "$RUN/state/$prev" "$ST"; else seed_state "$ST"; fi
   STEP_T0=$(date +%s.%N)
 }
 
@@ -129,7 +166,8 @@ commit_step() {
   mkdir -p "$RUN/ckpt" "$RUN/state" "$RUN/rollouts" "$RUN/metrics" "$RUN/logs"
   rm -rf "$RUN/ckpt/$STEP"
   mv "$OUT" "$RUN/ckpt/$STEP"
-  [ -f "$ST" ] && commit_file "$ST" "$RUN/state/$STEP.msgpack.zst"
+  rm -rf "$RUN/state/$STEP"
+  [ -d "$ST" ] && mv "$ST" "$RUN/state/$STEP"
   [ -f "$TMPD/rollouts.msgpack.zst" ] && commit_file "$TMPD/rollouts.msgpack.zst" "$RUN/rollouts/$STEP.msgpack.zst"
   [ -f "$TMPD/metrics.msgpack.zst" ] && commit_file "$TMPD/metrics.msgpack.zst" "$RUN/metrics/$STEP.msgpack.zst"
   for f in "$TMPD"/logs/*.err; do [ -f "$f" ] && mv -f "$f" "$RUN/logs/$STEP.$(basename "$f")"; done

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # pipelines/step.sh RUN_DIR - one SKPO training step as a pipeline:
 #
-#   skpo-sample --segment | skpo-splice | tee rollouts | $REWARD_CMD | skpo-advantage | skpo-update
+#   skpo-sample --segment | skpo-splice | $REWARD_CMD | tee rollouts | skpo-advantage | skpo-update
 #
 # upstream segments (median-NLL of G candidates cut at t_q), G skip-connected
 # downstream rollouts each, rewards, GRPO (downstream) + SPO-tracker (upstream)
-# advantages, and the clipped update that writes the next checkpoint. Reads the
+# advantages, and the clipped update that writes the next checkpoint. The
+# rollouts are teed after the reward so `skpo-cat --view` shows what was rewarded. Reads the
 # last committed step of RUN_DIR and commits the next one only if every stage
 # succeeded (see common.sh); on failure it names the stage and exits 1.
 # Swap the reward stage with REWARD_CMD (config or environment), e.g.
-#   REWARD_CMD='skpo-reward --strict' pipelines/step.sh run/
+#   REWARD_CMD='skpo-reward --verifier dapo' pipelines/step.sh run/
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
 L=$TMPD/logs
 stage_sample_segment 2>"$L/sample.err" \
   | stage_splice 2>"$L/splice.err" \
-  | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | stage_reward 2>"$L/reward.err" \
-  | stage_advantage skpo --w-up "$W_UP" 2>"$L/advantage.err" \
-  | stage_update --clip-high-up "$CLIP_HIGH_UP" 2>"$L/update.err"
-check_pipe sample splice tee reward advantage update -- "${PIPESTATUS[@]}" || exit 1
+  | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
+  | stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
+  | stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
+      --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+check_pipe sample splice reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

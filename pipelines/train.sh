@@ -9,6 +9,7 @@
 # summary line per step. Overrides on a later call are appended to the config.
 # Interrupted (Ctrl-C, kill, crash, a stage failing)? Run the same command again:
 # it resumes after the last committed step (RUN_DIR/last).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 [ $# -ge 1 ] || { echo "usage: pipelines/train.sh RUN_DIR [KEY=VALUE...]" >&2; exit 2; }
@@ -18,7 +19,6 @@ for kv in "$@"; do
 done
 
 init_run() {
-  mkdir -p "$RUN" || die "cannot create '$RUN'"
   if [ ! -f "$RUN/config" ]; then
     { echo "# skpo run created $(date -u +%Y-%m-%dT%H:%M:%SZ) by pipelines/train.sh"
       cat "$PIPE/config/defaults.conf"
@@ -31,7 +31,7 @@ init_run() {
   load_config "$RUN"
   [ -n "$MODEL" ] && [ -f "$MODEL/config.json" ] || die "MODEL='$MODEL' is not a checkpoint folder (set MODEL=DIR)"
   [ -n "$TRAIN_DATA" ] && [ -f "$TRAIN_DATA" ] || die "TRAIN_DATA='$TRAIN_DATA' is not a file (set TRAIN_DATA=FILE)"
-  mkdir -p "$RUN/ckpt" "$RUN/metrics" "$RUN/eval" "$RUN/logs"
+  mkdir -p "$RUN/ckpt" "$RUN/metrics" "$RUN/eval" "$RUN/logs" "$RUN/state"
   [ -e "$RUN/ckpt/0" ] || ln -s "$(cd "$MODEL" && pwd)" "$RUN/ckpt/0"
 }
 
@@ -41,12 +41,14 @@ prune() {
   for d in "$RUN"/ckpt/*; do
     local n; n=$(basename "$d")
     case "$n" in ''|*[!0-9]*) continue;; esac
-    [ "$n" -gt 0 ] && [ "$n" -le $((last - KEEP)) ] && rm -rf "$d"
+    if [ "$n" -gt 0 ] && [ "$n" -le $((last - KEEP)) ]; then rm -rf "$d" "$RUN/state/$n"; fi
   done
+  return 0
 }
 
-exec 9>>"$RUN.lock" 2>/dev/null || exec 9>>/dev/null
-command -v flock >/dev/null && { flock -n 9 || die "another train.sh is running on '$RUN'"; }
+mkdir -p "$RUN" || die "cannot create '$RUN'"
+exec 9>>"$RUN/lock"
+if command -v flock >/dev/null; then flock -n 9 || die "another train.sh is running on '$RUN'"; fi
 init_run "$@"
 case "$ALGO" in
   skpo) STEP_SH=$PIPE/step.sh;;
@@ -58,14 +60,18 @@ if [ -n "$EVAL_DATA" ] && [ ! -f "$RUN/metrics/eval-0.msgpack.zst" ]; then
   run_eval "$RUN" 0 || exit 1
   print_eval "$RUN" 0
 fi
+# eval_due N: held-out evaluation after step N (every EVAL_EVERY and the last), not done yet.
+eval_due() {
+  [ -n "$EVAL_DATA" ] && [ ! -f "$RUN/metrics/eval-$1.msgpack.zst" ] &&
+    { { [ "$EVAL_EVERY" -gt 0 ] && [ $(($1 % EVAL_EVERY)) = 0 ]; } || [ "$1" = "$STEPS" ]; }
+}
+n=$(last_step "$RUN")
+if [ "$n" -gt 0 ] && eval_due "$n"; then run_eval "$RUN" "$n" && print_eval "$RUN" "$n" || exit 1; fi
 while [ "$(last_step "$RUN")" -lt "$STEPS" ]; do
   bash "$STEP_SH" "$RUN" || exit 1
   n=$(last_step "$RUN")
   print_step "$RUN" "$n"
-  if [ -n "$EVAL_DATA" ] && { { [ "$EVAL_EVERY" -gt 0 ] && [ $((n % EVAL_EVERY)) = 0 ]; } || [ "$n" = "$STEPS" ]; } \
-     && [ ! -f "$RUN/metrics/eval-$n.msgpack.zst" ]; then
-    run_eval "$RUN" "$n" || exit 1
-    print_eval "$RUN" "$n"
-  fi
+  if eval_due "$n"; then run_eval "$RUN" "$n" && print_eval "$RUN" "$n" || exit 1; fi
   prune
 done
+exit 0

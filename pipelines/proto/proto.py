@@ -118,6 +118,11 @@ def sft(env, train, a):
         batch = rng.sample(train, a.sft_batch)
         prompts = [env.prompt_ids(r) for r in batch]
         resps = [env.enc(r["solution"]) + [env.eos] for r in batch]
+        for i, rs in enumerate(resps):  # skip-connected examples: [s, q] -> the full solution
+            if rng.random() < a.skip:
+                n = len(rs) - 1
+                t = rng.randint(max(1, math.ceil(n / 6)), max(1, n // 2))
+                prompts[i] = rs[:t] + prompts[i]
         lps = env.seq_logp(prompts, resps)
         loss = -torch.cat(lps).mean()
         lr = a.sft_lr * min(1.0, (step + 1) / 20)
@@ -243,6 +248,7 @@ def main():
     A("--mb", type=int, default=1); A("--k", type=int, default=4); A("--eval-every", type=int, default=10)
     A("--lq", type=float, default=24.0); A("--threads", type=int, default=2)
     A("--direct", type=float, default=0.0); A("--sft-const", type=int, default=0)
+    A("--skip", type=float, default=0.0)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     gen = torch.Generator().manual_seed(a.seed)
@@ -255,7 +261,7 @@ def main():
     env = Env(a)
     print("params", sum(x.numel() for x in env.model.parameters()))
     t0 = time.time()
-    ck = f"/tmp/proto_sft_{a.seed}_{a.ops}_{a.min_ops}_{a.operand}_{a.kinds}_{a.hidden}_{a.layers}_{a.sft_steps}_{a.sft_lr}_{a.direct}_{a.sft_const}.pt"
+    ck = f"/tmp/proto_sft_{a.seed}_{a.ops}_{a.min_ops}_{a.operand}_{a.kinds}_{a.hidden}_{a.layers}_{a.sft_steps}_{a.sft_lr}_{a.direct}_{a.sft_const}_{a.skip}.pt"
     if os.path.exists(ck):
         env.model.load_state_dict(torch.load(ck))
     else:

@@ -15,7 +15,7 @@
 
 static const char synopsis[] =
     "[--count N] [--seed S] [--split train|test] [--ops N] [--min-ops N] [--max-operand N] [--kinds OPS]\n"
-    "       [--direct P] [--tokenizer DIR [--template NAME] [--sft]]";
+    "       [--direct P] [--tokenizer DIR [--template NAME] [--sft [--skip P]]]";
 static const char about[] =
     "Write COUNT distinct arithmetic word problems as JSON lines on stdout: fields id, problem,\n"
     "answer (an integer as a string), solution (worked steps ending 'Answer: N'), source, split.\n"
@@ -25,7 +25,8 @@ static const char about[] =
     "--direct P: a share P of solutions state only 'Answer: N' without the worked steps, so a\n"
     "model warm-started on them mixes two strategies and RL has a choice to learn from reward.\n"
     "--tokenizer DIR: write prompt records (as skpo-prep --wording raw would) instead of JSON;\n"
-    "with --sft, `full` records whose tokens are the solution plus EOS, for skpo-update --loss sft.";
+    "with --sft, `full` records whose tokens are the solution plus EOS, for skpo-update --loss sft;\n"
+    "--skip P gives a share P of them SKPO's skip-connected prompt [s, q] (s: a solution prefix).";
 
 // Open-addressing set of skeleton keys (dedupe within one output).
 typedef struct keyset {
@@ -75,7 +76,7 @@ int main(int argc, char **argv) {
     long count = 100, seed = 1, ops = 2, min_ops = 0, max_operand = 20;
     const char *split = "train", *kinds = "+-", *tokdir = NULL, *tmpl = "plain";
     int sft = 0;
-    double direct = 0;
+    double direct = 0, skip = 0;
     const skpo_opt opts[] = {
         {"count", 'n', SKPO_OPT_INT, &count, 1, 10000000, "N", "number of problems (default 100)"},
         {"seed", 's', SKPO_OPT_INT, &seed, 0, 9e15, "S", "random seed (default 1)"},
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
         {"tokenizer", 0, SKPO_OPT_STR, &tokdir, 0, 0, "DIR", "write prompt records tokenized with DIR"},
         {"template", 0, SKPO_OPT_STR, &tmpl, 0, 0, "NAME", "chat template for --tokenizer (default plain)"},
         {"sft", 0, SKPO_OPT_FLAG, &sft, 0, 0, NULL, "--tokenizer: full records with the solution as tokens"},
+        {"skip", 0, SKPO_OPT_DOUBLE, &skip, 0, 1, "P", "--sft: share with the skip-connected prompt [s, q] (0)"},
         {0},
     };
     if (skpo_cli_parse(synopsis, about, opts, argc, argv) != 0) skpo_cli_usage_error(synopsis, "no arguments expected");
@@ -99,7 +101,9 @@ int main(int argc, char **argv) {
     parse_kinds(kinds, &o);
     if (sft && !tokdir) skpo_cli_usage_error(synopsis, "--sft needs --tokenizer");
     synth_out out, *outp = NULL;
-    if (tokdir) synth_out_open(outp = &out, tokdir, tmpl, sft, argc, argv);
+    if (skip > 0 && !sft) skpo_cli_usage_error(synopsis, "--skip needs --sft");
+    if (tokdir) synth_out_open(outp = &out, tokdir, tmpl, sft, seed, argc, argv);
+    out.skip = skip;
 
     keyset seen = {.cap = 1024};
     while (seen.cap < 2 * (size_t)count) seen.cap *= 2;

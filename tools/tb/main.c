@@ -46,15 +46,15 @@ static long put_scalars(FILE *f, const skpo_rec *r, int64_t step, double wall, c
     return n;
 }
 
-static long convert(const char *path, FILE *f, const char *group, int64_t *next_step, tfev_buf *b) {
-    skpo_err err = {0};
+// Convert one input; on a read error the message is in *err and -1 is returned.
+static long convert(const char *path, FILE *f, const char *group, int64_t *next_step, tfev_buf *b, skpo_err *err) {
     skpo_reader *rd;
-    if (skpo_reader_open(path, &rd, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    if (skpo_reader_open(path, &rd, err) != SKPO_OK) return -1;
     skpo_rec r;
     skpo_rec_init(&r);
     long n = 0;
     skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+    while ((st = skpo_reader_next(rd, &r, err)) == SKPO_OK) {
         if (!skpo_rec_is_kind(&r, SKPO_KIND_METRICS)) continue;
         int64_t step = *next_step;
         skpo_rec_int(&r, F_STEP, &step);
@@ -63,10 +63,9 @@ static long convert(const char *path, FILE *f, const char *group, int64_t *next_
         if (!skpo_rec_float(&r, "time", &wall)) skpo_rec_float(&r, "wall_time", &wall);
         n += put_scalars(f, &r, step, wall, group, b);
     }
-    if (st != SKPO_EOF) skpo_die("%s", err.msg);
     skpo_rec_free(&r);
     skpo_reader_close(rd);
-    return n;
+    return st == SKPO_EOF ? n : -1;
 }
 
 int main(int argc, char **argv) {
@@ -87,8 +86,14 @@ int main(int argc, char **argv) {
     if (tfev_write_record(af.f, b.p, b.n)) skpo_die("cannot write '%s': %s", path, strerror(errno));
     int64_t next_step = 0;
     long n = 0;
-    for (int i = 0; i < (npos ? npos : 1); i++)
-        n += convert(npos ? argv[1 + i] : "-", af.f, *group ? group : NULL, &next_step, &b);
+    for (int i = 0; i < (npos ? npos : 1); i++) {
+        long k = convert(npos ? argv[1 + i] : "-", af.f, *group ? group : NULL, &next_step, &b, &err);
+        if (k < 0) {
+            skpo_afile_abort(&af); // no half-written event file left behind
+            skpo_die("%s", err.msg);
+        }
+        n += k;
+    }
     if (skpo_afile_commit(&af, &err) != SKPO_OK) skpo_die("%s", err.msg);
     fprintf(stderr, "skpo-tb: %ld scalars -> %s\n", n, path);
     tfev_buf_free(&b);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# pipelines/plot.sh RUN_DIR [RUN_DIR...] - PNGs of a run's curves with gnuplot:
+# RUN_DIR/plots/{reward,accuracy,length,entropy,clip,kl,heldout}.png, plus the
+# tables they are drawn from (steps.tsv, evals.tsv). With several runs, the
+# curves of all of them share each plot (written into the first run's plots/).
+# Also writes a TensorBoard event file when skpo-tb is built (RUN_DIR/tb).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
+. "$(dirname "$0")/common.sh"
+. "$PIPE/report.sh"
+[ $# -ge 1 ] || { echo "usage: pipelines/plot.sh RUN_DIR [RUN_DIR...]" >&2; exit 2; }
+command -v gnuplot >/dev/null || die "gnuplot is not installed (apt-get install gnuplot-nox)"
+OUTD="$1/plots"
+mkdir -p "$OUTD"
+for r in "$@"; do
+  [ -f "$r/config" ] || die "'$r' is not a run folder"
+  mkdir -p "$r/plots"
+  steps_tsv "$r" >"$r/plots/steps.tsv"
+  evals_tsv "$r" >"$r/plots/evals.tsv"
+  if command -v skpo-tb >/dev/null; then
+    ls "$r"/metrics/*.msgpack.zst >/dev/null 2>&1 && skpo-tb --logdir "$r/tb" "$r"/metrics/*.msgpack.zst 2>/dev/null
+  fi
+done
+# plot NAME COLUMN YLABEL [FILE]: one PNG, one line per run.
+plot() {
+  local name=$1 col=$2 label=$3 file=${4:-steps.tsv} cmd="" r
+  for r in "${RUNS[@]}"; do
+    awk -F'\t' -v c="$col" 'NR > 1 && $c != "nan" && $c != "" { ok = 1 } END { exit !ok }' "$r/plots/$file" || continue
+    [ -n "$cmd" ] && cmd="$cmd, "
+    cmd="$cmd'$r/plots/$file' using 1:(column($col)) with linespoints title '$(basename "$r")'"
+  done
+  [ -n "$cmd" ] || { echo "plot.sh: no data for $name" >&2; return 0; }
+  gnuplot <<GP || echo "plot.sh: gnuplot failed for $name" >&2
+set terminal pngcairo size 800,500 noenhanced
+set output '$OUTD/$name.png'
+set datafile separator tab
+set datafile missing 'nan'
+set key autotitle columnhead
+set grid
+set xlabel 'step'
+set ylabel '$label'
+set title '$label per step'
+plot $cmd
+GP
+}
+RUNS=("$@")
+plot reward 2 "mean reward (train rollouts)"
+plot accuracy 3 "accuracy (train rollouts)"
+plot length 4 "response length, tokens"
+plot entropy 7 "entropy (update)"
+plot clip 8 "clipped token fraction"
+plot kl 6 "approx KL old-new (update)"
+plot heldout 2 "held-out mean@k" evals.tsv
+ls "$OUTD"/*.png

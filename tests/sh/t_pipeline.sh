@@ -1,0 +1,92 @@
+#!/bin/sh
+# pipelines/: a short end-to-end run on a tiny random model. Two SKPO steps with a
+# swapped-in reward stage, record well-formedness, checkpoints that load and move,
+# a stage killed mid-step that leaves the run resumable, one step of each
+# baseline, and skpo-eval against a hand computation.
+. "$(dirname "$0")/lib.sh"
+for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-eval skpo-cat skpo-score; do
+  command -v "$tool" >/dev/null || { skip "pipeline end-to-end" "$tool is not built yet"; exit 0; }
+done
+command -v bash >/dev/null || { skip "pipeline end-to-end" "bash is not installed"; exit 0; }
+P="$TOP/pipelines"
+D="$FIX/demo"
+export OMP_NUM_THREADS=1
+# A random model answers nothing right, so the reward stage is swapped (REWARD_CMD)
+# for a rule it can satisfy: +1 when the first response token is even.
+PARITY='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
+  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+export PARITY
+
+skpo-synth --count 40 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
+skpo-synth --count 6 --max-operand 9 --split test --tokenizer "$D/tokenizer" >"$TMP/test.msgpack.zst" &&
+skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
+  { echo "FAIL pipeline fixtures (synth/init)"; exit 1; }
+CONF="STEPS=2 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 EVAL_K=2 EVAL_EVERY=2 KEEP=2 THREADS=1"
+run() { # run DIR [KEY=VALUE...]: train.sh with the test's small config
+  d=$1; shift
+  # shellcheck disable=SC2086
+  REWARD_CMD=$PARITY bash "$P/train.sh" "$d" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" \
+    EVAL_DATA="$TMP/test.msgpack.zst" $CONF "$@"
+}
+R=$TMP/run
+run "$R" >"$TMP/run.out" 2>"$TMP/run.err"
+t "two SKPO steps commit steps 1 and 2" sh -c '[ "$(cat "$0/last")" = 2 ] && [ -f "$0/ckpt/1/config.json" ] && [ -f "$0/ckpt/2/config.json" ]' "$R"
+t "one summary line per step and evals at steps 0 and 2" sh -c '
+  grep -q "^step 1/2  reward" "$0.out" && grep -q "^step 2/2  reward" "$0.out" &&
+  grep -q "^eval step 0 " "$0.out" && grep -q "^eval step 2 " "$0.out" || { cat "$0.out" "$0.err"; exit 1; }' "$R"
+t "every record the run wrote is well-formed (skpo-cat reads it all)" sh -c '
+  for f in "$0"/rollouts/*.msgpack.zst "$0"/metrics/*.msgpack.zst "$0"/eval/*.msgpack.zst "$0"/state/*/state-*.msgpack.zst; do
+    [ -f "$f" ] || { echo "missing $f"; exit 1; }
+    skpo-cat "$f" >/dev/null || exit 1
+  done' "$R"
+t "rollouts hold up and down records with rewards from the swapped stage" sh -c '
+  [ "$(skpo-cat --count --where kind=up "$0/rollouts/1.msgpack.zst")" = 4 ] &&
+  [ "$(skpo-cat --count --where kind=down "$0/rollouts/1.msgpack.zst")" = 16 ] &&
+  [ "$(skpo-cat --where kind=down --fields reward "$0/rollouts/1.msgpack.zst" | grep -c "\"reward\":")" = 16 ]' "$R"
+t "the step-2 checkpoint loads and differs from step 1" sh -c '
+  ! cmp -s "$0/ckpt/1/model.safetensors" "$0/ckpt/2/model.safetensors" &&
+  skpo-score --model "$0/ckpt/2" --threads 1 "$0/rollouts/2.msgpack.zst" | skpo-cat --where kind=down --fields ref_logp --head 1 | grep -q "ref_logp"' "$R"
+t "the tracker state advanced with the steps" sh -c '
+  [ -f "$0/state/2/CURRENT" ] && skpo-cat "$0/state/2/$(cat "$0/state/2/CURRENT")" | grep -q "\"kind\":\"state\""' "$R"
+
+# kill the reward stage mid-step 3: the run must stay at step 2, untouched
+sum2=$(cat "$R/ckpt/2/model.safetensors" "$R/state/2/CURRENT" | md5sum)
+REWARD_CMD='sh -c "head -c 300 >/dev/null; kill -9 \$\$"' bash "$P/train.sh" "$R" STEPS=3 >"$TMP/kill.out" 2>"$TMP/kill.err"
+krc=$?
+t "a stage killed mid-step fails the run and names the stage" sh -c '
+  [ "$1" != 0 ] && grep -q "step 3 failed in stage .reward. (killed by signal 9)" "$0" || { cat "$0"; exit 1; }' "$TMP/kill.err" "$krc"
+t "after the kill the last step, checkpoint and state are untouched" sh -c '
+  [ "$(cat "$0/last")" = 2 ] && [ ! -e "$0/ckpt/3" ] && [ ! -e "$0/state/3" ] &&
+  [ "$(cat "$0/ckpt/2/model.safetensors" "$0/state/2/CURRENT" | md5sum)" = "$1" ]' "$R" "$sum2"
+REWARD_CMD=$PARITY bash "$P/train.sh" "$R" >"$TMP/resume.out" 2>"$TMP/resume.err"
+t "rerunning resumes at step 3 and completes it" sh -c '
+  [ "$(cat "$0/last")" = 3 ] && grep -q "^step 3/3" "$1" && ! grep -q "^step [12]/" "$1" && [ ! -e "$0/tmp/3" ] &&
+  [ ! -e "$0/ckpt/1" ] || { cat "$1" "$2"; ls "$0" "$0/ckpt"; exit 1; }' "$R" "$TMP/resume.out" "$TMP/resume.err"
+t "plot.sh draws PNGs from the run" sh -c '
+  command -v gnuplot >/dev/null || exit 0
+  bash "$0/plot.sh" "$1" >/dev/null 2>&1 && [ -s "$1/plots/reward.png" ] && [ -s "$1/plots/heldout.png" ] &&
+  [ "$(wc -l <"$1/plots/steps.tsv")" = 4 ] || { bash "$0/plot.sh" "$1"; cat "$1/plots/steps.tsv"; exit 1; }' "$P" "$R"
+
+for algo in grpo spo dapo; do
+  run "$TMP/$algo" ALGO=$algo STEPS=1 EVAL_DATA= >"$TMP/$algo.out" 2>"$TMP/$algo.err"
+  t "one $algo step runs from the same tools" sh -c '
+    [ "$(cat "$0/last")" = 1 ] && [ -f "$0/ckpt/1/model.safetensors" ] && skpo-cat "$0/rollouts/1.msgpack.zst" >/dev/null ||
+    { cat "$1"; exit 1; }' "$TMP/$algo" "$TMP/$algo.err"
+done
+
+# skpo-eval on fixed records against a hand computation: problem a has 1 of 4
+# correct (majority answer wrong), b has 3 of 4 (majority right).
+# mean@4 = (1/4 + 3/4) / 2 = 0.5; pass@2 = ((1 - C(3,2)/C(4,2)) + 1) / 2 = 0.75;
+# pass@4 = 1; maj@4 = (0 + 1) / 2 = 0.5.
+for i in 1 2 3 4; do
+  c=false; p=6; [ "$i" = 1 ] && { c=true; p=5; }
+  echo "{\"kind\":\"full\",\"pid\":\"a\",\"uid\":\"a$i\",\"source\":\"s\",\"answer\":\"5\",\"pred\":\"$p\",\"correct\":$c,\"reward\":$([ $c = true ] && echo 1 || echo -1),\"tokens\":[1,2]}"
+  c=true; p=7; [ "$i" = 4 ] && { c=false; p=8; }
+  echo "{\"kind\":\"full\",\"pid\":\"b\",\"uid\":\"b$i\",\"source\":\"s\",\"answer\":\"7\",\"pred\":\"$p\",\"correct\":$c,\"reward\":$([ $c = true ] && echo 1 || echo -1),\"tokens\":[1,2]}"
+done | skpo-cat --pack >"$TMP/fixed.msgpack.zst"
+t "skpo-eval matches a hand computation on fixed records" sh -c '
+  skpo-eval "$0" 2>/dev/null | skpo-cat --where kind=metrics >"$0.json" &&
+  grep -q "\"mean@4\":0.5[,}]" "$0.json" && grep -q "\"pass@1\":0.5[,}]" "$0.json" &&
+  grep -q "\"pass@2\":0.75[,}]" "$0.json" && grep -q "\"pass@4\":1[.0]*[,}]" "$0.json" &&
+  grep -q "\"maj@4\":0.5[,}]" "$0.json" || { cat "$0.json"; exit 1; }' "$TMP/fixed.msgpack.zst"
+t "step.sh without a run folder is a usage error" sh -c '! bash "$0/step.sh" 2>/dev/null' "$P"
