@@ -6,6 +6,7 @@
  * arrays print without building a tree. Input is parsed with jansson.
  */
 #include "recjson.h"
+#include "mpcheck.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -221,8 +222,16 @@ static size_t mp_to_json(const unsigned char *p, size_t n, skpo_jbuf *b) {
         if (i) putc_(b, ',');
         if (map) {
             unsigned k = p[o];
+            size_t kl;
+            skpo_err ke;
             if ((k >= 0xa0 && k <= 0xbf) || (k >= 0xd9 && k <= 0xdb)) {
                 o += mp_to_json(p + o, n - o, b); // a string key prints as itself
+            } else if (((k >= 0x80 && k <= 0x9f) || (k >= 0xdc && k <= 0xdf)) &&
+                       skpo_mp_check((const char *)p + o, n - o, 0, &kl, &ke) == SKPO_OK) {
+                // A container key prints as the base64 of its bytes: as escaped
+                // JSON text, keys nested in keys would double in size per level.
+                put_b64(b, p + o, kl);
+                o += kl;
             } else {
                 skpo_jbuf t = {0};
                 o += mp_to_json(p + o, n - o, &t);
@@ -298,8 +307,11 @@ static json_t *tagged(json_t *j, const char *tag) {
     return json_object_get(j, tag);
 }
 
+// On failure *out is freed: a partial decode must not leak from error paths.
 static bool b64_of(json_t *s, skpo_jbuf *out) {
-    return json_is_string(s) && from_b64(json_string_value(s), json_string_length(s), out) == 0;
+    if (json_is_string(s) && from_b64(json_string_value(s), json_string_length(s), out) == 0) return true;
+    skpo_jbuf_free(out);
+    return false;
 }
 
 // A float from a JSON number or one of the non-finite spellings.

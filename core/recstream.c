@@ -23,6 +23,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -413,9 +415,33 @@ skpo_status skpo_writer_open_file(const char *path, int level, skpo_writer **out
     return SKPO_OK;
 }
 
+// A writer killed mid-append leaves a torn last frame; anything appended after
+// it would be unreadable. Cut the file back to the end of its last whole zstd
+// frame (structure only: block headers and sizes) before appending.
+static skpo_status cut_torn_tail(int fd, const char *path, skpo_err *err) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return SKPO_OK;
+    size_t size = (size_t)sb.st_size, off = 0;
+    char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return skpo_err_set(err, SKPO_EIO, "cannot map '%s': %s", path, strerror(errno));
+    while (off < size) {
+        size_t k = ZSTD_findFrameCompressedSize(p + off, size - off);
+        if (ZSTD_isError(k)) break;
+        off += k;
+    }
+    munmap(p, size);
+    if (off < size && ftruncate(fd, (off_t)off) != 0)
+        return skpo_err_set(err, SKPO_EIO, "cannot cut the torn end of '%s': %s", path, strerror(errno));
+    return SKPO_OK;
+}
+
 skpo_status skpo_writer_open_append(const char *path, int level, skpo_writer **out, skpo_err *err) {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) return skpo_err_set(err, SKPO_EIO, "cannot open '%s' for appending: %s", path, strerror(errno));
+    if (cut_torn_tail(fd, path, err) != SKPO_OK) {
+        close(fd);
+        return SKPO_EIO;
+    }
     skpo_status st = writer_new(fd, level, path, out, err);
     if (st) {
         close(fd);

@@ -59,8 +59,8 @@ for t in $targets; do
   ASAN_OPTIONS=detect_leaks=1 "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
     -artifact_prefix="$B/crash-$t-" "$corpus" >"$log" 2>&1
   r=$?
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-  [ -n "$execs" ] || execs=$(grep -Eo '#[0-9]+' "$log" | tail -n 1 | tr -d '#')
+  execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  [ -n "$execs" ] || execs=$(grep -aEo '#[0-9]+' "$log" | tail -n 1 | tr -d '#')
   if [ "$r" = 0 ]; then echo "PASS fuzz_$t runs clean for ${secs}s (${execs:-?} executions)"
   else echo "FAIL fuzz_$t (exit $r, see $log)"; tail -n 30 "$log" >&2; rc=1; fi
 done

@@ -14,6 +14,10 @@ lines() { # MODEBYTE FILE COUNT: each line of FILE, prefixed by the mode byte
 }
 case "$t" in
   record) for f in tests/fixtures/*/*.msgpack.zst; do add "$f"; done ;;
+  record_json) for f in tests/fixtures/verify/*.msgpack.zst tests/fixtures/adv/*.msgpack.zst; do
+                 [ -f "$f" ] || continue; n=$((n + 1)); zstd -qdc "$f" 2>/dev/null | head -c 4096 >"$d/seed-$n"; done
+               printf '{"kind":"down","uid":"u1","tokens":[1,2,3],"logp":[-0.5,"NaN"],"reward":1.0,"x":{"$bin":"AAE="}}' >"$d/json-1"
+               printf '{"kind":"meta","schema":1,"argv":["a","b"],"nested":{"a":[1,{"b":null}]}}' >"$d/json-2" ;;
   config) for f in tests/fixtures/model/*.json tests/fixtures/*/config.json tests/fixtures/*/*/config.json; do add "$f"; done ;;
   safetensors) for f in tests/fixtures/model/*/*.safetensors tests/fixtures/sample/*/*.safetensors; do add "$f"; done ;;
   tokenizer) lines '\000' tests/fixtures/tokenizer/cases.jsonl 40

@@ -45,7 +45,7 @@ for b in "$TOP"/bin/skpo-*; do
         # Integer counts (N K G S B L) also get integers past 64 bits; a
         # float option may legitimately take 1e20.
         case ${om#*:} in N|K|G|S|B|L) huge='99999999999999999999 -99999999999999999999 1.5' ;; *) huge= ;; esac
-        [ "$name:$opt" = skpo-update:loss-norm ] && huge=  # a real number despite its N
+        case "$name:$opt" in skpo-update:loss-norm|skpo-signsim:b) huge= ;; esac  # real numbers despite N, B
         for v in abc 1x '' nan inf 1e999 0x $huge; do
           usage_error --"$opt" "$v" || return 1
           grep -q -- "--$opt" "$TMP/b.err" || { echo "--$opt '$v': message does not name the option"; cat "$TMP/b.err"; return 1; }
