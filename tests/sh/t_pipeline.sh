@@ -62,6 +62,17 @@ REWARD_CMD=$PARITY bash "$P/train.sh" "$R" >"$TMP/resume.out" 2>"$TMP/resume.err
 t "rerunning resumes at step 3 and completes it" sh -c '
   [ "$(cat "$0/last")" = 3 ] && grep -q "^step 3/3" "$1" && ! grep -q "^step [12]/" "$1" && [ ! -e "$0/tmp/3" ] &&
   [ ! -e "$0/ckpt/1" ] || { cat "$1" "$2"; ls "$0" "$0/ckpt"; exit 1; }' "$R" "$TMP/resume.out" "$TMP/resume.err"
+# The same seed and thread count give the same run, bit for bit, even when one
+# of them was killed mid-step and resumed: weights and rollouts (meta records
+# and the run's own path aside) must be identical.
+run "$TMP/run2" STEPS=3 >"$TMP/run2.out" 2>"$TMP/run2.err"
+t "a run killed and resumed equals an uninterrupted run with the same seed, bit for bit" sh -c '
+  for s in 2 3; do
+    cmp "$0/ckpt/$s/model.safetensors" "$1/ckpt/$s/model.safetensors" || exit 1
+    a=$(skpo-cat "$0/rollouts/$s.msgpack.zst" | grep -v "\"kind\":\"meta\"" | sed "s#$0#RUN#g" | md5sum)
+    b=$(skpo-cat "$1/rollouts/$s.msgpack.zst" | grep -v "\"kind\":\"meta\"" | sed "s#$1#RUN#g" | md5sum)
+    [ "$a" = "$b" ] || { echo "rollouts of step $s differ"; exit 1; }
+  done' "$R" "$TMP/run2"
 t "plot.sh draws PNGs from the run" sh -c '
   command -v gnuplot >/dev/null || exit 0
   bash "$0/plot.sh" "$1" >/dev/null 2>&1 && [ -s "$1/plots/reward.png" ] && [ -s "$1/plots/heldout.png" ] &&
