@@ -85,6 +85,22 @@ for algo in grpo spo dapo; do
     { cat "$1"; exit 1; }' "$TMP/$algo" "$TMP/$algo.err"
 done
 
+# DAPO's dynamic sampling refills: a reward rule that makes every group of about
+# half the prompts all-equal (pid ending in 0-7: all -1) forces extra rounds, and
+# the step still trains on exactly PROMPTS informative groups.
+HALF='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
+  p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); if (p ~ /[0-7]$/) r = -1;
+  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+# shellcheck disable=SC2086
+REWARD_CMD=$HALF bash "$P/train.sh" "$TMP/dapo2" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" EVAL_DATA= \
+  $CONF ALGO=dapo STEPS=1 >"$TMP/dapo2.out" 2>"$TMP/dapo2.err"
+t "DAPO dynamic sampling draws more prompts until PROMPTS groups are informative" bash -c '
+  . "$2/common.sh"
+  f="$0/rollouts/1.msgpack.zst"
+  [ "$(informative_groups "$f")" = 4 ] && [ "$(skpo-cat --where kind=full --fields pid "$f" | sort -u | wc -l)" -gt 4 ] &&
+  grep -q "dynamic sampling drew [2-9] rounds" "$0/logs/1.sample.err" || { cat "$1"; ls "$0/logs"; exit 1; }' \
+  "$TMP/dapo2" "$TMP/dapo2.err" "$P"
+
 # skpo-eval on fixed records against a hand computation: problem a has 1 of 4
 # correct (majority answer wrong), b has 3 of 4 (majority right).
 # mean@4 = (1/4 + 3/4) / 2 = 0.5; pass@2 = ((1 - C(3,2)/C(4,2)) + 1) / 2 = 0.75;
