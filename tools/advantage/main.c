@@ -106,21 +106,36 @@ static void print_summary(const skpo_rec *m) {
 // this, so a run killed in between re-runs the same step: when FILE already
 // holds this tool's record of the step, it is not appended again. (A log is
 // only ever appended to: skpo-update appends to the same file.)
+// Does FILE already hold this tool's metrics record of `step`? Reads up to the
+// first damage: a torn last frame (a writer killed mid-append) is cut off by
+// the append that follows.
+static int have_metrics(const char *path, int64_t step) {
+    skpo_err err = {{0}};
+    skpo_reader *rd;
+    if (access(path, F_OK) != 0 || skpo_reader_open(path, &rd, &err)) return 0;
+    skpo_rec r;
+    skpo_rec_init(&r);
+    int have = 0;
+    int64_t s;
+    while (!have && skpo_reader_next(rd, &r, &err) == SKPO_OK) {
+        const char *tool = skpo_rec_str(&r, "tool"), *kind = skpo_rec_str(&r, "kind");
+        have = kind && !strcmp(kind, "metrics") && tool && !strcmp(tool, "skpo-advantage") &&
+               skpo_rec_int(&r, "step", &s) && s == step;
+    }
+    skpo_rec_free(&r);
+    skpo_reader_close(rd);
+    return have;
+}
+
+// Append the step's metrics record to FILE. The state is committed only after
+// this, so a run killed in between re-runs the same step: when FILE already
+// holds this tool's record of the step, it is not appended again. (A log is
+// only ever appended to: skpo-update appends to the same file.)
 static void append_metrics(const char *path, const skpo_rec *metrics) {
     skpo_err err = {{0}};
-    skpo_rec *old = NULL;
-    size_t n = 0;
-    int64_t step = -1, s;
+    int64_t step = -1;
     skpo_rec_int(metrics, "step", &step);
-    if (access(path, F_OK) == 0 && skpo_read_all(path, &old, &n, &err)) skpo_die("metrics file: %s", err.msg);
-    int have = 0;
-    for (size_t i = 0; i < n && !have; i++) {
-        const char *tool = skpo_rec_str(&old[i], "tool"), *kind = skpo_rec_str(&old[i], "kind");
-        have = kind && !strcmp(kind, "metrics") && tool && !strcmp(tool, "skpo-advantage") &&
-               skpo_rec_int(&old[i], "step", &s) && s == step;
-    }
-    skpo_recs_free(old, n);
-    if (have) return;
+    if (have_metrics(path, step)) return;
     skpo_writer *w;
     if (skpo_writer_open_append(path, 0, &w, &err)) skpo_die("%s", err.msg);
     if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("metrics file '%s': %s", path, err.msg);
