@@ -88,6 +88,8 @@ typedef struct infer_state {
     unsigned long clock;
 } infer_state;
 
+static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err);
+
 skpo_status model_cuda_probe(int device, skpo_err *err) {
     int n = skpo_cuda_device_count();
     if (device < 0 || device >= n)
@@ -262,7 +264,14 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
         .n_blocks = (max_tokens + KV_BLOCK - 1) / KV_BLOCK + (size_t)(max_seqs > 0 ? max_seqs : 1),
         .max_seqs = max_seqs,
     };
-    return skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    // Scratch for a decode step of every sequence now, not mid-generation.
+    size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
+    if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
+        skpo_kv_free(kv);
+        return NULL;
+    }
+    return kv;
 }
 
 // --- step scratch ------------------------------------------------------------------------------
@@ -317,7 +326,10 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
     const skpo_config *c = &m->c;
     skpo_status s;
     if (N > in->cap_rows || nseq > in->cap_seqs) {
-        size_t R = N > in->cap_rows ? N : in->cap_rows, S = nseq > in->cap_seqs ? nseq : in->cap_seqs;
+        // Grow by half at least, so a slowly growing batch reallocates O(log) times.
+        size_t R = in->cap_rows, S = in->cap_seqs;
+        if (N > R) R = N > R + R / 2 ? N : R + R / 2;
+        if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
         size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
         size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
         size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 2 * F) + S * 2 * C;
