@@ -29,6 +29,10 @@ size_t skpo_cuda_mem_total(skpo_cuda *c);
 skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K,
                                     int N, skpo_err *err);
 
+// out(T,F) = silu(gu[:, :F]) * gu[:, F:] for gu(T, 2F) = x [Wg; Wu]^T, the
+// output of one GEMM over the gate and up projections stored back to back.
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *err);
+
 // Causal attention of N query rows over a paged bf16 pool (kvcache.h layout,
 // layer `layer`): row r belongs to sequence row_seq[r] (a row of block_table,
 // (nseq, max_blocks)) and sits at position row_pos[r]; it attends to positions

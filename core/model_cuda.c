@@ -312,8 +312,8 @@ static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
     b.k = b.q + R * QD;
     b.v = b.k + R * KVD;
     b.att = b.v + R * KVD;
-    b.gate = b.att + R * QD;
-    b.up = b.gate + R * F;
+    b.gate = b.att + R * QD;   // (R, 2F): [gate | up] of the fused GEMM, or gate then up
+    b.up = b.gate + R * 2 * F; // (R, F): silu(gate) * up
     b.xl = b.up + R * F;
     b.lnl = b.xl + in->cap_seqs * C;
     return b;
@@ -332,7 +332,7 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
         if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
         size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
         size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
-        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 2 * F) + S * 2 * C;
+        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 3 * F) + S * 2 * C;
         s = skpo_cuda_sync(mc->cu, err);  // the old buffers may still be in use
         if (s) return s;
         graphs_drop(in);                  // they point into the old buffers
@@ -440,10 +440,15 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
                                       ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_swiglu(cu, b.gate, b.gate, b.up, (size_t)N * F, err));
-        TRY(skpo_cuda_linear(cu, b.x, b.gate, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
+        if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, 2 * F, 0.f, err));
+            TRY(skpo_cuda_swiglu_fused(cu, b.up, b.gate, N, F, err));
+        } else {
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_swiglu(cu, b.up, b.gate, b.up, (size_t)N * F, err));
+        }
+        TRY(skpo_cuda_linear(cu, b.x, b.up, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
     }
     // Only the last new row of each sequence needs logits: gather them (an
     // embedding lookup with x as the table), final norm, lm_head in fp32.

@@ -58,6 +58,25 @@ extern "C" skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skp
     return SKPO_OK;
 }
 
+// --- SwiGLU over a fused gate|up GEMM output ----------------------------------------------
+
+__global__ void k_swiglu_fused(bf16 *out, const bf16 *gu, int T, int F) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * F) return;
+    size_t t = i / F, f = i - t * F;
+    float a = __bfloat162float(gu[t * 2 * F + f]), b = __bfloat162float(gu[t * 2 * F + F + f]);
+    out[i] = __float2bfloat16(a / (1.f + expf(-a)) * b);
+}
+
+extern "C" skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F,
+                                              skpo_err *err) {
+    if (!T) return SKPO_OK;
+    size_t n = (size_t)T * F;
+    k_swiglu_fused<<<blocks_for(n, 256), 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)gu, T, F);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
 // --- paged attention for rows at arbitrary positions ------------------------------------
 // Grid (N rows, nkv heads, S splits); block = one warp per query head of the
 // KV group (G = nh / nkv <= 32). K/V tiles of 32 positions are staged in

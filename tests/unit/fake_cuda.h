@@ -141,6 +141,14 @@ skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, c
     }
     return SKPO_OK;
 }
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            float a = fk_ld(gu, (size_t)t * 2 * F + f);
+            fk_st(out, (size_t)t * F + f, a / (1.f + expf(-a)) * fk_ld(gu, (size_t)t * 2 * F + F + f));
+        }
+    return SKPO_OK;
+}
 static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
     return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
 }
