@@ -541,6 +541,9 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
         skpo_kv_seq_blocks(kv, seq[i], &nb);
         if (nb > MB) MB = nb;
     }
+    // Table width in steps of 16 blocks (256 positions): a decode graph keyed
+    // on it then stays valid for 256 tokens instead of 16.
+    MB = (MB + 15) / 16 * 16;
     size_t nints = 5 * (size_t)N + (size_t)nseq + (size_t)nseq * (size_t)MB;
     in->last_nseq = 0;
     // The stream must be idle before the pinned staging is rewritten (the last
