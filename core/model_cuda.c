@@ -25,6 +25,7 @@
 #define NO_CUDA "this build has no CUDA (rebuild with nvcc on the PATH)"
 
 skpo_device skpo_model_device(const skpo_model *m) { return m->cuda ? SKPO_DEV_CUDA : SKPO_DEV_CPU; }
+skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return model_cuda_ctx(m); }
 
 #ifndef SKPO_HAVE_CUDA
 

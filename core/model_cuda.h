@@ -21,7 +21,8 @@
  * call skpo_model_step_dev() (model.h), or model_cuda_step() with logits ==
  * NULL followed by model_cuda_last_logits(): the float32 logits (nseq, vocab)
  * of the last step stay on the device, on the model's stream, valid until the
- * next step. Pass them to skpo_cuda_sample() with model_cuda_ctx(m).
+ * next step. Pass them to skpo_cuda_sample() with skpo_model_cuda_ctx(m)
+ * (model.h; the same as model_cuda_ctx here).
  */
 #ifndef SKPO_MODEL_CUDA_H
 #define SKPO_MODEL_CUDA_H
