@@ -472,8 +472,8 @@ static void step_dev_keeps_logits_on_the_device(void) {
     CHECK(skpo_model_step(p.gpu, p.kg, &a, 1, toks, off, host, &err) == SKPO_OK);
     const float *dl = NULL;
     CHECK(skpo_model_step_dev(p.gpu, p.kg, &b, 1, toks, off, &dl, &err) == SKPO_OK && dl != NULL);
-    int n = 0;
-    CHECK(model_cuda_last_logits(p.gpu, &n) == dl && n == 1);
+    const float *last = NULL;
+    CHECK(model_cuda_last_logits(p.gpu, &last) == 1 && last == dl);
     CHECK(skpo_model_cuda_ctx(p.gpu) == model_cuda_ctx(p.gpu) && skpo_model_cuda_ctx(p.cpu) == NULL);
     CHECK(skpo_cuda_d2h(skpo_model_cuda_ctx(p.gpu), back, dl, (size_t)V * sizeof(float), &err) == SKPO_OK);
     CHECK(memcmp(host, back, (size_t)V * sizeof(float)) == 0);
