@@ -470,6 +470,10 @@ static void step_dev_keeps_logits_on_the_device(void) {
     float *host = skpo_xmalloc((size_t)V * sizeof(float)), *back = skpo_xmalloc((size_t)V * sizeof(float));
     skpo_err err = {0};
     CHECK(skpo_model_step(p.gpu, p.kg, &a, 1, toks, off, host, &err) == SKPO_OK);
+    // A cache of the other device is refused either way, nothing appended.
+    int c = skpo_kv_seq_new(p.kc);
+    CHECK(skpo_model_step(p.cpu, p.kg, &b, 1, toks, off, host, &err) == SKPO_ERANGE && skpo_kv_seq_len(p.kg, b) == 0);
+    CHECK(skpo_model_step(p.gpu, p.kc, &c, 1, toks, off, host, &err) == SKPO_ERANGE && skpo_kv_seq_len(p.kc, c) == 0);
     const float *dl = NULL;
     CHECK(skpo_model_step_dev(p.gpu, p.kg, &b, 1, toks, off, &dl, &err) == SKPO_OK && dl != NULL);
     const float *last = NULL;
