@@ -78,26 +78,41 @@ skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *d, const skpo_bf16 *s, si
     return SKPO_OK;
 }
 
-static skpo_status fk_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
-                             int T, int K, int N, float beta, skpo_err *err) {
+// y(T,N) = x W^T in fp32 from bf16 inputs (widened once per call).
+static float *fk_gemm(const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N) {
+    float *xf = skpo_xmalloc((size_t)T * K * sizeof *xf), *wf = skpo_xmalloc((size_t)N * K * sizeof *wf);
+    float *y = skpo_xmalloc((size_t)T * N * sizeof *y);
+    skpo_bf16_to_f32_host(xf, x, (size_t)T * K);
+    skpo_bf16_to_f32_host(wf, w, (size_t)N * K);
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             float a = 0.f;
-            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
-            if (beta != 0.f) a += beta * fk_ld(y, (size_t)t * N + n);
-            fk_st(y, (size_t)t * N + n, a);
-            if (bias) fk_st(y, (size_t)t * N + n, fk_ld(y, (size_t)t * N + n) + fk_ld(bias, n));
+            const float *xr = xf + (size_t)t * K, *wr = wf + (size_t)n * K;
+            for (int k = 0; k < K; k++) a += xr[k] * wr[k];
+            y[(size_t)t * N + n] = a;
         }
+    free(xf);
+    free(wf);
+    return y;
+}
+static skpo_status fk_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    float *a = fk_gemm(x, w, T, K, N);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)t * N + n;
+            float v = a[i] + (beta != 0.f ? beta * fk_ld(y, i) : 0.f);
+            fk_st(y, i, v);
+            if (bias) fk_st(y, i, fk_ld(y, i) + fk_ld(bias, n));
+        }
+    free(a);
     return SKPO_OK;
 }
 static skpo_status fk_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
                                     skpo_err *err) {
-    for (int t = 0; t < T; t++)
-        for (int n = 0; n < N; n++) {
-            float a = 0.f;
-            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
-            y[(size_t)t * N + n] = a;
-        }
+    float *a = fk_gemm(x, w, T, K, N);
+    memcpy(y, a, (size_t)T * N * sizeof *y);
+    free(a);
     return SKPO_OK;
 }
 static skpo_status fk_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
