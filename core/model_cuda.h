@@ -39,6 +39,7 @@ typedef struct model_cuda {
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
     void *train;              // owned by core/model_cuda_train.c: saved activations, scratch
+    void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first
     void *infer;              // owned by core/model_cuda.c: step scratch, staging buffers, last logits
 } model_cuda;
 
@@ -64,7 +65,7 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
 // Frees everything on the device (train/infer parts included); m->cuda = NULL.
 void model_cuda_close(skpo_model *m);
 // Device -> m->mem: fp32 master when trainable, else the bf16 weights widened.
-skpo_status model_cuda_sync_to_host(skpo_model *m, skpo_err *err);
+skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err);
 // m->mem -> device (bf16 weights, and the fp32 master when trainable).
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err);
 // The model's device context (kernels from cuda.h take it); NULL on CPU.

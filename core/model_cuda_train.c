@@ -37,7 +37,6 @@ skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const f
     return NOCUDA(err);
 }
 skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) { return NOCUDA(err); }
-void model_cuda_train_free(skpo_model *m) { (void)m; }
 
 #else
 #include "cuda_train.h"
@@ -75,17 +74,21 @@ typedef struct cutrain {
     float *dk, *dv, *dlogp, *dent;
 } cutrain;
 
-static cutrain *tr(skpo_model *m) {
-    if (!m->cuda->train) m->cuda->train = skpo_xcalloc(1, sizeof(cutrain));
-    return m->cuda->train;
-}
-
-void model_cuda_train_free(skpo_model *m) {
-    if (!m || !m->cuda || !m->cuda->train) return;
-    cutrain *t = m->cuda->train;
+// model_cuda_close calls it through mc->train_free.
+static void cutrain_free(model_cuda *mc) {
+    cutrain *t = mc->train;
+    if (!t) return;
     skpo_cuda_dfree(t->arena);
     free(t);
-    m->cuda->train = NULL;
+    mc->train = NULL;
+}
+
+static cutrain *tr(skpo_model *m) {
+    if (!m->cuda->train) {
+        m->cuda->train = skpo_xcalloc(1, sizeof(cutrain));
+        m->cuda->train_free = cutrain_free;
+    }
+    return m->cuda->train;
 }
 
 void skpo_model_set_recompute(skpo_model *m, int on) {

@@ -45,7 +45,5 @@ skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int ns
                                      float *entropy, skpo_err *err);
 skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
 skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err);
-// Frees m->cuda->train (model_cuda_close calls it).
-void model_cuda_train_free(skpo_model *m);
 
 #endif
