@@ -1,0 +1,196 @@
+// infer.cu - what the inference path adds to the backend (see cuda_infer.h):
+// async copies and pinned staging memory, a float32-output linear layer for
+// the logits, paged attention for query rows at any position, CUDA graphs.
+#include "common.cuh"
+#include "cuda_infer.h"
+
+#include <stdlib.h>
+
+// --- memory and copies ---------------------------------------------------------------
+
+extern "C" skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) {
+    cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu KiB of pinned host memory: %s", bytes >> 10,
+                            cudaGetErrorString(e));
+    }
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" size_t skpo_cuda_mem_total(skpo_cuda *c) {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return t;
+}
+
+// --- logits: bf16 GEMM with a float32 result --------------------------------------------
+
+extern "C" skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                                               int K, int N, skpo_err *err) {
+    if (!T) return SKPO_OK;
+    float alpha = 1.f, beta = 0.f;  // column-major view as in skpo_cuda_linear
+    CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, w, CUDA_R_16BF, K, x, CUDA_R_16BF, K,
+                        &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), err);
+    return SKPO_OK;
+}
+
+// --- paged attention for rows at arbitrary positions ------------------------------------
+// Grid (N rows, nkv heads); block = one warp per query head of the KV group
+// (G = nh / nkv <= 32). K/V tiles of 32 positions are staged in shared memory
+// (float) once for the whole group; within a tile each lane scores one
+// position against the warp's query (q in shared memory, broadcast reads; K
+// rows padded by one float so lanes hit distinct banks), the warp updates its
+// online softmax once per tile, and each lane accumulates hs/32 output dims.
+
+#define PG_TILE 32
+#define PG_MAX_HS 256
+
+__device__ __forceinline__ size_t pg_row(int block, int n_layers, int layer, int block_size, int row, int kv_dim) {
+    return (((size_t)block * n_layers + layer) * block_size + row) * kv_dim;
+}
+
+__global__ void k_attn_paged(bf16 *out, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt, int max_blocks,
+                             const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer, int block_size,
+                             int nh, int nkv, int hs, float scale) {
+    extern __shared__ float sh[];
+    int r = blockIdx.x, hk = blockIdx.y, G = nh / nkv;
+    int g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    int ks = hs + 1, kd = nkv * hs, qd = nh * hs;
+    float *qs = sh;                      // (G, hs)
+    float *Ks = qs + (size_t)G * hs;     // (TILE, hs + 1)
+    float *Vs = Ks + PG_TILE * ks;       // (TILE, hs)
+    float *Ps = Vs + PG_TILE * hs;       // (G, TILE)
+    const bf16 *qrow = (const bf16 *)q + (size_t)r * qd + (size_t)hk * G * hs;
+    for (int i = threadIdx.x; i < G * hs; i += nthr) qs[i] = __bfloat162float(qrow[i]) * scale;
+    const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
+    int len = row_pos[r] + 1;
+    float m = -INFINITY, l = 0.f, acc[PG_MAX_HS / 32];
+    for (int i = 0; i < PG_MAX_HS / 32; i++) acc[i] = 0.f;
+    for (int j0 = 0; j0 < len; j0 += PG_TILE) {
+        int nt = min(PG_TILE, len - j0);
+        __syncthreads();  // the previous tile is consumed (and qs is written)
+        for (int i = threadIdx.x; i < nt * hs; i += nthr) {
+            int j = i / hs, d = i - j * hs, p = j0 + j;
+            size_t o = pg_row(table[p / block_size], n_layers, layer, block_size, p % block_size, kd) + (size_t)hk * hs + d;
+            Ks[j * ks + d] = __bfloat162float(((const bf16 *)pk)[o]);
+            Vs[j * hs + d] = __bfloat162float(((const bf16 *)pv)[o]);
+        }
+        __syncthreads();
+        const float *qq = qs + (size_t)g * hs;
+        float s = -INFINITY;
+        if (lane < nt) {
+            const float *kr = Ks + lane * ks;
+            float dot = 0.f;
+            for (int d = 0; d < hs; d++) dot += qq[d] * kr[d];
+            s = dot;
+        }
+        float mn = fmaxf(m, warp_max(s));          // finite: nt >= 1
+        float corr = expf(m - mn), p = lane < nt ? expf(s - mn) : 0.f;
+        l = l * corr + warp_sum(p);
+        Ps[g * PG_TILE + lane] = p;
+        __syncwarp();
+        int i = 0;
+        for (int d = lane; d < hs; d += 32, i++) {
+            float a = acc[i] * corr;
+            for (int j = 0; j < nt; j++) a += Ps[g * PG_TILE + j] * Vs[j * hs + d];
+            acc[i] = a;
+        }
+        m = mn;
+        __syncwarp();
+    }
+    bf16 *orow = out + (size_t)r * qd + ((size_t)hk * G + g) * hs;
+    int i = 0;
+    for (int d = lane; d < hs; d += 32, i++) orow[d] = __float2bfloat16(acc[i] / l);
+}
+
+extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
+                                                 const skpo_bf16 *pool_k, const skpo_bf16 *pool_v,
+                                                 const int32_t *block_table, int max_blocks, const int32_t *row_seq,
+                                                 const int32_t *row_pos, int N, int n_layers, int layer, int block_size,
+                                                 int nh, int nkv, int hs, skpo_err *err) {
+    if (!N) return SKPO_OK;
+    if (hs > PG_MAX_HS || hs % 2 || nkv <= 0 || nh % nkv || nh / nkv > 32)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
+                            hs, nh, nkv);
+    int G = nh / nkv;
+    size_t shm = sizeof(float) * ((size_t)G * hs + (size_t)PG_TILE * (hs + 1) + (size_t)PG_TILE * hs + (size_t)G * PG_TILE);
+    if (shm > 48 * 1024)
+        CU(cudaFuncSetAttribute(k_attn_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm), err);
+    dim3 grid((unsigned)N, (unsigned)nkv);
+    k_attn_paged<<<grid, 32 * G, shm, c->stream>>>((bf16 *)out, (const bf16 *)q, (const bf16 *)pool_k,
+                                                   (const bf16 *)pool_v, block_table, max_blocks, row_seq, row_pos,
+                                                   n_layers, layer, block_size, nh, nkv, hs, 1.f / sqrtf((float)hs));
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+// --- CUDA graphs -------------------------------------------------------------------------
+
+struct skpo_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err) {
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // the failed capture is over; the stream is usable again
+        if (g) cudaGraphDestroy(g);
+        return skpo_cuda_fail(err, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    cudaGraphExec_t x;
+    e = cudaGraphInstantiate(&x, g, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaGraphDestroy(g);
+        return skpo_cuda_fail(err, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    skpo_cuda_graph *r = (skpo_cuda_graph *)skpo_xcalloc(1, sizeof *r);
+    r->graph = g;
+    r->exec = x;
+    *out = r;
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err) {
+    CU(cudaGraphLaunch(g->exec, c->stream), err);
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_graph_free(skpo_cuda_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
+}
