@@ -4,16 +4,21 @@
  *
  * Each batch: B sequences get a 512-token prompt (prefilled, not timed), then
  * 128 decode steps of one token per sequence through skpo_model_step are
- * timed (after 2 warm-up steps). Roofline: every step must read the bf16
- * weights once plus the KV of every sequence at its length; those bytes over
- * the device copy bandwidth measured in the same run (read + write counted)
- * give the fastest possible step. frac = roofline time / measured time.
- * The logits of each step come back to the host (skpo_model_step's contract),
- * which the roofline does not count: at batch 256 that is 156 MB per step.
+ * timed (after 2 warm-up steps) through skpo_model_step_dev: the logits stay
+ * on the device, as when the engine samples there. Roofline: every step must
+ * read the bf16 weights once plus the KV of every sequence at its length;
+ * those bytes over the device copy bandwidth measured in the same run (read +
+ * write counted) give the fastest possible step. frac = roofline time /
+ * measured time. The device sampler's time for the same batch (skpo_cuda_sample,
+ * T = 1, top-p 0.95, V = 151936) is printed as an INFO line beside it: the
+ * engine adds it to each step.
  * Usage: bench_decode [0.5b|1.5b]
  */
 #include "gpu_bench.h"
 #include "kvcache.h"
+#ifdef SKPO_HAVE_CUDA
+#include "cuda.h"
+#endif
 
 #include <stdlib.h>
 
@@ -34,7 +39,7 @@ static int run_batch(skpo_model *m, const skpo_config *c, const char *model, int
     if (!kv) { printf("FAIL bench decode %s batch=%d: KV cache: %s\n", model, B, e.msg); return 0; }
     int *seq = skpo_xmalloc((size_t)B * sizeof *seq), *off = skpo_xmalloc((size_t)(B + 1) * sizeof *off);
     int32_t *toks = skpo_xmalloc((size_t)B * PROMPT * sizeof *toks);
-    float *logits = skpo_xmalloc((size_t)B * V * sizeof *logits);
+    float *logits = skpo_xmalloc((size_t)B * V * sizeof *logits); // prefill rows (host logits)
     for (int i = 0; i < B; i++) seq[i] = skpo_kv_seq_new(kv);
     uint64_t r = 42;
     for (int i = 0; i < B * PROMPT; i++) { r = r * 6364136223846793005ull + 1442695040888963407ull; toks[i] = (int32_t)((r >> 33) % (uint64_t)V); }
@@ -51,7 +56,8 @@ static int run_batch(skpo_model *m, const skpo_config *c, const char *model, int
     for (int step = 0; ok && step < WARM + GEN; step++) {
         if (step == WARM) { bench_sync(); t0 = bench_now(); }
         for (int i = 0; i < B; i++) toks[i] = (int32_t)((toks[i] * 7 + step + 1) % V);
-        ok = skpo_model_step(m, kv, seq, B, toks, off, logits, &e) == SKPO_OK;
+        const float *dlog;
+        ok = skpo_model_step_dev(m, kv, seq, B, toks, off, &dlog, &e) == SKPO_OK;
     }
     if (ok) bench_sync();
     double t = bench_now() - t0;
@@ -64,7 +70,7 @@ static int run_batch(skpo_model *m, const skpo_config *c, const char *model, int
         double bytes = GEN * bench_weight_bytes(c) + kv_pos * bench_kv_bytes_per_pos(c);
         double roof = bytes / copy_bps;
         printf("BENCH ours decode model=%s batch=%d tok_s=%.1f frac=%.3f ms_step=%.3f roofline_ms=%.3f "
-               "gb_step=%.2f (logits to host)\n",
+               "gb_step=%.2f (logits stay on the device)\n",
                model, B, (double)B * GEN / t, roof / t, 1e3 * t / GEN, 1e3 * roof / GEN, bytes / GEN / 1e9);
     }
     fflush(stdout);
@@ -72,6 +78,51 @@ static int run_batch(skpo_model *m, const skpo_config *c, const char *model, int
     skpo_kv_free(kv);
     free(seq); free(off); free(toks); free(logits);
     return ok;
+}
+
+typedef struct sample_run {
+    skpo_cuda *cu;
+    int32_t *tok;
+    float *lp, *logits, *coin;
+    int B, V;
+} sample_run;
+static void sample_once(void *p) {
+    sample_run *r = p;
+    skpo_err e = {0};
+    if (skpo_cuda_sample(r->cu, r->tok, r->lp, r->logits, r->B, r->V, 1.0f, 0, 0.95f, r->coin, &e) != SKPO_OK) {
+        fprintf(stderr, "skpo_cuda_sample: %s\n", e.msg);
+        exit(1);
+    }
+    if (skpo_cuda_sync(r->cu, &e) != SKPO_OK) { fprintf(stderr, "sync: %s\n", e.msg); exit(1); }
+}
+// Time of the device sampler for B rows of random logits (the engine's per-step cost).
+static void bench_sampler(int B, int V) {
+    sample_run r = {.B = B, .V = V};
+    skpo_err e = {0};
+    if (skpo_cuda_init(0, &r.cu, &e) != SKPO_OK) { fprintf(stderr, "cuda init: %s\n", e.msg); exit(1); }
+    BENCH_CU(cudaMalloc((void **)&r.logits, (size_t)B * V * 4));
+    BENCH_CU(cudaMalloc((void **)&r.coin, (size_t)B * 4));
+    BENCH_CU(cudaMalloc((void **)&r.tok, (size_t)B * 4));
+    BENCH_CU(cudaMalloc((void **)&r.lp, (size_t)B * 4));
+    float *h = skpo_xmalloc((size_t)B * V * 4);
+    uint64_t x = 99;
+    for (size_t i = 0; i < (size_t)B * V; i++) { x = x * 6364136223846793005ull + 1442695040888963407ull; h[i] = (float)((x >> 40) * (8.0 / 16777216.0)) - 4.f; }
+    BENCH_CU(cudaMemcpy(r.logits, h, (size_t)B * V * 4, cudaMemcpyHostToDevice));
+    for (int i = 0; i < B; i++) h[i] = (float)(i + 0.5) / B;
+    BENCH_CU(cudaMemcpy(r.coin, h, (size_t)B * 4, cudaMemcpyHostToDevice));
+    // the context's stream does not order with stream 0: time on the host around a sync
+    double ts[10];
+    for (int i = 0; i < 12; i++) {
+        double t0 = bench_now();
+        sample_once(&r);
+        if (i >= 2) ts[i - 2] = bench_now() - t0;
+    }
+    double t = bench_median(ts, 10);
+    printf("INFO sampler batch=%d ms=%.3f (skpo_cuda_sample, T=1, top_p=0.95, V=%d)\n", B, 1e3 * t, V);
+    fflush(stdout);
+    skpo_cuda_free_ctx(r.cu);
+    cudaFree(r.logits); cudaFree(r.coin); cudaFree(r.tok); cudaFree(r.lp);
+    free(h);
 }
 
 int main(int argc, char **argv) {
@@ -84,7 +135,10 @@ int main(int argc, char **argv) {
     if (!m) return 0;
     static const int batches[] = {1, 8, 64, 256};
     int ok = 1;
-    for (int i = 0; i < 4; i++) ok &= run_batch(m, &c, model, batches[i], copy_bps);
+    for (int i = 0; i < 4; i++) {
+        ok &= run_batch(m, &c, model, batches[i], copy_bps);
+        bench_sampler(batches[i], c.vocab_size);
+    }
     skpo_model_free(m);
     return ok ? 0 : 1;
 }
