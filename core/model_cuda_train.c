@@ -60,6 +60,7 @@ typedef struct cutrain {
     size_t cap;
     // the batch
     int N, S, nseq, R, saved, nl;   // nl: layers with their own activation buffers
+    int recomputing;                // this pass saved layer inputs only
     float temperature;
     int have_acts;
     int32_t *ids, *pos, *seq_start, *srow, *stgt;
@@ -207,6 +208,7 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     if (N > INT32_MAX) return skpo_err_set(err, SKPO_ERANGE, "%ld tokens in one pass", N);
     t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
     t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
+    t->recomputing = save && t->recompute;
     size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
     t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
     if (t->R > t->S) t->R = t->S ? t->S : 1;
@@ -397,7 +399,7 @@ static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const
     TRY(skpo_cuda_rmsnorm_backward(cu, t->dx, G(m->normf), t->dlnf, xl, W(m->normf), t->rstdf, N, C, err));
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         ct_layer a = layer_of(m, t, l);
-        if (t->nl == 1) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
+        if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
         TRY(layer_bwd(m, t, l, &a, err));
     }
     TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err));

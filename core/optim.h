@@ -121,7 +121,8 @@ typedef struct skpo_dev_params {
 // Move the optimizer to the device: moments (those in o->m / o->v now, zero
 // or loaded) are uploaded, this rank's slice only when zero = 1. comm must be
 // the NCCL communicator when it has more than one rank. From now on
-// skpo_optim_step works on d (its params argument is only counted).
+// skpo_optim_step works on d (its params argument is only counted), and only
+// rank 0 keeps host moments (o->m / o->v are NULL on the others).
 // SKPO_EUNSUPPORTED in builds without CUDA.
 // params: those of skpo_optim_new (their ndim decides weight decay).
 skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,

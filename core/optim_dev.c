@@ -110,6 +110,12 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
         optim_dev_free(D);
         return st;
     }
+    // Only rank 0 writes the state file: the others need no host moments (8
+    // bytes per parameter each).
+    for (int i = 0; comm->rank != 0 && i < n; i++) {
+        free(o->m[i]), free(o->v[i]);
+        o->m[i] = o->v[i] = NULL;
+    }
     o->dev = D;
     return SKPO_OK;
 }

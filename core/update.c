@@ -439,6 +439,8 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
             return skpo_err_set(err, st, "step %" PRId64 ", recomputing old log-probs: %s", o->step, e.msg);
         }
     }
+    if (pol->grads_finite && !opt->dev)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "device gradients need the optimizer on the device (skpo_optim_to_device)");
     double lr = skpo_optim_lr(&opt->cfg, o->step);
     SKPO_ASSERT(o->epochs >= 1);
     for (int u = 0; u < o->epochs * b->nmb; u++) {
