@@ -99,7 +99,7 @@ static int greedy(skpo_model *m, int32_t out[NP][STEPS], double *min_margin, skp
 static void greedy_fixture_has_large_margins(void) {
     skpo_model *m = cpu_model(GREEDY_SEED);
     int32_t out[NP][STEPS];
-    double mm;
+    double mm = 0;
     skpo_err e = {0};
     CHECK(greedy(m, out, &mm, &e));
     fprintf(stderr, "  seed %d: smallest greedy margin %.3f std (need %.2f)\n", GREEDY_SEED, mm, MARGIN);
