@@ -105,8 +105,8 @@ def bench_decode(name, model, cfg, dev, copy_bps, batches, prompt, gen):
                                       do_sample=False, pad_token_id=0, eos_token_id=None)
         out = run(4)  # warm-up
         assert out.shape[1] == prompt + 4
-        t_short = timed(lambda: run(2), dev, 0, 2)
-        t_long = timed(lambda: run(gen + 2), dev, 0, 2)
+        t_short = timed(lambda: run(2), dev, 0, 1)
+        t_long = timed(lambda: run(gen + 2), dev, 0, 1)
         t = max(t_long - t_short, 1e-9)
         pos = sum(B * (prompt + 2 + k + 1) for k in range(gen))
         roof = (gen * wb + pos * kv_pos) / copy_bps

@@ -87,8 +87,26 @@ else
     echo "nccl: not found (the build will fail at nccl.h)"
   fi
 fi
-# cuBLAS and the runtime: the toolkit's lib64 (the linker needs libcublas.so).
+# cuBLAS and the runtime: the toolkit's lib64 (the linker needs libcublas.so);
+# else the pip nvidia-cublas / cuda-runtime libraries next to PyTorch (they ship
+# only the .so.N names: link them through a folder with the plain names).
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH"
+if [ ! -e "$CUDA_HOME/lib64/libcublas.so" ]; then
+  pyc=$(python3 -c 'import nvidia, os
+for p in nvidia.__path__:
+    for d in ("cu13/lib", "cublas/lib"):
+        if os.path.isdir(os.path.join(p, d)): print(os.path.join(p, d))' 2>/dev/null)
+  mkdir -p "$deps/cudalib"
+  for d in $pyc; do
+    for l in cublas cublasLt cudart; do
+      so=$(ls "$d"/lib$l.so.* 2>/dev/null | head -1)
+      [ -n "$so" ] && [ ! -e "$deps/cudalib/lib$l.so" ] && ln -sf "$so" "$deps/cudalib/lib$l.so"
+    done
+    export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+  done
+  export LDFLAGS="$LDFLAGS -L$deps/cudalib"
+  echo "cublas: not in $CUDA_HOME/lib64; using $(ls "$deps/cudalib" | tr '\n' ' ')from ${pyc:-nowhere}"
+fi
 
 # --- build (only what this script runs: CUDA tests and the GPU programs) ----------
 bs=$(date +%s)
