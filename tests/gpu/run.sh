@@ -63,57 +63,58 @@ export LDFLAGS="${LDFLAGS:-} -L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib
 export PKG_CONFIG_PATH="$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# CUDA and NCCL: CUDA_HOME from nvcc; NCCL from CUDA_HOME, else the pip package
-# nvidia-nccl-cu13 next to PyTorch (it ships libnccl.so.2 only: link it through
-# a folder with the libnccl.so name).
+# CUDA, NCCL, cuBLAS: CUDA_HOME from nvcc. What the toolkit lacks is taken
+# from PyTorch's pip packages (nvidia-nccl-cu13, nvidia-cublas, ...), which
+# ship only .so.N names: headers and plain-named links go into one folder,
+# $deps/extra, passed as `make NCCL_HOME=` (the Makefile adds its include/ to
+# CFLAGS and NVCCFLAGS and its lib/ to the link).
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 export CUDA_HOME
-nccl_home=""
+extra=$deps/extra
+rm -rf "$extra" && mkdir -p "$extra/include" "$extra/lib"
+use_extra=""
+pyroots=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null)
+link_from() { # dir header-glob lib-names...: matching headers (never the toolkit's own) and lib<name>.so links
+  d=$1; g=$2; shift 2
+  for f in "$d"/include/$g; do [ -e "$f" ] && [ ! -e "$extra/include/$(basename "$f")" ] && ln -s "$f" "$extra/include/"; done
+  for l in "$@"; do
+    so=$(ls "$d"/lib/lib$l.so.* 2>/dev/null | head -1)
+    [ -n "$so" ] && ln -sf "$so" "$extra/lib/lib$l.so"
+  done
+  export LD_LIBRARY_PATH="$d/lib:$LD_LIBRARY_PATH"
+  use_extra=1
+}
 if [ -f "$CUDA_HOME/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; then
   echo "nccl: system ($CUDA_HOME or /usr)"
 else
-  pyn=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
-        python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
-  if [ -n "$pyn" ] && [ -f "$pyn/include/nccl.h" ]; then
-    nccl_home=$deps/nccl
-    mkdir -p "$nccl_home/lib"
-    ln -sfn "$pyn/include" "$nccl_home/include"
-    so=$(ls "$pyn"/lib/libnccl.so* | head -1)
-    ln -sf "$so" "$nccl_home/lib/libnccl.so"
-    ln -sf "$so" "$nccl_home/lib/$(basename "$so")"
-    export LD_LIBRARY_PATH="$nccl_home/lib:$LD_LIBRARY_PATH"
-    echo "nccl: pip package at $pyn"
-  else
-    echo "nccl: not found (the build will fail at nccl.h)"
-  fi
-fi
-# cuBLAS and the runtime: the toolkit's lib64 (the linker needs libcublas.so);
-# else the pip nvidia-cublas / cuda-runtime libraries next to PyTorch (they ship
-# only the .so.N names: link them through a folder with the plain names).
-export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH"
-if [ ! -e "$CUDA_HOME/lib64/libcublas.so" ]; then
-  pyc=$(python3 -c 'import nvidia, os
-for p in nvidia.__path__:
-    for d in ("cu13/lib", "cublas/lib"):
-        if os.path.isdir(os.path.join(p, d)): print(os.path.join(p, d))' 2>/dev/null)
-  mkdir -p "$deps/cudalib"
-  for d in $pyc; do
-    for l in cublas cublasLt cudart; do
-      so=$(ls "$d"/lib$l.so.* 2>/dev/null | head -1)
-      [ -n "$so" ] && [ ! -e "$deps/cudalib/lib$l.so" ] && ln -sf "$so" "$deps/cudalib/lib$l.so"
-    done
-    export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+  found=""
+  for r in $pyroots; do
+    if [ -f "$r/nccl/include/nccl.h" ]; then link_from "$r/nccl" 'nccl*' nccl; found="$r/nccl"; break; fi
   done
-  export LDFLAGS="$LDFLAGS -L$deps/cudalib"
-  echo "cublas: not in $CUDA_HOME/lib64; using $(ls "$deps/cudalib" | tr '\n' ' ')from ${pyc:-nowhere}"
+  if [ -n "$found" ]; then echo "nccl: pip package at $found"; else echo "nccl: not found (the build will fail at nccl.h)"; fi
 fi
+cub_h=""; cub_l=""
+[ -f "$CUDA_HOME/include/cublas_v2.h" ] || cub_h='cublas*'
+[ -e "$CUDA_HOME/lib64/libcublas.so" ] || cub_l="cublas cublasLt"
+if [ -z "$cub_h$cub_l" ]; then
+  echo "cublas: $CUDA_HOME"
+else
+  found=""
+  for r in $pyroots; do
+    for d in "$r/cu13" "$r/cublas"; do
+      if ls "$d"/lib/libcublas.so.* >/dev/null 2>&1; then link_from "$d" "${cub_h:-none}" $cub_l; found="$found $d"; fi
+    done
+  done
+  echo "cublas: not complete in $CUDA_HOME (${cub_h:+headers }${cub_l:+libraries}); pip packages:${found:- none found}"
+fi
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH"
 
 # --- build (only what this script runs: CUDA tests and the GPU programs) ----------
 bs=$(date +%s)
 targets=$(ls tests/unit/test_cuda_*.c 2>/dev/null | sed 's#tests/unit/\(.*\)\.c#build/tests/\1#')
 gtargets=$(ls tests/gpu/*.c 2>/dev/null | sed 's#tests/gpu/\(.*\)\.c#build/gpu/\1#')
 mkdir -p build
-if timeout 200 make -j"$(nproc)" CUDA=1 ${nccl_home:+NCCL_HOME=$nccl_home} CUDA_HOME="$CUDA_HOME" \
+if timeout 200 make -j"$(nproc)" CUDA=1 ${use_extra:+NCCL_HOME=$extra} CUDA_HOME="$CUDA_HOME" \
      $targets $gtargets >build/gpu-build.log 2>&1; then
   echo "PASS gpu build ($(( $(date +%s) - bs ))s)"
 else
