@@ -16,7 +16,9 @@ static void add_eos(skpo_rollout *r, int32_t id) {
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err) {
     memset(r, 0, sizeof *r);
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};
-    skpo_status st = skpo_model_load(o->model_dir, &mo, &r->model, err);
+    skpo_status st = skpo_device_parse(o->device, &mo.device, err);
+    if (st != SKPO_OK) return st;
+    st = skpo_model_load(o->model_dir, &mo, &r->model, err);
     if (st != SKPO_OK) return st;
     const skpo_config *c = skpo_model_config(r->model);
     r->ctx = c->max_position_embeddings;

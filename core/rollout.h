@@ -26,6 +26,7 @@ typedef struct skpo_rollout_opts {
     long kv_tokens;             // KV pool positions; 0 = batch * min(ctx, prompt guess + max_tokens)
     int share_prefix;
     int threads;                // 0 = OpenMP default
+    const char *device;         // "cuda" | "cpu"; NULL = $SKPO_DEVICE, else cuda when a GPU is visible
     skpo_sample_params sample;
     const char *const *stops;   // (n_stops)
     int n_stops;
