@@ -7,7 +7,8 @@
 //
 // Tolerances (bf16 weights and activations, fp32 statistics and gradients;
 // the CPU side runs on the same bf16-rounded weights):
-//   log-prob and entropy: |gpu - cpu| <= 2e-2 (absolute, values of order 1-10);
+//   log-prob and entropy: |gpu - cpu| <= 1e-2 (1 + |cpu|) each, mean |gpu - cpu|
+//     <= 1e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding);
 //   gradients, per tensor: cosine similarity > 0.99 and
 //     |g_gpu - g_cpu| / |g_cpu| < 3e-2 (L2 norms);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
@@ -17,7 +18,10 @@
 //     with cosine > 0.95 to the CPU step's (early AdamW steps are close to
 //     lr * sign(g), so bf16 noise flips only the smallest gradients).
 // Without nvcc at build time or a GPU at run time every test prints a
-// visible SKIP line. Nothing here has run on a GPU yet (written without one).
+// visible SKIP line. Nothing here has run on a GPU yet (written without one);
+// test_cuda_train_fake.c runs the same tests in CPU builds on host-memory
+// fakes of the kernels, which checks the host side (offsets, arena, chunks,
+// recomputation, optimizer slices and state) but not the kernels.
 #include "harness.h"
 #include "checkpoint.h"
 #include "comm.h"
@@ -139,6 +143,18 @@ static void compare(const float *a, const float *b, size_t n, double *cos, doubl
     *rel = bb > 0 ? sqrt(dd / bb) : sqrt(dd);
 }
 
+// Log-probs and entropies of the two devices (tolerance at the top).
+static void check_logp(const float *lg, const float *lc, const float *eg, const float *ec, size_t S) {
+    double worst = 0, mean = 0;
+    for (size_t i = 0; i < S; i++) {
+        double a = fabs((double)lg[i] - lc[i]), b = fabs((double)eg[i] - ec[i]);
+        worst = fmax(worst, fmax(a / (1 + fabs(lc[i])), b / (1 + fabs(ec[i]))));
+        mean += (a + b) / (2.0 * (double)S);
+        if (!isfinite(lg[i]) || !isfinite(eg[i])) worst = INFINITY;
+    }
+    CHECK_MSG(worst <= 1e-2 && mean <= 1e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
+}
+
 // Train forward + backward of b on both models with loss sum(w logp) + sum(u H).
 static int fwd_bwd(skpo_model *m, const batch *b, float *lp, float *ent, const float *w, const float *u) {
     skpo_err e = {0};
@@ -162,12 +178,7 @@ static void grads_match(const char *json, const int *len, const int *start, int 
     float *lc = skpo_xmalloc(S * 4), *ec = skpo_xmalloc(S * 4), *lg = skpo_xmalloc(S * 4), *eg = skpo_xmalloc(S * 4);
     for (size_t i = 0; i < S; i++) w[i] = 0.5f + frand(), u[i] = 0.3f * (frand() - 0.5f);
     CHECK(fwd_bwd(c, &b, lc, ec, w, u) && fwd_bwd(g, &b, lg, eg, w, u));
-    double worst_lp = 0;
-    for (size_t i = 0; i < S; i++) {
-        worst_lp = fmax(worst_lp, fmax(fabs((double)lc[i] - lg[i]), fabs((double)ec[i] - eg[i])));
-        if (!isfinite(lg[i]) || !isfinite(eg[i])) worst_lp = INFINITY;
-    }
-    CHECK_MSG(worst_lp <= 2e-2, "log-prob / entropy differ by %g", worst_lp);
+    check_logp(lg, lc, eg, ec, S);
     float *gg = dev_grads(g);
     skpo_param *p;
     int np = skpo_model_params(c, &p);
@@ -193,6 +204,9 @@ static void gradients_of_every_tensor_match_cpu(void) {
 
 static void vocab_152k_runs_in_row_chunks_and_matches_cpu(void) {
     NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: too slow on the fake backend (its chunks run with every test there)");
+#endif
     int len[] = {1000}, start[] = {1};   // 999 scored rows: 3 chunks of 441
     grads_match(CFG_VOCAB, len, start, 1);
 }
@@ -209,10 +223,7 @@ static void scoring_log_probs_match_cpu(void) {
         skpo_err e = {0};
         CHECK(skpo_model_logprobs(c, b.s, 3, TEMP, lc, ec, &e) == SKPO_OK);
         CHECK_MSG(skpo_model_logprobs(g, b.s, 3, TEMP, lg, eg, &e) == SKPO_OK, "%s", e.msg);
-        for (int i = 0; i < b.S; i++) {
-            CHECK_NEAR(lg[i], lc[i], 2e-2);
-            CHECK_NEAR(eg[i], ec[i], 2e-2);
-        }
+        check_logp(lg, lc, eg, ec, (size_t)b.S);
         batch_free(&b);
     }
     skpo_model_free(c);
@@ -369,6 +380,9 @@ static void update_step_on_device_matches_cpu(void) {
 
 static void update_step_over_single_rank_nccl_matches_cpu(void) {
     NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: no NCCL on the fake backend");
+#endif
     skpo_model *g = load(FIXM, SKPO_DEV_CUDA);
     skpo_dev_params d;
     skpo_err e = {0};
