@@ -41,7 +41,9 @@ skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) { return NOCUDA(e
 #else
 #include "cuda_train.h"
 
+#ifndef LOGIT_CHUNK_ELEMS   // tests shrink it to run many chunks on small models
 #define LOGIT_CHUNK_ELEMS ((size_t)1 << 26)   // 128 MiB of bf16 logits per chunk
+#endif
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
 
 typedef skpo_bf16 bf;

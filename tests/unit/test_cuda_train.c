@@ -7,7 +7,8 @@
 //
 // Tolerances (bf16 weights and activations, fp32 statistics and gradients;
 // the CPU side runs on the same bf16-rounded weights):
-//   log-prob and entropy: |gpu - cpu| <= 2e-2 (absolute, values of order 1-10);
+//   log-prob and entropy: |gpu - cpu| <= 1e-2 (1 + |cpu|) each, mean |gpu - cpu|
+//     <= 1e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding);
 //   gradients, per tensor: cosine similarity > 0.99 and
 //     |g_gpu - g_cpu| / |g_cpu| < 3e-2 (L2 norms);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
@@ -17,7 +18,10 @@
 //     with cosine > 0.95 to the CPU step's (early AdamW steps are close to
 //     lr * sign(g), so bf16 noise flips only the smallest gradients).
 // Without nvcc at build time or a GPU at run time every test prints a
-// visible SKIP line. Nothing here has run on a GPU yet (written without one).
+// visible SKIP line. Nothing here has run on a GPU yet (written without one);
+// test_cuda_train_fake.c runs the same tests in CPU builds on host-memory
+// fakes of the kernels, which checks the host side (offsets, arena, chunks,
+// recomputation, optimizer slices and state) but not the kernels.
 #include "harness.h"
 #include "checkpoint.h"
 #include "comm.h"
@@ -139,6 +143,18 @@ static void compare(const float *a, const float *b, size_t n, double *cos, doubl
     *rel = bb > 0 ? sqrt(dd / bb) : sqrt(dd);
 }
 
+// Log-probs and entropies of the two devices (tolerance at the top).
+static void check_logp(const float *lg, const float *lc, const float *eg, const float *ec, size_t S) {
+    double worst = 0, mean = 0;
+    for (size_t i = 0; i < S; i++) {
+        double a = fabs((double)lg[i] - lc[i]), b = fabs((double)eg[i] - ec[i]);
+        worst = fmax(worst, fmax(a / (1 + fabs(lc[i])), b / (1 + fabs(ec[i]))));
+        mean += (a + b) / (2.0 * (double)S);
+        if (!isfinite(lg[i]) || !isfinite(eg[i])) worst = INFINITY;
+    }
+    CHECK_MSG(worst <= 1e-2 && mean <= 1e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
+}
+
 // Train forward + backward of b on both models with loss sum(w logp) + sum(u H).
 static int fwd_bwd(skpo_model *m, const batch *b, float *lp, float *ent, const float *w, const float *u) {
     skpo_err e = {0};
@@ -162,12 +178,7 @@ static void grads_match(const char *json, const int *len, const int *start, int 
     float *lc = skpo_xmalloc(S * 4), *ec = skpo_xmalloc(S * 4), *lg = skpo_xmalloc(S * 4), *eg = skpo_xmalloc(S * 4);
     for (size_t i = 0; i < S; i++) w[i] = 0.5f + frand(), u[i] = 0.3f * (frand() - 0.5f);
     CHECK(fwd_bwd(c, &b, lc, ec, w, u) && fwd_bwd(g, &b, lg, eg, w, u));
-    double worst_lp = 0;
-    for (size_t i = 0; i < S; i++) {
-        worst_lp = fmax(worst_lp, fmax(fabs((double)lc[i] - lg[i]), fabs((double)ec[i] - eg[i])));
-        if (!isfinite(lg[i]) || !isfinite(eg[i])) worst_lp = INFINITY;
-    }
-    CHECK_MSG(worst_lp <= 2e-2, "log-prob / entropy differ by %g", worst_lp);
+    check_logp(lg, lc, eg, ec, S);
     float *gg = dev_grads(g);
     skpo_param *p;
     int np = skpo_model_params(c, &p);
@@ -193,6 +204,9 @@ static void gradients_of_every_tensor_match_cpu(void) {
 
 static void vocab_152k_runs_in_row_chunks_and_matches_cpu(void) {
     NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: too slow on the fake backend (its chunks run with every test there)");
+#endif
     int len[] = {1000}, start[] = {1};   // 999 scored rows: 3 chunks of 441
     grads_match(CFG_VOCAB, len, start, 1);
 }
@@ -209,10 +223,7 @@ static void scoring_log_probs_match_cpu(void) {
         skpo_err e = {0};
         CHECK(skpo_model_logprobs(c, b.s, 3, TEMP, lc, ec, &e) == SKPO_OK);
         CHECK_MSG(skpo_model_logprobs(g, b.s, 3, TEMP, lg, eg, &e) == SKPO_OK, "%s", e.msg);
-        for (int i = 0; i < b.S; i++) {
-            CHECK_NEAR(lg[i], lc[i], 2e-2);
-            CHECK_NEAR(eg[i], ec[i], 2e-2);
-        }
+        check_logp(lg, lc, eg, ec, (size_t)b.S);
         batch_free(&b);
     }
     skpo_model_free(c);
@@ -369,6 +380,9 @@ static void update_step_on_device_matches_cpu(void) {
 
 static void update_step_over_single_rank_nccl_matches_cpu(void) {
     NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: no NCCL on the fake backend");
+#endif
     skpo_model *g = load(FIXM, SKPO_DEV_CUDA);
     skpo_dev_params d;
     skpo_err e = {0};
@@ -444,6 +458,185 @@ static void optimizer_state_round_trips_through_the_device(void) {
     skpo_model_free(g);
 }
 
+#ifdef SKPO_FAKE_CUDA
+// --- ZeRO-1 over several ranks (fake backend only) ---------------------------------------
+// NR threads play NR ranks; their communicator (named "nccl", as the device
+// optimizer requires) sums in rank order through shared memory, so the
+// sharded step can be compared with one rank stepping the summed gradient.
+#include <pthread.h>
+
+#define NR 3
+
+typedef struct fc_shared {
+    pthread_barrier_t bar;
+    void *buf[NR];
+} fc_shared;
+
+static void fc_sync(skpo_comm *c) { pthread_barrier_wait(&((fc_shared *)c->impl)->bar); }
+
+static skpo_status fc_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) {
+    fc_shared *S = c->impl;
+    S->buf[c->rank] = buf;
+    fc_sync(c);
+    float *t = calloc(n ? n : 1, 4);
+    for (size_t i = 0; i < n; i++)
+        for (int r = 0; r < NR; r++) t[i] = r ? t[i] + ((float *)S->buf[r])[i] : ((float *)S->buf[r])[i];
+    fc_sync(c);
+    memcpy(buf, t, n * 4);
+    fc_sync(c);
+    free(t);
+    return SKPO_OK;
+}
+static skpo_status fc_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err) {
+    fc_shared *S = c->impl;
+    S->buf[c->rank] = buf;
+    fc_sync(c);
+    double *t = calloc(n ? n : 1, 8);
+    for (size_t i = 0; i < n; i++)
+        for (int r = 0; r < NR; r++) t[i] += ((double *)S->buf[r])[i];
+    fc_sync(c);
+    memcpy(buf, t, n * 8);
+    fc_sync(c);
+    free(t);
+    return SKPO_OK;
+}
+static skpo_status fc_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err) {
+    fc_shared *S = c->impl;
+    S->buf[c->rank] = buf;
+    fc_sync(c);
+    if (c->rank != root) memcpy(buf, S->buf[root], n);
+    fc_sync(c);
+    return SKPO_OK;
+}
+static skpo_status fc_barrier(skpo_comm *c, skpo_err *err) {
+    fc_sync(c);
+    return SKPO_OK;
+}
+static void fc_destroy(skpo_comm *c) { (void)c; }
+static skpo_status fc_reduce_scatter(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    fc_shared *S = c->impl;
+    S->buf[c->rank] = buf;
+    fc_sync(c);
+    float *t = calloc(shard ? shard : 1, 4);
+    size_t o = (size_t)c->rank * shard;
+    for (size_t i = 0; i < shard; i++)
+        for (int r = 0; r < NR; r++) t[i] = r ? t[i] + ((float *)S->buf[r])[o + i] : ((float *)S->buf[r])[o + i];
+    fc_sync(c);
+    memcpy(buf + o, t, shard * 4);
+    fc_sync(c);
+    free(t);
+    return SKPO_OK;
+}
+static skpo_status fc_allgather(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    fc_shared *S = c->impl;
+    S->buf[c->rank] = buf;
+    fc_sync(c);
+    for (int r = 0; r < NR; r++)
+        if (r != c->rank) memcpy(buf + (size_t)r * shard, (float *)S->buf[r] + (size_t)r * shard, shard * 4);
+    fc_sync(c);
+    return SKPO_OK;
+}
+static const skpo_comm_ops fc_ops = {"nccl", fc_allreduce_f32, fc_allreduce_f64, fc_bcast, fc_barrier, fc_destroy,
+                                     fc_reduce_scatter, fc_allgather};
+
+// 4 tensors, 23 elements: slices of 7 and a tail of 2 over 3 ranks; slice
+// boundaries fall inside tensors, 1-D tensors are exempt from decay.
+static skpo_param ZP[4] = {{"a.weight", NULL, NULL, 8, 2, {2, 4}}, {"a.bias", NULL, NULL, 5, 1, {5, 0}},
+                           {"b.weight", NULL, NULL, 6, 2, {3, 2}}, {"norm.weight", NULL, NULL, 4, 1, {4, 0}}};
+#define ZN 23
+
+typedef struct zrank {
+    int rank, zero;
+    skpo_comm comm;
+    float master[ZN], grad[ZN];
+    skpo_bf16 w[ZN];
+    float m0[ZN], v0[ZN];   // rank 0: the gathered moments
+    double norm[2];
+    skpo_status st;
+} zrank;
+
+static float zgrad(int rank, int step, int i) { return sinf(1.7f * (float)(i + 1) + (float)rank * 0.9f + (float)step) * 0.3f; }
+static float zinit(int i) { return cosf(0.37f * (float)i) * 0.5f; }
+
+static skpo_adamw_cfg zcfg(void) {
+    skpo_adamw_cfg a;
+    skpo_adamw_cfg_default(&a);
+    a.lr = 1e-2, a.decay_matrices_only = 1, a.max_grad_norm = 0.5;   // clipping active
+    return a;
+}
+
+static void zrun(zrank *z, int nranks_in_grad) {
+    skpo_adamw_cfg a = zcfg();
+    skpo_err e = {0};
+    skpo_cuda *cu = NULL;
+    skpo_cuda_init(0, &cu, &e);
+    for (int i = 0; i < ZN; i++) z->master[i] = zinit(i);
+    skpo_f32_to_bf16_host(z->w, z->master, ZN);
+    skpo_optim *o = skpo_optim_new(&a, ZP, 4);
+    skpo_dev_params d = {cu, z->master, z->w, z->grad, ZN};
+    z->st = skpo_optim_to_device(o, ZP, 4, &d, &z->comm, z->zero, &e);
+    for (int step = 0; step < 2 && !z->st; step++) {
+        for (int i = 0; i < ZN; i++) {   // one rank alone steps the sum, in rank order
+            float g = zgrad(z->rank, step, i);
+            for (int r = 1; nranks_in_grad > 1 && r < nranks_in_grad; r++) g += zgrad(r, step, i);
+            z->grad[i] = g;
+        }
+        z->st = skpo_optim_step(o, ZP, 4, 1e-2, &z->norm[step], &e);
+    }
+    if (!z->st) z->st = skpo_optim_from_device(o, &e);
+    if (!z->st && z->rank == 0)
+        for (int i = 0, k = 0; i < 4; i++)
+            for (size_t j = 0; j < ZP[i].numel; j++, k++) z->m0[k] = o->m[i][j], z->v0[k] = o->v[i][j];
+    if (z->st) fprintf(stderr, "  rank %d: %s\n", z->rank, e.msg);
+    skpo_optim_free(o);
+    skpo_cuda_free_ctx(cu);
+}
+
+static void *zthread(void *p) {
+    zrun(p, 0);
+    return NULL;
+}
+
+static void zero_sharded_step_equals_one_rank_with_summed_gradients(int zero) {
+    fc_shared S;
+    pthread_barrier_init(&S.bar, NULL, NR);
+    static zrank z[NR], ref;
+    pthread_t th[NR];
+    for (int r = 0; r < NR; r++) {
+        memset(&z[r], 0, sizeof z[r]);
+        z[r].rank = r, z[r].zero = zero;
+        z[r].comm = (skpo_comm){&fc_ops, r, NR, 0, &S};
+        pthread_create(&th[r], NULL, zthread, &z[r]);
+    }
+    for (int r = 0; r < NR; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&S.bar);
+    memset(&ref, 0, sizeof ref);
+    skpo_comm *lc;
+    skpo_err e = {0};
+    skpo_comm_init(SKPO_COMM_LOCAL, &lc, &e);
+    ref.comm = *lc;
+    zrun(&ref, NR);
+    skpo_comm_free(lc);
+    CHECK(ref.st == SKPO_OK);
+    for (int r = 0; r < NR; r++) {
+        CHECK(z[r].st == SKPO_OK);
+        for (int s = 0; s < 2; s++) CHECK_NEAR(z[r].norm[s], ref.norm[s], 1e-6 * ref.norm[s]);
+        double worst = 0;
+        for (int i = 0; i < ZN; i++) worst = fmax(worst, fabs((double)z[r].master[i] - ref.master[i]));
+        CHECK_MSG(worst <= 1e-6, "rank %d: masters differ from the one-rank step by %g", r, worst);
+        CHECK_MSG(!memcmp(z[r].master, z[0].master, sizeof z[0].master), "rank %d's masters differ from rank 0's", r);
+        CHECK(!memcmp(z[r].w, z[0].w, sizeof z[0].w));   // bf16 copies rewritten from the gathered masters
+    }
+    double wm = 0;
+    for (int i = 0; i < ZN; i++)
+        wm = fmax(wm, fmax(fabs((double)z[0].m0[i] - ref.m0[i]), fabs((double)z[0].v0[i] - ref.v0[i])));
+    CHECK_MSG(wm <= 1e-6, "gathered moments differ by %g", wm);
+}
+
+static void zero1_over_3_ranks_equals_one_rank(void) { zero_sharded_step_equals_one_rank_with_summed_gradients(1); }
+static void allreduce_over_3_ranks_equals_one_rank(void) { zero_sharded_step_equals_one_rank_with_summed_gradients(0); }
+#endif
+
 int main(void) {
     RUN(scoring_log_probs_match_cpu);
     RUN(gradients_of_every_tensor_match_cpu);
@@ -452,6 +645,10 @@ int main(void) {
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);
+#ifdef SKPO_FAKE_CUDA
+    RUN(zero1_over_3_ranks_equals_one_rank);
+    RUN(allreduce_over_3_ranks_equals_one_rank);
+#endif
     return TEST_SUMMARY();
 }
 #endif

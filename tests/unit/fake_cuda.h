@@ -1,0 +1,200 @@
+// fake_cuda.h - a host-memory stand-in for the CUDA backend (cuda.h and
+// cuda_infer.h), for test_cuda_model_fake.c only: "device" memory is malloc,
+// every kernel is a plain loop with bf16 storage (round to nearest even) and
+// fp32 math, written from the kernels' contracts and not from the CPU model.
+// It lets CI (no GPU) run core/model_cuda.c's host side for real: parameter
+// offsets, staging of tokens/positions/slots/block tables, the device KV pool
+// and its copy-on-write, scratch growth, sync to and from the host, errors.
+// Graph capture reports failure, so the eager fallback is what runs.
+// Include once, from a test that defines SKPO_HAVE_CUDA before any header.
+#include "cuda.h"
+#include "cuda_infer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct skpo_cuda {
+    int device;
+};
+
+static size_t fake_free_bytes = (size_t)8 << 30;  // what mem_free reports
+static long fake_live_allocs;                     // device allocations not yet freed
+
+int skpo_cuda_device_count(void) { return 1; }
+skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err) {
+    if (device != 0) return skpo_err_set(err, SKPO_EDEVICE, "no CUDA device %d (fake backend)", device);
+    *out = skpo_xcalloc(1, sizeof **out);
+    return SKPO_OK;
+}
+void skpo_cuda_free_ctx(skpo_cuda *c) { free(c); }
+size_t skpo_cuda_mem_free(skpo_cuda *c) { return fake_free_bytes; }
+size_t skpo_cuda_mem_total(skpo_cuda *c) { return (size_t)16 << 30; }
+skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err) {
+    if (bytes > fake_free_bytes)
+        return skpo_err_set(err, SKPO_ENOMEM, "out of GPU memory allocating %zu MiB for %s", bytes >> 20, what);
+    *p = malloc(bytes ? bytes : 1);
+    memset(*p, 0xA5, bytes);  // garbage, like fresh device memory
+    fake_live_allocs++;
+    return SKPO_OK;
+}
+void skpo_cuda_dfree(void *p) {
+    if (p) fake_live_allocs--;
+    free(p);
+}
+skpo_status skpo_cuda_h2d(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2h(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memmove(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t n, skpo_err *e) { memset(p, 0, n); return SKPO_OK; }
+skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *e) { return SKPO_OK; }
+skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) { *p = skpo_xmalloc(bytes ? bytes : 1); return SKPO_OK; }
+void skpo_cuda_host_free(void *p) { free(p); }
+
+void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (skpo_bf16)((u >> 16) | 0x40);
+        else dst[i] = (skpo_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+static float fk_ld(const skpo_bf16 *p, size_t i) { float f; skpo_bf16_to_f32_host(&f, p + i, 1); return f; }
+static void fk_st(skpo_bf16 *p, size_t i, float v) { skpo_f32_to_bf16_host(p + i, &v, 1); }
+
+skpo_status skpo_cuda_f32_to_bf16(skpo_cuda *c, skpo_bf16 *d, const float *s, size_t n, skpo_err *e) {
+    skpo_f32_to_bf16_host(d, s, n);
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *d, const skpo_bf16 *s, size_t n, skpo_err *e) {
+    skpo_bf16_to_f32_host(d, s, n);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            float a = 0.f;
+            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
+            if (beta != 0.f) a += beta * fk_ld(y, (size_t)t * N + n);
+            fk_st(y, (size_t)t * N + n, a);
+            if (bias) fk_st(y, (size_t)t * N + n, fk_ld(y, (size_t)t * N + n) + fk_ld(bias, n));
+        }
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
+                                    skpo_err *err) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            float a = 0.f;
+            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
+            y[(size_t)t * N + n] = a;
+        }
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
+                            skpo_err *err) {
+    for (int t = 0; t < T; t++) memmove(out + (size_t)t * C, wte + (size_t)ids[t] * C, (size_t)C * sizeof *out);
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                              int C, float eps, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        float ss = 0.f;
+        for (int i = 0; i < C; i++) ss += fk_ld(x, (size_t)t * C + i) * fk_ld(x, (size_t)t * C + i);
+        float r = 1.f / sqrtf(ss / (float)C + eps);
+        if (rstd) rstd[t] = r;
+        for (int i = 0; i < C; i++) fk_st(out, (size_t)t * C + i, fk_ld(x, (size_t)t * C + i) * r * fk_ld(w, i));
+    }
+    return SKPO_OK;
+}
+static void fk_rope(skpo_bf16 *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hs, float sign) {
+    int half = hs / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            for (int d = 0; d < half; d++) {
+                float ang = (float)pos[t] * inv_freq[d], s = sinf(ang) * sign, co = cosf(ang);
+                size_t o = ((size_t)t * nh + h) * hs;
+                float a = fk_ld(x, o + d), b = fk_ld(x, o + d + half);
+                fk_st(x, o + d, a * co - b * s);
+                fk_st(x, o + d + half, b * co + a * s);
+            }
+}
+skpo_status skpo_cuda_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, const int32_t *pos, const float *inv_freq, int T,
+                           int nh, int nkv, int hs, int inverse, skpo_err *err) {
+    if (q) fk_rope(q, pos, inv_freq, T, nh, hs, inverse ? -1.f : 1.f);
+    if (k) fk_rope(k, pos, inv_freq, T, nkv, hs, inverse ? -1.f : 1.f);
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
+    for (size_t i = 0; i < n; i++) {
+        float a = fk_ld(g, i);
+        fk_st(out, i, a / (1.f + expf(-a)) * fk_ld(u, i));
+    }
+    return SKPO_OK;
+}
+static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
+    return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
+}
+skpo_status skpo_cuda_kv_store(skpo_cuda *c, skpo_bf16 *pk, skpo_bf16 *pv, const skpo_bf16 *k, const skpo_bf16 *v,
+                               const int32_t *sb, const int32_t *sr, int T, int n_layers, int layer, int bs, int kv_dim,
+                               skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        size_t o = fk_row(sb[t], n_layers, layer, bs, sr[t], kv_dim);
+        memcpy(pk + o, k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof *pk);
+        memcpy(pv + o, v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof *pv);
+    }
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+                                      const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                      const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
+                                      int hs, skpo_err *err) {
+    int kd = nkv * hs, G = nh / nkv;
+    float scale = 1.f / sqrtf((float)hs);
+    for (int r = 0; r < N; r++) {
+        const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
+        int len = row_pos[r] + 1;
+        float *s = skpo_xmalloc((size_t)len * sizeof *s);
+        for (int h = 0; h < nh; h++) {
+            int hk = h / G;
+            float m = -INFINITY, l = 0.f;
+            for (int j = 0; j < len; j++) {
+                size_t o = fk_row(table[j / bs], n_layers, layer, bs, j % bs, kd) + (size_t)hk * hs;
+                float d = 0.f;
+                for (int e = 0; e < hs; e++) d += fk_ld(q, (size_t)r * nh * hs + (size_t)h * hs + e) * fk_ld(pk, o + e);
+                s[j] = d * scale;
+                if (s[j] > m) m = s[j];
+            }
+            for (int j = 0; j < len; j++) l += (s[j] = expf(s[j] - m));
+            for (int e = 0; e < hs; e++) {
+                float a = 0.f;
+                for (int j = 0; j < len; j++)
+                    a += s[j] * fk_ld(pv, fk_row(table[j / bs], n_layers, layer, bs, j % bs, kd) + (size_t)hk * hs + e);
+                fk_st(out, (size_t)r * nh * hs + (size_t)h * hs + e, a / l);
+            }
+        }
+        free(s);
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+}
+skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err) {
+    *out = NULL;
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+}
+skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+}
+void skpo_cuda_graph_free(skpo_cuda_graph *g) { SKPO_ASSERT(g == NULL); }
