@@ -11,10 +11,14 @@
  * write counted) give the fastest possible step. frac = roofline time /
  * measured time. The device sampler's time for the same batch (skpo_cuda_sample,
  * T = 1, top-p 0.95, V = 151936) is printed as an INFO line beside it: the
- * engine adds it to each step.
+ * engine adds it to each step. Last, the whole engine at batch 64 (one prompt,
+ * 64 samples of 128 tokens, shared prefix) with device and with host sampling:
+ * `INFO engine ... sampling=device|host tok_s=...`, what the device sampler
+ * (generate.h, skpo_gen_dev) saves.
  * Usage: bench_decode [0.5b|1.5b]
  */
 #include "gpu_bench.h"
+#include "generate.h"
 #include "kvcache.h"
 #ifdef SKPO_HAVE_CUDA
 #include "cuda.h"
@@ -125,6 +129,51 @@ static void bench_sampler(int B, int V) {
     free(h);
 }
 
+// The whole engine (generate.h) at batch B: one 512-token prompt, B samples
+// (shared prefix), 128 tokens each at temperature 1, sampled on the device
+// (skpo_gen_dev) or on the host (logits copied back, CPU sampler). Prints
+// tokens/s of each: what skpo-sample sees, prefill of the prompt included.
+static int bench_engine(skpo_model *m, const skpo_config *c, const char *model, int B, int on_device) {
+    skpo_err e = {0};
+    skpo_kv *kv = skpo_model_kv_new(m, (size_t)(B + 2) * (PROMPT + GEN + 16), 2 * B + 1, &e);
+    skpo_gen_dev *dev = on_device ? skpo_gen_dev_new(m, B, &e) : NULL;
+    if (!kv || (on_device && !dev)) {
+        printf("FAIL bench engine %s batch=%d: %s\n", model, B, e.msg);
+        skpo_kv_free(kv);
+        return 0;
+    }
+    int32_t eos = -1, *prompt = skpo_xmalloc(PROMPT * sizeof *prompt);
+    for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
+    uint64_t *seeds = skpo_xmalloc((size_t)B * sizeof *seeds);
+    for (int i = 0; i < B; i++) seeds[i] = 1000 + (uint64_t)i;
+    skpo_gen_opts o = {.step = skpo_gen_model_step, .step_ctx = m, .kv = kv, .vocab = c->vocab_size, .max_batch = B,
+                       .step_tokens = 4096, .share_prefix = 1, .ctx_limit = c->max_position_embeddings,
+                       .sample = {1.0, 1.0, 0}, .eos = &eos, .n_eos = 1, .dev = dev};
+    skpo_gen *g = skpo_gen_new(&o);
+    skpo_gen_req q = {.prompt = prompt, .n_prompt = PROMPT, .n = B, .max_new = GEN, .seeds = seeds};
+    int ok = skpo_gen_submit(g, &q, &e) == SKPO_OK;
+    bench_sync();
+    double t0 = bench_now();
+    ok = ok && skpo_gen_run(g, &e) == SKPO_OK;
+    double t = bench_now() - t0;
+    skpo_gen_group *gr = ok ? skpo_gen_pop(g) : NULL;
+    long ntok = 0;
+    for (int i = 0; gr && i < gr->n; i++) ntok += gr->s[i].n;
+    if (ok)
+        printf("INFO engine model=%s batch=%d sampling=%s tok_s=%.1f (%ld tokens in %.2fs, one %d-token prompt "
+               "prefilled once)\n", model, B, on_device ? "device" : "host", ntok / t, ntok, t, PROMPT);
+    else
+        printf("FAIL bench engine %s batch=%d sampling=%s: %s\n", model, B, on_device ? "device" : "host", e.msg);
+    fflush(stdout);
+    skpo_gen_group_free(gr);
+    skpo_gen_free(g);
+    skpo_gen_dev_free(dev);
+    skpo_kv_free(kv);
+    free(prompt);
+    free(seeds);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     skpo_config c;
     const char *model;
@@ -139,6 +188,7 @@ int main(int argc, char **argv) {
         ok &= run_batch(m, &c, model, batches[i], copy_bps);
         bench_sampler(batches[i], c.vocab_size);
     }
+    for (int dev = 1; dev >= 0; dev--) ok &= bench_engine(m, &c, model, 64, dev);
     skpo_model_free(m);
     return ok ? 0 : 1;
 }
