@@ -115,7 +115,10 @@ targets=$(ls tests/unit/test_cuda_*.c 2>/dev/null | sed 's#tests/unit/\(.*\)\.c#
 gtargets=$(ls tests/gpu/*.c 2>/dev/null | sed 's#tests/gpu/\(.*\)\.c#build/gpu/\1#')
 mkdir -p build
 built=1
-if timeout 200 make -k -j"$(nproc)" CUDA=1 ${use_extra:+NCCL_HOME=$extra} CUDA_HOME="$CUDA_HOME" \
+cc=cc
+command -v cc >/dev/null 2>&1 || cc=gcc
+echo "compiler: $($cc --version 2>/dev/null | head -1)"
+if timeout 200 make -k -j"$(nproc)" CC=$cc CUDA=1 ${use_extra:+NCCL_HOME=$extra} CUDA_HOME="$CUDA_HOME" \
      $targets $gtargets >build/gpu-build.log 2>&1; then
   echo "PASS gpu build ($(( $(date +%s) - bs ))s)"
 else
