@@ -80,6 +80,8 @@ typedef struct infer_state {
     skpo_bf16 *act;        // x, ln, q, k, v, att, gate, up (cap_rows each), xl, lnl (cap_seqs)
     float *logits;         // (cap_seqs, V)
     int32_t *dints, *hints; // staging on the device / pinned host
+    float *attn_work;      // split-attention partials (flash-decoding)
+    size_t attn_work_bytes;
     int last_nseq;         // rows of logits valid (0 before any step)
     int graphs_off;
     step_graph graphs[MAX_GRAPHS];
@@ -200,8 +202,15 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
         model_cuda_close(m);
         return s;
     }
-    mc->infer = skpo_xcalloc(1, sizeof(infer_state));
-    ((infer_state *)mc->infer)->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
+    mc->infer = in;
+    in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
+                                                         m->c.head_dim);
+    if ((s = skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err))) {
+        model_cuda_close(m);
+        return s;
+    }
     if (out) *out = mc;
     return SKPO_OK;
 }
@@ -273,6 +282,7 @@ static void infer_free(model_cuda *mc) {
     skpo_cuda_dfree(in->logits);
     skpo_cuda_dfree(in->dints);
     skpo_cuda_host_free(in->hints);
+    skpo_cuda_dfree(in->attn_work);
     free(in);
     mc->infer = NULL;
 }
@@ -415,7 +425,7 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
         TRY(skpo_cuda_kv_store(cu, pk, pv, b.k, b.v, ix->slot_b, ix->slot_r, N, ks->n_layers, l, ks->block_size, KVD,
                                err));
         TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
-                                      ks->block_size, NH, NKV, HS, err));
+                                      ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
         TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
