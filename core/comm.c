@@ -248,15 +248,14 @@ skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo
     return c->size == 1 ? SKPO_OK : c->ops->allgather_f32(c, buf, shard, err);
 }
 
-int skpo_comm_local_device(int ndev) {
+int skpo_comm_local_rank(void) {
     static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
-    if (ndev <= 0) return 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         long r;
-        if (v && skpo_parse_long(v, 0, INT_MAX, &r) == 0) return (int)(r % ndev);
+        if (v && skpo_parse_long(v, 0, INT_MAX, &r) == 0) return (int)r;
     }
-    return 0;
+    return -1;
 }
 
 skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err) {

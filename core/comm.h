@@ -90,10 +90,10 @@ skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err);
 // See skpo_comm_ops; identity on one rank.
 skpo_status skpo_comm_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
 skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
-// Which GPU this process should use: the launcher's local rank
-// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK)
-// modulo ndev; 0 when none is set.
-int skpo_comm_local_device(int ndev);
+// This process's rank on its node as the launcher says
+// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK);
+// -1 when none is set. Picks the GPU of a rank without starting MPI.
+int skpo_comm_local_rank(void);
 // Broadcast a byte string whose length only root knows: *buf/*len are root's
 // input; on other ranks they are outputs (malloc'd, caller frees).
 skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err);

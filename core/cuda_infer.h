@@ -29,17 +29,28 @@ size_t skpo_cuda_mem_total(skpo_cuda *c);
 skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K,
                                     int N, skpo_err *err);
 
+// out(T,F) = silu(gu[:, :F]) * gu[:, F:] for gu(T, 2F) = x [Wg; Wu]^T, the
+// output of one GEMM over the gate and up projections stored back to back.
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *err);
+
 // Causal attention of N query rows over a paged bf16 pool (kvcache.h layout,
 // layer `layer`): row r belongs to sequence row_seq[r] (a row of block_table,
 // (nseq, max_blocks)) and sits at position row_pos[r]; it attends to positions
 // 0..row_pos[r] of that sequence, which must already be stored in the pool
 // (its own K/V included). q, out (N, nh*hs). Covers prefill rows and decode
 // rows in one launch; query heads sharing a KV head are handled by one block,
-// so each K/V row is read once per group.
+// so each K/V row is read once per group. When there are too few rows to fill
+// the device, each row's positions are split over several blocks and merged
+// (flash-decoding) using `work` (fp32, work_bytes; NULL = never split). The
+// split count depends only on N, max_blocks and the device, so a step captured
+// in a CUDA graph replays correctly.
 skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
                                       const skpo_bf16 *pool_v, const int32_t *block_table, int max_blocks,
                                       const int32_t *row_seq, const int32_t *row_pos, int N, int n_layers, int layer,
-                                      int block_size, int nh, int nkv, int hs, skpo_err *err);
+                                      int block_size, int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                      skpo_err *err);
+// Bytes of `work` that let skpo_cuda_attention_paged split as much as it wants.
+size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs);
 
 // CUDA graphs over the context's stream: begin capture, end it into an
 // executable graph, launch it, free it. A failed capture leaves the stream

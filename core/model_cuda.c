@@ -80,11 +80,15 @@ typedef struct infer_state {
     skpo_bf16 *act;        // x, ln, q, k, v, att, gate, up (cap_rows each), xl, lnl (cap_seqs)
     float *logits;         // (cap_seqs, V)
     int32_t *dints, *hints; // staging on the device / pinned host
+    float *attn_work;      // split-attention partials (flash-decoding)
+    size_t attn_work_bytes;
     int last_nseq;         // rows of logits valid (0 before any step)
     int graphs_off;
     step_graph graphs[MAX_GRAPHS];
     unsigned long clock;
 } infer_state;
+
+static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err);
 
 skpo_status model_cuda_probe(int device, skpo_err *err) {
     int n = skpo_cuda_device_count();
@@ -200,8 +204,15 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
         model_cuda_close(m);
         return s;
     }
-    mc->infer = skpo_xcalloc(1, sizeof(infer_state));
-    ((infer_state *)mc->infer)->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
+    mc->infer = in;
+    in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
+                                                         m->c.head_dim);
+    if ((s = skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err))) {
+        model_cuda_close(m);
+        return s;
+    }
     if (out) *out = mc;
     return SKPO_OK;
 }
@@ -253,7 +264,14 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
         .n_blocks = (max_tokens + KV_BLOCK - 1) / KV_BLOCK + (size_t)(max_seqs > 0 ? max_seqs : 1),
         .max_seqs = max_seqs,
     };
-    return skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    // Scratch for a decode step of every sequence now, not mid-generation.
+    size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
+    if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
+        skpo_kv_free(kv);
+        return NULL;
+    }
+    return kv;
 }
 
 // --- step scratch ------------------------------------------------------------------------------
@@ -273,6 +291,7 @@ static void infer_free(model_cuda *mc) {
     skpo_cuda_dfree(in->logits);
     skpo_cuda_dfree(in->dints);
     skpo_cuda_host_free(in->hints);
+    skpo_cuda_dfree(in->attn_work);
     free(in);
     mc->infer = NULL;
 }
@@ -293,8 +312,8 @@ static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
     b.k = b.q + R * QD;
     b.v = b.k + R * KVD;
     b.att = b.v + R * KVD;
-    b.gate = b.att + R * QD;
-    b.up = b.gate + R * F;
+    b.gate = b.att + R * QD;   // (R, 2F): [gate | up] of the fused GEMM, or gate then up
+    b.up = b.gate + R * 2 * F; // (R, F): silu(gate) * up
     b.xl = b.up + R * F;
     b.lnl = b.xl + in->cap_seqs * C;
     return b;
@@ -307,10 +326,13 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
     const skpo_config *c = &m->c;
     skpo_status s;
     if (N > in->cap_rows || nseq > in->cap_seqs) {
-        size_t R = N > in->cap_rows ? N : in->cap_rows, S = nseq > in->cap_seqs ? nseq : in->cap_seqs;
+        // Grow by half at least, so a slowly growing batch reallocates O(log) times.
+        size_t R = in->cap_rows, S = in->cap_seqs;
+        if (N > R) R = N > R + R / 2 ? N : R + R / 2;
+        if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
         size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
         size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
-        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 2 * F) + S * 2 * C;
+        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 3 * F) + S * 2 * C;
         s = skpo_cuda_sync(mc->cu, err);  // the old buffers may still be in use
         if (s) return s;
         graphs_drop(in);                  // they point into the old buffers
@@ -415,13 +437,18 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
         TRY(skpo_cuda_kv_store(cu, pk, pv, b.k, b.v, ix->slot_b, ix->slot_r, N, ks->n_layers, l, ks->block_size, KVD,
                                err));
         TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
-                                      ks->block_size, NH, NKV, HS, err));
+                                      ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_swiglu(cu, b.gate, b.gate, b.up, (size_t)N * F, err));
-        TRY(skpo_cuda_linear(cu, b.x, b.gate, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
+        if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, 2 * F, 0.f, err));
+            TRY(skpo_cuda_swiglu_fused(cu, b.up, b.gate, N, F, err));
+        } else {
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_swiglu(cu, b.up, b.gate, b.up, (size_t)N * F, err));
+        }
+        TRY(skpo_cuda_linear(cu, b.x, b.up, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
     }
     // Only the last new row of each sequence needs logits: gather them (an
     // embedding lookup with x as the table), final norm, lm_head in fp32.

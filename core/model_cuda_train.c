@@ -73,8 +73,8 @@ typedef struct cutrain {
     bf *h, *lnf, *g, *logits;
     float *rstdf, *logp, *ent;
     // backward scratch (saved passes only)
-    bf *dx, *dtmp, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
-    float *dk, *dv, *dlogp, *dent;
+    bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
+    float *dk, *dv, *dlogp, *dent, *colpart;
 } cutrain;
 
 // model_cuda_close calls it through mc->train_free.
@@ -144,7 +144,9 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
     TAKE(t->g, d->R * d->C, bf); TAKE(t->logits, d->R * d->V, bf);
     TAKE(t->logp, d->S, float); TAKE(t->ent, d->S, float);
     if (t->saved) {
-        TAKE(t->dx, N * d->C, bf); TAKE(t->dtmp, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
+        size_t widest = d->C > d->QD ? d->C : d->QD;
+        TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
+        TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
         TAKE(t->dq, N * d->QD, bf); TAKE(t->datt, N * d->QD, bf);
         TAKE(t->dkb, N * d->KVD, bf); TAKE(t->dvb, N * d->KVD, bf);
         TAKE(t->dk, N * d->KVD, float); TAKE(t->dv, N * d->KVD, float);
@@ -350,12 +352,24 @@ static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *
     return SKPO_OK;
 }
 
-// One projection's backward whose input gradient ADDS into dln.
-static skpo_status proj_bwd_acc(skpo_model *m, bf *dln, const bf *dy, const bf *x, const float *w, const float *b, int N,
-                                int K, int O, skpo_err *err) {
+// Backward of y = x W^T (+ b) for y (N, O), x (N, K): dW and db accumulate;
+// dx (nullable) is overwritten, or accumulated into when acc.
+static skpo_status proj_bwd(skpo_model *m, cutrain *t, bf *dx, int acc, const bf *dy, const bf *x, const float *w,
+                            const float *b, int N, int K, int O, skpo_err *err) {
     skpo_cuda *cu = m->cuda->cu;
-    TRY(skpo_cuda_linear_backward(cu, NULL, G(w), G(b), dy, x, W(w), N, K, O, err));
-    return skpo_cuda_linear_dx(cu, dln, dy, W(w), N, K, O, 1.f, err);
+    TRY(skpo_cuda_linear_backward(cu, NULL, G(w), NULL, dy, x, W(w), N, K, O, err));
+    if (dx) TRY(skpo_cuda_linear_dx(cu, dx, dy, W(w), N, K, O, acc ? 1.f : 0.f, err));
+    if (b) TRY(skpo_cuda_colsum(cu, G(b), dy, NULL, NULL, N, O, t->colpart, err));
+    return SKPO_OK;
+}
+
+// RMSNorm backward: t->dx += through the norm of dy; the weight's gradient.
+static skpo_status norm_bwd(skpo_model *m, cutrain *t, const bf *dy, const bf *x, const float *w, const float *rstd,
+                            skpo_err *err) {
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = m->c.hidden_size;
+    TRY(skpo_cuda_rmsnorm_backward_acc(cu, t->dx, dy, x, W(w), rstd, N, C, err));
+    return skpo_cuda_colsum(cu, G(w), dy, x, rstd, N, C, t->colpart, err);
 }
 
 // t->dx holds d/dxout on entry and d/dxin on return.
@@ -365,17 +379,15 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
-    size_t NC = (size_t)N * C;
     // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
     TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
-    TRY(skpo_cuda_linear_backward(cu, t->dh, G(L->wd), NULL, t->dx, t->h, W(L->wd), N, F, C, err));
+    TRY(proj_bwd(m, t, t->dh, 0, t->dx, t->h, L->wd, NULL, N, F, C, err));
     TRY(skpo_cuda_swiglu_backward(cu, t->dgate, t->dup, t->dh, a->gate, a->up, (size_t)N * F, err));
-    TRY(skpo_cuda_linear_backward(cu, t->dln, G(L->wg), NULL, t->dgate, a->ln2, W(L->wg), N, C, F, err));
-    TRY(proj_bwd_acc(m, t->dln, t->dup, a->ln2, L->wu, NULL, N, C, F, err));
-    TRY(skpo_cuda_rmsnorm_backward(cu, t->dtmp, G(L->ln2), t->dln, a->xmid, W(L->ln2), a->rstd2, N, C, err));
-    TRY(skpo_cuda_add(cu, t->dx, t->dtmp, NC, err));   // d/dxmid
+    TRY(proj_bwd(m, t, t->dln, 0, t->dgate, a->ln2, L->wg, NULL, N, C, F, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dup, a->ln2, L->wu, NULL, N, C, F, err));
+    TRY(norm_bwd(m, t, t->dln, a->xmid, L->ln2, a->rstd2, err));   // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
-    TRY(skpo_cuda_linear_backward(cu, t->datt, G(L->wo), G(L->bo), t->dx, a->att, W(L->wo), N, QD, C, err));
+    TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
     TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
     TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
     TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_start,
@@ -383,11 +395,10 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
     TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
     TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
-    TRY(skpo_cuda_linear_backward(cu, t->dln, G(L->wq), G(L->bq), t->dq, a->ln1, W(L->wq), N, C, QD, err));
-    TRY(proj_bwd_acc(m, t->dln, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
-    TRY(proj_bwd_acc(m, t->dln, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
-    TRY(skpo_cuda_rmsnorm_backward(cu, t->dtmp, G(L->ln1), t->dln, a->xin, W(L->ln1), a->rstd1, N, C, err));
-    return skpo_cuda_add(cu, t->dx, t->dtmp, NC, err);   // d/dxin
+    TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
+    return norm_bwd(m, t, t->dln, a->xin, L->ln1, a->rstd1, err);   // dx is now d/dxin
 }
 
 static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const float *dent, skpo_err *err) {
@@ -398,7 +409,8 @@ static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const
     if (dent) TRY(skpo_cuda_h2d(cu, t->dent, dent, (size_t)t->S * 4, err));
     TRY(head_bwd(m, t, dent != NULL, err));
     bf *xl = t->x + (size_t)c->num_hidden_layers * N * C;
-    TRY(skpo_cuda_rmsnorm_backward(cu, t->dx, G(m->normf), t->dlnf, xl, W(m->normf), t->rstdf, N, C, err));
+    TRY(skpo_cuda_memset0(cu, t->dx, (size_t)N * C * 2, err));
+    TRY(norm_bwd(m, t, t->dlnf, xl, m->normf, t->rstdf, err));
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         ct_layer a = layer_of(m, t, l);
         if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input

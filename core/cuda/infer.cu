@@ -58,28 +58,57 @@ extern "C" skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skp
     return SKPO_OK;
 }
 
+// --- SwiGLU over a fused gate|up GEMM output ----------------------------------------------
+
+__global__ void k_swiglu_fused(bf16 *out, const bf16 *gu, int T, int F) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * F) return;
+    size_t t = i / F, f = i - t * F;
+    float a = __bfloat162float(gu[t * 2 * F + f]), b = __bfloat162float(gu[t * 2 * F + F + f]);
+    out[i] = __float2bfloat16(a / (1.f + expf(-a)) * b);
+}
+
+extern "C" skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F,
+                                              skpo_err *err) {
+    if (!T) return SKPO_OK;
+    size_t n = (size_t)T * F;
+    k_swiglu_fused<<<blocks_for(n, 256), 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)gu, T, F);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
 // --- paged attention for rows at arbitrary positions ------------------------------------
-// Grid (N rows, nkv heads); block = one warp per query head of the KV group
-// (G = nh / nkv <= 32). K/V tiles of 32 positions are staged in shared memory
-// (float) once for the whole group; within a tile each lane scores one
-// position against the warp's query (q in shared memory, broadcast reads; K
-// rows padded by one float so lanes hit distinct banks), the warp updates its
-// online softmax once per tile, and each lane accumulates hs/32 output dims.
+// Grid (N rows, nkv heads, S splits); block = one warp per query head of the
+// KV group (G = nh / nkv <= 32). K/V tiles of 32 positions are staged in
+// shared memory (float) once for the whole group; within a tile each lane
+// scores one position against the warp's query (q in shared memory, broadcast
+// reads; K rows padded by one float so lanes hit distinct banks), the warp
+// updates its online softmax once per tile, and each lane accumulates hs/32
+// output dims. With S > 1 (few rows, long contexts: flash-decoding) split z
+// covers positions [z*chunk, (z+1)*chunk) and writes its unnormalised partial
+// (m, l, acc) to `part`; k_attn_combine merges the splits.
 
 #define PG_TILE 32
 #define PG_MAX_HS 256
+#define PG_MAX_SPLITS 64
 
 __device__ __forceinline__ size_t pg_row(int block, int n_layers, int layer, int block_size, int row, int kv_dim) {
     return (((size_t)block * n_layers + layer) * block_size + row) * kv_dim;
 }
 
-__global__ void k_attn_paged(bf16 *out, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt, int max_blocks,
-                             const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer, int block_size,
-                             int nh, int nkv, int hs, float scale) {
+__global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
+                             int max_blocks, const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer,
+                             int block_size, int nh, int nkv, int hs, int chunk, float scale) {
     extern __shared__ float sh[];
-    int r = blockIdx.x, hk = blockIdx.y, G = nh / nkv;
+    int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z, S = gridDim.z, G = nh / nkv;
     int g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
-    int ks = hs + 1, kd = nkv * hs, qd = nh * hs;
+    int ks = hs + 1, kd = nkv * hs, qd = nh * hs, h = hk * G + g;
+    int len = row_pos[r] + 1, jb = z * chunk, je = min(len, jb + chunk);
+    float *pp = part ? part + (((size_t)r * nh + h) * S + z) * (hs + 2) : NULL;
+    if (jb >= len) {  // this split is past the row's end (uniform over the block)
+        if (pp && lane == 0) { pp[0] = -INFINITY; pp[1] = 0.f; }
+        return;
+    }
     float *qs = sh;                      // (G, hs)
     float *Ks = qs + (size_t)G * hs;     // (TILE, hs + 1)
     float *Vs = Ks + PG_TILE * ks;       // (TILE, hs)
@@ -87,11 +116,11 @@ __global__ void k_attn_paged(bf16 *out, const bf16 *q, const bf16 *pk, const bf1
     const bf16 *qrow = (const bf16 *)q + (size_t)r * qd + (size_t)hk * G * hs;
     for (int i = threadIdx.x; i < G * hs; i += nthr) qs[i] = __bfloat162float(qrow[i]) * scale;
     const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
-    int len = row_pos[r] + 1;
     float m = -INFINITY, l = 0.f, acc[PG_MAX_HS / 32];
+#pragma unroll
     for (int i = 0; i < PG_MAX_HS / 32; i++) acc[i] = 0.f;
-    for (int j0 = 0; j0 < len; j0 += PG_TILE) {
-        int nt = min(PG_TILE, len - j0);
+    for (int j0 = jb; j0 < je; j0 += PG_TILE) {
+        int nt = min(PG_TILE, je - j0);
         __syncthreads();  // the previous tile is consumed (and qs is written)
         for (int i = threadIdx.x; i < nt * hs; i += nthr) {
             int j = i / hs, d = i - j * hs, p = j0 + j;
@@ -108,43 +137,112 @@ __global__ void k_attn_paged(bf16 *out, const bf16 *q, const bf16 *pk, const bf1
             for (int d = 0; d < hs; d++) dot += qq[d] * kr[d];
             s = dot;
         }
-        float mn = fmaxf(m, warp_max(s));          // finite: nt >= 1
+        float mn = fmaxf(m, warp_max(s));  // finite: nt >= 1
         float corr = expf(m - mn), p = lane < nt ? expf(s - mn) : 0.f;
         l = l * corr + warp_sum(p);
         Ps[g * PG_TILE + lane] = p;
         __syncwarp();
-        int i = 0;
-        for (int d = lane; d < hs; d += 32, i++) {
-            float a = acc[i] * corr;
-            for (int j = 0; j < nt; j++) a += Ps[g * PG_TILE + j] * Vs[j * hs + d];
-            acc[i] = a;
+#pragma unroll
+        for (int i = 0; i < PG_MAX_HS / 32; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                float a = acc[i] * corr;
+                for (int j = 0; j < nt; j++) a += Ps[g * PG_TILE + j] * Vs[j * hs + d];
+                acc[i] = a;
+            }
         }
         m = mn;
         __syncwarp();
     }
-    bf16 *orow = out + (size_t)r * qd + ((size_t)hk * G + g) * hs;
-    int i = 0;
-    for (int d = lane; d < hs; d += 32, i++) orow[d] = __float2bfloat16(acc[i] / l);
+    if (pp) {
+        if (lane == 0) { pp[0] = m; pp[1] = l; }
+#pragma unroll
+        for (int i = 0; i < PG_MAX_HS / 32; i++)
+            if (lane + 32 * i < hs) pp[2 + lane + 32 * i] = acc[i];
+        return;
+    }
+    bf16 *orow = out + (size_t)r * qd + (size_t)h * hs;
+#pragma unroll
+    for (int i = 0; i < PG_MAX_HS / 32; i++)
+        if (lane + 32 * i < hs) orow[lane + 32 * i] = __float2bfloat16(acc[i] / l);
+}
+
+// One warp per (row, head): merge the S partials by their maxima.
+__global__ void k_attn_combine(bf16 *out, const float *part, int N, int nh, int hs, int S) {
+    int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (w >= N * nh) return;
+    const float *pp = part + (size_t)w * S * (hs + 2);
+    float M = -INFINITY;
+    for (int z = 0; z < S; z++) M = fmaxf(M, pp[(size_t)z * (hs + 2)]);
+    float L = 0.f;
+    for (int z = 0; z < S; z++) {
+        const float *pz = pp + (size_t)z * (hs + 2);
+        if (pz[1] > 0.f) L += pz[1] * expf(pz[0] - M);
+    }
+    for (int d = lane; d < hs; d += 32) {
+        float a = 0.f;
+        for (int z = 0; z < S; z++) {
+            const float *pz = pp + (size_t)z * (hs + 2);
+            if (pz[1] > 0.f) a += pz[2 + d] * expf(pz[0] - M);
+        }
+        out[(size_t)w * hs + d] = __float2bfloat16(a / L);
+    }
+}
+
+// Blocks worth filling the device with (two waves of one block per SM).
+static int pg_target_blocks(skpo_cuda *c) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess || sms <= 0) {
+        cudaGetLastError();
+        sms = 32;
+    }
+    return 2 * sms;
+}
+
+extern "C" size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) {
+    // Splitting only happens while N * nkv < target, and then S * N <= target / nkv + N.
+    size_t target = (size_t)pg_target_blocks(c);
+    return (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
 }
 
 extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
                                                  const skpo_bf16 *pool_k, const skpo_bf16 *pool_v,
                                                  const int32_t *block_table, int max_blocks, const int32_t *row_seq,
                                                  const int32_t *row_pos, int N, int n_layers, int layer, int block_size,
-                                                 int nh, int nkv, int hs, skpo_err *err) {
+                                                 int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                                 skpo_err *err) {
     if (!N) return SKPO_OK;
     if (hs > PG_MAX_HS || hs % 2 || nkv <= 0 || nh % nkv || nh / nkv > 32)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
                             hs, nh, nkv);
     int G = nh / nkv;
+    // Splits: from the shapes only (N, table width), so a captured graph stays valid.
+    int tiles = (max_blocks * block_size + PG_TILE - 1) / PG_TILE, blocks = N * nkv, S = 1;
+    if (work && blocks < pg_target_blocks(c)) {
+        S = (pg_target_blocks(c) + blocks - 1) / blocks;
+        if (S > tiles) S = tiles;
+        if (S > PG_MAX_SPLITS) S = PG_MAX_SPLITS;
+        size_t per = (size_t)N * nh * (hs + 2) * sizeof(float);
+        if ((size_t)S * per > work_bytes) S = (int)(work_bytes / per);
+        if (S < 1) S = 1;
+    }
+    int chunk_tiles = (tiles + S - 1) / S;
+    if (S > 1) S = (tiles + chunk_tiles - 1) / chunk_tiles;  // no empty trailing splits
     size_t shm = sizeof(float) * ((size_t)G * hs + (size_t)PG_TILE * (hs + 1) + (size_t)PG_TILE * hs + (size_t)G * PG_TILE);
     if (shm > 48 * 1024)
         CU(cudaFuncSetAttribute(k_attn_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm), err);
-    dim3 grid((unsigned)N, (unsigned)nkv);
-    k_attn_paged<<<grid, 32 * G, shm, c->stream>>>((bf16 *)out, (const bf16 *)q, (const bf16 *)pool_k,
-                                                   (const bf16 *)pool_v, block_table, max_blocks, row_seq, row_pos,
-                                                   n_layers, layer, block_size, nh, nkv, hs, 1.f / sqrtf((float)hs));
+    dim3 grid((unsigned)N, (unsigned)nkv, (unsigned)S);
+    k_attn_paged<<<grid, 32 * G, shm, c->stream>>>((bf16 *)out, S > 1 ? work : NULL, (const bf16 *)q,
+                                                   (const bf16 *)pool_k, (const bf16 *)pool_v, block_table, max_blocks,
+                                                   row_seq, row_pos, n_layers, layer, block_size, nh, nkv, hs,
+                                                   S > 1 ? chunk_tiles * PG_TILE : tiles * PG_TILE,
+                                                   1.f / sqrtf((float)hs));
     LAUNCHED(err);
+    if (S > 1) {
+        size_t threads = (size_t)N * nh * 32;
+        k_attn_combine<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, work, N, nh, hs, S);
+        LAUNCHED(err);
+    }
     return SKPO_OK;
 }
 

@@ -95,3 +95,63 @@ extern "C" skpo_status skpo_cuda_d2d(skpo_cuda *c, void *dst, const void *src, s
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), err);
     return SKPO_OK;
 }
+
+// --- column sums (bias and norm-weight gradients) without atomics -------------------------
+// Stage 1: COL_PARTS row ranges x column blocks, each thread sums its column
+// over its rows (adjacent threads read adjacent columns); stage 2 adds the
+// partials in order. Deterministic, and no T-fold contention on N addresses.
+
+__global__ void k_colsum_part(float *part, const bf16 *a, const bf16 *b, const float *r, int T, int N, int rows) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    int t0 = blockIdx.y * rows, t1 = min(T, t0 + rows);
+    float s = 0.f;
+    for (int t = t0; t < t1; t++) {
+        float v = __bfloat162float(a[(size_t)t * N + n]);
+        if (b) v *= __bfloat162float(b[(size_t)t * N + n]) * r[t];
+        s += v;
+    }
+    part[(size_t)blockIdx.y * N + n] = s;
+}
+
+__global__ void k_colsum_final(float *dst, const float *part, int parts, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float s = 0.f;
+    for (int p = 0; p < parts; p++) s += part[(size_t)p * N + n];
+    dst[n] += s;
+}
+
+extern "C" skpo_status skpo_cuda_colsum(skpo_cuda *c, float *dst, const skpo_bf16 *a, const skpo_bf16 *b, const float *r,
+                                        int T, int N, float *scratch, skpo_err *err) {
+    if (!T || !N) return SKPO_OK;
+    int rows = (T + SKPO_COL_PARTS - 1) / SKPO_COL_PARTS, parts = (T + rows - 1) / rows;
+    dim3 grid(blocks_for((size_t)N, 256), parts);
+    k_colsum_part<<<grid, 256, 0, c->stream>>>(scratch, (const bf16 *)a, (const bf16 *)b, r, T, N, rows);
+    k_colsum_final<<<blocks_for((size_t)N, 256), 256, 0, c->stream>>>(dst, scratch, parts, N);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+// dx += r w dy - r^3 x mean(dy w x): the residual gradient accumulates in place.
+__global__ void k_rmsnorm_bwd_acc(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *w, const float *rstd, int C) {
+    __shared__ float shm[32];
+    size_t row = (size_t)blockIdx.x * C;
+    float r = rstd[blockIdx.x], dot = 0.f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        dot += __bfloat162float(dy[row + i]) * __bfloat162float(w[i]) * __bfloat162float(x[row + i]);
+    dot = block_sum(dot, shm) / (float)C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float xi = __bfloat162float(x[row + i]), gi = __bfloat162float(dy[row + i]);
+        float d = r * __bfloat162float(w[i]) * gi - r * r * r * xi * dot;
+        dx[row + i] = __float2bfloat16(__bfloat162float(dx[row + i]) + d);
+    }
+}
+
+extern "C" skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *x,
+                                                      const skpo_bf16 *w, const float *rstd, int T, int C, skpo_err *err) {
+    if (!T) return SKPO_OK;
+    k_rmsnorm_bwd_acc<<<T, 256, 0, c->stream>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)w, rstd, C);
+    LAUNCHED(err);
+    return SKPO_OK;
+}

@@ -141,6 +141,14 @@ skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, c
     }
     return SKPO_OK;
 }
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            float a = fk_ld(gu, (size_t)t * 2 * F + f);
+            fk_st(out, (size_t)t * F + f, a / (1.f + expf(-a)) * fk_ld(gu, (size_t)t * 2 * F + F + f));
+        }
+    return SKPO_OK;
+}
 static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
     return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
 }
@@ -157,7 +165,7 @@ skpo_status skpo_cuda_kv_store(skpo_cuda *c, skpo_bf16 *pk, skpo_bf16 *pv, const
 skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
                                       const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
                                       const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
-                                      int hs, skpo_err *err) {
+                                      int hs, float *work, size_t work_bytes, skpo_err *err) {
     int kd = nkv * hs, G = nh / nkv;
     float scale = 1.f / sqrtf((float)hs);
     for (int r = 0; r < N; r++) {
@@ -186,6 +194,8 @@ skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_b
     }
     return SKPO_OK;
 }
+
+size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) { return 1024; }
 
 skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
     return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");

@@ -223,3 +223,31 @@ skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16
     for (int i = 0; i < n; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
     return SKPO_OK;
 }
+
+skpo_status skpo_cuda_colsum(skpo_cuda *c, float *dst, const skpo_bf16 *a, const skpo_bf16 *b, const float *r, int T,
+                             int N, float *scratch, skpo_err *err) {
+    for (int n = 0; n < N; n++) {
+        float s = 0.f;
+        for (int t = 0; t < T; t++) {
+            float v = fk_ld(a, (size_t)t * N + n);
+            if (b) v *= fk_ld(b, (size_t)t * N + n) * r[t];
+            s += v;
+        }
+        dst[n] += s;
+    }
+    for (size_t i = 0; i < (size_t)SKPO_COL_PARTS * N; i++) scratch[i] = NAN;   // scratch only: clobbered
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *x,
+                                           const skpo_bf16 *w, const float *rstd, int T, int C, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        size_t row = (size_t)t * C;
+        float r = rstd[t], dot = 0.f;
+        for (int i = 0; i < C; i++) dot += fk_ld(dy, row + i) * fk_ld(w, i) * fk_ld(x, row + i);
+        dot /= (float)C;
+        for (int i = 0; i < C; i++)
+            fk_st(dx, row + i, fk_ld(dx, row + i) + r * fk_ld(w, i) * fk_ld(dy, row + i) - r * r * r * fk_ld(x, row + i) * dot);
+    }
+    return SKPO_OK;
+}

@@ -16,6 +16,7 @@
 
 #ifdef SKPO_HAVE_CUDA
 #include "cuda.h"
+#include "cuda_infer.h"
 #endif
 
 #include <stdlib.h>
@@ -298,6 +299,92 @@ static void qwen2_05b_attention_shape_steps_match_cpu(void) {
     run_scenario(QWEN2_05B, "qwen2 0.5B heads");
 }
 
+// The paged attention kernel on its own, against a double-precision
+// reference: rows of two sequences at positions 0..700 over scattered blocks,
+// Qwen2.5-0.5B heads (14 over 2, head_dim 64) and Llama-8B-like (32 over 8,
+// 128); once without split scratch and once with it (flash-decoding splits).
+// Outputs are convex combinations of values in [-1, 1] stored in bf16:
+// absolute tolerance 1e-2.
+static void paged_attention_matches_reference_with_and_without_splits(void) {
+    NEED_GPU();
+    static const int shapes[2][3] = {{14, 2, 64}, {32, 8, 128}};
+    for (int sh = 0; sh < 2; sh++) {
+        int nh = shapes[sh][0], nkv = shapes[sh][1], hs = shapes[sh][2], kd = nkv * hs, qd = nh * hs;
+        int L = 2, layer = 1, bs = 16, MB = 48, nblocks = 2 * MB, N = 6;
+        int32_t pos[6] = {0, 17, 300, 511, 700, 31}, rseq[6] = {0, 0, 1, 1, 0, 1}, bt[2 * 48];
+        for (int i = 0; i < 2 * MB; i++) bt[i] = (int32_t)((i * 37 + 11) % nblocks);  // a permutation (37 odd)
+        size_t pool_n = (size_t)nblocks * L * bs * kd;
+        float *pk = skpo_xmalloc(pool_n * sizeof(float)), *pv = skpo_xmalloc(pool_n * sizeof(float));
+        float *q = skpo_xmalloc((size_t)N * qd * sizeof(float));
+        for (size_t i = 0; i < pool_n; i++) { pk[i] = frand(); pv[i] = frand(); }
+        for (size_t i = 0; i < (size_t)N * qd; i++) q[i] = 2.f * frand();
+        skpo_bf16 *b16 = skpo_xmalloc(pool_n * sizeof *b16);
+        skpo_err err = {0};
+        skpo_cuda *cu;
+        CHECK(skpo_cuda_init(0, &cu, &err) == SKPO_OK);
+        void *dk = NULL, *dv = NULL, *dq = NULL, *dbt = NULL, *dpos = NULL, *dseq = NULL, *dout = NULL, *dwork = NULL;
+        size_t wb = skpo_cuda_attention_paged_work(cu, nh, nkv, hs);
+        CHECK(skpo_cuda_malloc(cu, &dk, pool_n * 2, "k", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dv, pool_n * 2, "v", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dq, (size_t)N * qd * 2, "q", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dout, (size_t)N * qd * 2, "out", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dbt, sizeof bt, "bt", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dpos, sizeof pos, "pos", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dseq, sizeof rseq, "seq", &err) == SKPO_OK);
+        CHECK(skpo_cuda_malloc(cu, &dwork, wb, "work", &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, pk, pool_n);
+        skpo_bf16_to_f32_host(pk, b16, pool_n);
+        CHECK(skpo_cuda_h2d(cu, dk, b16, pool_n * 2, &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, pv, pool_n);
+        skpo_bf16_to_f32_host(pv, b16, pool_n);
+        CHECK(skpo_cuda_h2d(cu, dv, b16, pool_n * 2, &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, q, (size_t)N * qd);
+        skpo_bf16_to_f32_host(q, b16, (size_t)N * qd);
+        CHECK(skpo_cuda_h2d(cu, dq, b16, (size_t)N * qd * 2, &err) == SKPO_OK);
+        CHECK(skpo_cuda_h2d(cu, dbt, bt, sizeof bt, &err) == SKPO_OK);
+        CHECK(skpo_cuda_h2d(cu, dpos, pos, sizeof pos, &err) == SKPO_OK);
+        CHECK(skpo_cuda_h2d(cu, dseq, rseq, sizeof rseq, &err) == SKPO_OK);
+        float *got = skpo_xmalloc((size_t)N * qd * sizeof(float));
+        for (int split = 0; split < 2; split++) {
+            CHECK_MSG(skpo_cuda_attention_paged(cu, dout, dq, dk, dv, dbt, MB, dseq, dpos, N, L, layer, bs, nh, nkv, hs,
+                                                split ? dwork : NULL, split ? wb : 0, &err) == SKPO_OK, "%s", err.msg);
+            CHECK(skpo_cuda_d2h(cu, b16, dout, (size_t)N * qd * 2, &err) == SKPO_OK);
+            skpo_bf16_to_f32_host(got, b16, (size_t)N * qd);
+            double worst = 0;
+            for (int r = 0; r < N; r++)
+                for (int h = 0; h < nh; h++) {
+                    int hk = h / (nh / nkv), len = pos[r] + 1;
+                    double *w = skpo_xmalloc((size_t)len * sizeof *w), mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < len; j++) {
+                        size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
+                        double d = 0;
+                        for (int e = 0; e < hs; e++) d += (double)q[(size_t)r * qd + (size_t)h * hs + e] * pk[o + e];
+                        w[j] = d / sqrt((double)hs);
+                        mx = fmax(mx, w[j]);
+                    }
+                    for (int j = 0; j < len; j++) sum += (w[j] = exp(w[j] - mx));
+                    for (int e = 0; e < hs; e++) {
+                        double a = 0;
+                        for (int j = 0; j < len; j++) {
+                            size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
+                            a += w[j] * pv[o + e];
+                        }
+                        double g = got[(size_t)r * qd + (size_t)h * hs + e];
+                        worst = isfinite(g) ? fmax(worst, fabs(g - a / sum)) : INFINITY;
+                    }
+                    free(w);
+                }
+            CHECK_MSG(worst <= 1e-2, "heads %d/%d hs %d split %d: max error %.3g", nh, nkv, hs, split, worst);
+            printf("# paged attention %d/%d heads, hs %d, %s: max abs error %.2e\n", nh, nkv, hs,
+                   split ? "split" : "unsplit", worst);
+        }
+        skpo_cuda_dfree(dk); skpo_cuda_dfree(dv); skpo_cuda_dfree(dq); skpo_cuda_dfree(dout);
+        skpo_cuda_dfree(dbt); skpo_cuda_dfree(dpos); skpo_cuda_dfree(dseq); skpo_cuda_dfree(dwork);
+        skpo_cuda_free_ctx(cu);
+        free(pk); free(pv); free(q); free(b16); free(got);
+    }
+}
+
 static int argmax(const float *z, int V, float *margin) {
     int best = 0;
     for (int i = 1; i < V; i++) if (z[i] > z[best]) best = i;
@@ -479,6 +566,7 @@ int main(void) {
     RUN(device_cuda_without_a_gpu_fails_with_a_one_line_reason);
     RUN(step_dev_on_a_cpu_model_is_unsupported);
 #ifdef SKPO_HAVE_CUDA
+    RUN(paged_attention_matches_reference_with_and_without_splits);
     RUN(qwen2_steps_match_cpu_with_forks_and_mixed_batches);
     RUN(llama_llama3_rope_bias_untied_steps_match_cpu);
     RUN(qwen2_05b_attention_shape_steps_match_cpu);

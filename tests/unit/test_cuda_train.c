@@ -7,16 +7,20 @@
 //
 // Tolerances (bf16 weights and activations, fp32 statistics and gradients;
 // the CPU side runs on the same bf16-rounded weights):
-//   log-prob and entropy: |gpu - cpu| <= 1e-2 (1 + |cpu|) each, mean |gpu - cpu|
-//     <= 1e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding);
+//   log-prob and entropy: |gpu - cpu| <= 2e-2 (1 + |cpu|) each, mean |gpu - cpu|
+//     <= 2e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding; the fake
+//     backend measures worst 8e-3, mean 9e-3);
 //   gradients, per tensor: cosine similarity > 0.99 and
-//     |g_gpu - g_cpu| / |g_cpu| < 3e-2 (L2 norms);
+//     |g_gpu - g_cpu| / |g_cpu| < 5e-2 (L2 norms; fake backend: cosine >=
+//     0.9997, relative <= 2.2e-2);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
 //     are fp32 atomics, so two backward passes differ in summation order);
-//   one update step: loss within 2e-2 relative, grad norm within 5e-2
+//   one update step: loss within 2e-2 (1 + |loss|) (the objective is a
+//     near-cancelling sum of A * ratio, each log-prob off by ~1e-2), grad norm within 5e-2
 //     relative, and the weight change (after - before) over all parameters
 //     with cosine > 0.95 to the CPU step's (early AdamW steps are close to
-//     lr * sign(g), so bf16 noise flips only the smallest gradients).
+//     lr * sign(g), so bf16 noise flips only the smallest gradients; fake
+//     backend: loss 3e-3 off, norm 1%, cosine 0.998).
 // Without nvcc at build time or a GPU at run time every test prints a
 // visible SKIP line. Nothing here has run on a GPU yet (written without one);
 // test_cuda_train_fake.c runs the same tests in CPU builds on host-memory
@@ -152,7 +156,7 @@ static void check_logp(const float *lg, const float *lc, const float *eg, const 
         mean += (a + b) / (2.0 * (double)S);
         if (!isfinite(lg[i]) || !isfinite(eg[i])) worst = INFINITY;
     }
-    CHECK_MSG(worst <= 1e-2 && mean <= 1e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
+    CHECK_MSG(worst <= 2e-2 && mean <= 2e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
 }
 
 // Train forward + backward of b on both models with loss sum(w logp) + sum(u H).
@@ -186,7 +190,7 @@ static void grads_match(const char *json, const int *len, const int *start, int 
     for (int i = 0; i < np; i++) {
         double cs, rel;
         compare(gg + off, p[i].grad, p[i].numel, &cs, &rel);
-        CHECK_MSG(cs > 0.99 && rel < 3e-2, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
+        CHECK_MSG(cs > 0.99 && rel < 5e-2, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
         off += p[i].numel;
     }
     free(gg), free(w), free(u), free(lc), free(ec), free(lg), free(eg);
@@ -356,7 +360,7 @@ static void steps_match(skpo_model *gin, skpo_comm *gcomm, int zero) {
     skpo_update_metrics mc[2], mg[2];
     CHECK(run_step(c, oc, lc, 0, mc) && run_step(g, og, gcomm ? gcomm : lc, zero, mg));
     for (int k = 0; k < 2; k++) {
-        CHECK_NEAR(mg[k].loss, mc[k].loss, 2e-2 * (fabs(mc[k].loss) + 1e-3));
+        CHECK_NEAR(mg[k].loss, mc[k].loss, 2e-2 * (1 + fabs(mc[k].loss)));
         CHECK_NEAR(mg[k].grad_norm, mc[k].grad_norm, 5e-2 * mc[k].grad_norm);
     }
     CHECK(og->t == oc->t && og->t == 2);

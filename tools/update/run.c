@@ -118,17 +118,6 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     return st;
 }
 
-// The launcher's local rank, or -1.
-static long local_rank(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        long r;
-        if (v && skpo_parse_long(v, 0, 1L << 30, &r) == 0) return r;
-    }
-    return -1;
-}
-
 // Entry r mod count of CUDA_VISIBLE_DEVICES (or "r" when unset). Must run
 // before anything initialises CUDA: the runtime reads the variable once.
 static void bind_gpu(long r) {
@@ -151,8 +140,9 @@ static void bind_gpu(long r) {
 }
 
 void upd_bind_device(upd_args *a) {
-    long r = local_rank();
-    if (r >= 0 && (!a->device || strcmp(a->device, "cpu"))) bind_gpu(r);
+    long r = skpo_comm_local_rank();
+    const char *want = a->device ? a->device : getenv("SKPO_DEVICE");
+    if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
     skpo_err e = {0};
     if (skpo_device_parse(a->device, &a->dev, &e)) skpo_die("%s", e.msg);
     if (a->dev != SKPO_DEV_CUDA && (a->recompute || a->zero > 0))
