@@ -39,9 +39,11 @@ static skpo_status local_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo
 }
 static skpo_status local_barrier(skpo_comm *c, skpo_err *err) { return SKPO_OK; }
 static void local_destroy(skpo_comm *c) { free(c); }
+static skpo_status local_shard_op(skpo_comm *c, float *buf, size_t shard, skpo_err *err) { return SKPO_OK; }
 
 static const skpo_comm_ops local_ops = {
     "local", local_allreduce_f32, local_allreduce_f64, local_bcast, local_barrier, local_destroy,
+    local_shard_op, local_shard_op,
 };
 
 // --- MPI ------------------------------------------------------------------------------
@@ -93,8 +95,24 @@ static void mpi_destroy(skpo_comm *c) {
     free(c);
 }
 
+// Host-buffer versions for completeness (the CPU trainer does not shard):
+// reduce-scatter as a full all-reduce, all-gather as one broadcast per rank,
+// both sliced below MPI's int counts.
+static skpo_status mpi_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    return mpi_allreduce(buf, shard * (size_t)c->size, sizeof *buf, MPI_FLOAT, err);
+}
+
+static skpo_status mpi_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    for (int r = 0; r < c->size; r++) {
+        skpo_status st = mpi_bcast(c, buf + (size_t)r * shard, shard * sizeof *buf, r, err);
+        if (st) return st;
+    }
+    return SKPO_OK;
+}
+
 static const skpo_comm_ops mpi_ops = {
     "mpi", mpi_allreduce_f32, mpi_allreduce_f64, mpi_bcast, mpi_barrier, mpi_destroy,
+    mpi_reduce_scatter_f32, mpi_allgather_f32,
 };
 
 static skpo_status mpi_open(skpo_comm *c, skpo_err *err) {
@@ -128,8 +146,18 @@ static void nccl_destroy(skpo_comm *c) {
     mpi_destroy(c);
 }
 
+// In place: NCCL allows recvbuff == sendbuff + rank * count for both.
+static skpo_status nccl_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    return skpo_nccl_reduce_scatter_sum(c->impl, buf + (size_t)c->rank * shard, buf, shard, err);
+}
+
+static skpo_status nccl_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    return skpo_nccl_allgather(c->impl, buf, buf + (size_t)c->rank * shard, shard, err);
+}
+
 static const skpo_comm_ops nccl_ops = {
     "nccl", nccl_allreduce_f32, mpi_allreduce_f64, mpi_bcast, mpi_barrier, nccl_destroy,
+    nccl_reduce_scatter_f32, nccl_allgather_f32,
 };
 
 skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
@@ -211,6 +239,23 @@ skpo_status skpo_comm_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_er
 }
 skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err) {
     return c->ops->barrier(c, err);
+}
+
+skpo_status skpo_comm_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    return c->size == 1 ? SKPO_OK : c->ops->reduce_scatter_f32(c, buf, shard, err);
+}
+skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err) {
+    return c->size == 1 ? SKPO_OK : c->ops->allgather_f32(c, buf, shard, err);
+}
+
+int skpo_comm_local_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        long r;
+        if (v && skpo_parse_long(v, 0, INT_MAX, &r) == 0) return (int)r;
+    }
+    return -1;
 }
 
 skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err) {

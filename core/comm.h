@@ -11,8 +11,9 @@
  *          the f64 all-reduce, broadcast and barrier stay on MPI with host
  *          buffers (counts, metrics, error agreement). Bootstrapped through
  *          MPI (rank 0's NCCL unique id is broadcast). Needs a CUDA build and
- *          a device context: skpo_comm_init_nccl(). Compiled in CUDA builds
- *          but never run yet (no GPU where it was written).
+ *          a device context: skpo_comm_init_nccl(). reduce_scatter_f32 and
+ *          allgather_f32 (in place, device buffers) serve ZeRO-1 (optim.h).
+ *          Compiled in CUDA builds but never run yet (no GPU where written).
  * SKPO_COMM_AUTO picks mpi when the process was started by an MPI launcher
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) and local
  * otherwise, so `bin/skpo-update` and `mpirun -np N bin/skpo-update` both work.
@@ -46,6 +47,12 @@ typedef struct skpo_comm_ops {
     skpo_status (*bcast)(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err);
     skpo_status (*barrier)(skpo_comm *c, skpo_err *err);
     void (*destroy)(skpo_comm *c);
+    // In place over buf (size * shard floats): after reduce_scatter, rank r's
+    // slice buf[r*shard, (r+1)*shard) holds the sum over ranks of that slice
+    // (the other slices are undefined); allgather copies every rank's slice r
+    // into slice r of every rank's buf. (ZeRO-1 on the device.)
+    skpo_status (*reduce_scatter_f32)(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
+    skpo_status (*allgather_f32)(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
 } skpo_comm_ops;
 
 struct skpo_comm {
@@ -62,8 +69,11 @@ struct skpo_comm {
 // kind NCCL is refused here: it needs a device, see skpo_comm_init_nccl.
 skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err);
 struct skpo_cuda;
-// The NCCL communicator over the GPU of context cu (one rank per GPU, under
-// an MPI launcher). SKPO_EUNSUPPORTED in builds without CUDA or MPI.
+// The NCCL communicator over the GPU of context cu (one rank per GPU):
+// rank 0's NCCL unique id is broadcast over MPI, so the process must be started
+// by an MPI launcher (mpirun, or srun --mpi=pmix) or be a single rank (MPI
+// then runs as a singleton). No shared-file bootstrap yet. SKPO_EUNSUPPORTED
+// in builds without CUDA or MPI.
 skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err);
 void skpo_comm_free(skpo_comm *c);
 // True when the environment says an MPI launcher started this process.
@@ -77,6 +87,13 @@ skpo_status skpo_comm_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err
 skpo_status skpo_comm_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err);
 skpo_status skpo_comm_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err);
 skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err);
+// See skpo_comm_ops; identity on one rank.
+skpo_status skpo_comm_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
+skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
+// This process's rank on its node as the launcher says
+// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK);
+// -1 when none is set. Picks the GPU of a rank without starting MPI.
+int skpo_comm_local_rank(void);
 // Broadcast a byte string whose length only root knows: *buf/*len are root's
 // input; on other ranks they are outputs (malloc'd, caller frees).
 skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err);

@@ -10,6 +10,7 @@
  * Kernels are the backend's (ops.h); weights are float32 in host memory.
  */
 #include "model_cuda.h"
+#include "model_cuda_train.h"
 #include "model_impl.h"
 #include "safetensors.h"
 
@@ -156,6 +157,8 @@ int skpo_model_params(skpo_model *m, skpo_param **params) {
 }
 
 void skpo_model_zero_grad(skpo_model *m) {
+    skpo_err e = {0};   // a device failure is kept and reported by the next pass
+    if (m->cuda) return (void)model_cuda_zero_grad(m, &e);
     if (m->grad) memset(m->grad, 0, m->numel * sizeof(float));
 }
 
