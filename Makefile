@@ -61,11 +61,20 @@ all: $(GPU_BINS)
 tools: $(TOOLS)
 tests: $(TESTS)
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
+# Objects remember the flavour they were built for: switching CUDA=0/1 in one
+# build folder rebuilds everything (else a CUDA build would keep the CPU-only
+# stubs of core/model_cuda.c and friends, and the reverse).
+FLAVOUR := $(BUILD)/.flavour-cuda$(CUDA)
+$(FLAVOUR):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.flavour-cuda*
+	@touch $@
+
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh)
+$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -78,7 +87,7 @@ bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 

@@ -37,6 +37,7 @@ typedef struct skpo_rollout {
     skpo_tok *tok;              // NULL with no_text
     skpo_kv *kv;
     skpo_gen *gen;
+    skpo_gen_dev *gdev;         // sampling on the GPU (CUDA model only, else NULL)
     skpo_gen_stop *stop;        // NULL without stop strings
     int32_t eos[16];
     int n_eos;
