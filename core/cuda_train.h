@@ -39,6 +39,11 @@ skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const sk
 // (fixed grid, fixed order); synchronises the stream.
 skpo_status skpo_cuda_sumsq_f64(skpo_cuda *c, double *host_out, const float *g, size_t n, skpo_err *err);
 
+// Collectives on host buffers over NCCL (staged through device memory), for
+// a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
+skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);
+skpo_status skpo_nccl_bcast_host(skpo_nccl *n, void *buf, size_t bytes, int root, skpo_err *err);
+
 #ifdef __cplusplus
 }
 #endif
