@@ -25,6 +25,7 @@
 #define NO_CUDA "this build has no CUDA (rebuild with nvcc on the PATH)"
 
 skpo_device skpo_model_device(const skpo_model *m) { return m->cuda ? SKPO_DEV_CUDA : SKPO_DEV_CPU; }
+skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return model_cuda_ctx(m); }
 
 #ifndef SKPO_HAVE_CUDA
 
@@ -50,9 +51,9 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
                             const int *off, float *logits, skpo_err *err) {
     return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
 }
-const float *model_cuda_last_logits(const skpo_model *m, int *nseq) {
-    if (nseq) *nseq = 0;
-    return NULL;
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
+    *dev_logits = NULL;
+    return 0;
 }
 
 #else
@@ -87,6 +88,8 @@ typedef struct infer_state {
     step_graph graphs[MAX_GRAPHS];
     unsigned long clock;
 } infer_state;
+
+static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err);
 
 skpo_status model_cuda_probe(int device, skpo_err *err) {
     int n = skpo_cuda_device_count();
@@ -262,7 +265,14 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
         .n_blocks = (max_tokens + KV_BLOCK - 1) / KV_BLOCK + (size_t)(max_seqs > 0 ? max_seqs : 1),
         .max_seqs = max_seqs,
     };
-    return skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    // Scratch for a decode step of every sequence now, not mid-generation.
+    size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
+    if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
+        skpo_kv_free(kv);
+        return NULL;
+    }
+    return kv;
 }
 
 // --- step scratch ------------------------------------------------------------------------------
@@ -303,8 +313,8 @@ static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
     b.k = b.q + R * QD;
     b.v = b.k + R * KVD;
     b.att = b.v + R * KVD;
-    b.gate = b.att + R * QD;
-    b.up = b.gate + R * F;
+    b.gate = b.att + R * QD;   // (R, 2F): [gate | up] of the fused GEMM, or gate then up
+    b.up = b.gate + R * 2 * F; // (R, F): silu(gate) * up
     b.xl = b.up + R * F;
     b.lnl = b.xl + in->cap_seqs * C;
     return b;
@@ -317,10 +327,13 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
     const skpo_config *c = &m->c;
     skpo_status s;
     if (N > in->cap_rows || nseq > in->cap_seqs) {
-        size_t R = N > in->cap_rows ? N : in->cap_rows, S = nseq > in->cap_seqs ? nseq : in->cap_seqs;
+        // Grow by half at least, so a slowly growing batch reallocates O(log) times.
+        size_t R = in->cap_rows, S = in->cap_seqs;
+        if (N > R) R = N > R + R / 2 ? N : R + R / 2;
+        if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
         size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
         size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
-        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 2 * F) + S * 2 * C;
+        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 3 * F) + S * 2 * C;
         s = skpo_cuda_sync(mc->cu, err);  // the old buffers may still be in use
         if (s) return s;
         graphs_drop(in);                  // they point into the old buffers
@@ -418,20 +431,25 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const model_layer *L = &m->layers[l];
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln1), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
-        TRY(skpo_cuda_rope(cu, b.q, b.k, ix->pos, mc->inv_freq, N, NH, NKV, HS, 0, err));
-        TRY(skpo_cuda_kv_store(cu, pk, pv, b.k, b.v, ix->slot_b, ix->slot_r, N, ks->n_layers, l, ks->block_size, KVD,
-                               err));
+        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), NULL, N, C, QD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), NULL, N, C, KVD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), NULL, N, C, KVD, 0.f, err));
+        // biases, RoPE on q and k, K/V rows into the pool: one launch
+        TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
+                                 ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
         TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
                                       ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
-        TRY(skpo_cuda_swiglu(cu, b.gate, b.gate, b.up, (size_t)N * F, err));
-        TRY(skpo_cuda_linear(cu, b.x, b.gate, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
+        if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, 2 * F, 0.f, err));
+            TRY(skpo_cuda_swiglu_fused(cu, b.up, b.gate, N, F, err));
+        } else {
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_swiglu(cu, b.up, b.gate, b.up, (size_t)N * F, err));
+        }
+        TRY(skpo_cuda_linear(cu, b.x, b.up, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
     }
     // Only the last new row of each sequence needs logits: gather them (an
     // embedding lookup with x as the table), final norm, lm_head in fp32.
@@ -524,6 +542,9 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
         skpo_kv_seq_blocks(kv, seq[i], &nb);
         if (nb > MB) MB = nb;
     }
+    // Table width in steps of 16 blocks (256 positions): a decode graph keyed
+    // on it then stays valid for 256 tokens instead of 16.
+    MB = (MB + 15) / 16 * 16;
     size_t nints = 5 * (size_t)N + (size_t)nseq + (size_t)nseq * (size_t)MB;
     in->last_nseq = 0;
     // The stream must be idle before the pinned staging is rewritten (the last
@@ -543,10 +564,10 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     return s;
 }
 
-const float *model_cuda_last_logits(const skpo_model *m, int *nseq) {
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
     infer_state *in = m->cuda ? m->cuda->infer : NULL;
-    if (nseq) *nseq = in ? in->last_nseq : 0;
-    return in && in->last_nseq ? in->logits : NULL;
+    *dev_logits = in && in->last_nseq ? in->logits : NULL;
+    return *dev_logits ? in->last_nseq : 0;
 }
 
 #endif /* SKPO_HAVE_CUDA */
@@ -557,7 +578,7 @@ skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int 
     if (!m->cuda)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "skpo_model_step_dev: the model is on the cpu (use skpo_model_step)");
     skpo_status s = model_cuda_step(m, kv, seq, nseq, toks, off, NULL, err);
-    if (!s) *dev_logits = model_cuda_last_logits(m, NULL);
+    if (!s) model_cuda_last_logits(m, dev_logits);
     return s;
 }
 
