@@ -28,6 +28,12 @@ ifeq ($(CUDA),1)
                -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  # NCCL outside CUDA_HOME (e.g. the pip package nvidia-nccl-cu13; tests/gpu/run.sh sets it)
+  ifneq ($(NCCL_HOME),)
+    NVCCFLAGS += -I$(NCCL_HOME)/include
+    CFLAGS    += -I$(NCCL_HOME)/include
+    LDLIBS    += -L$(NCCL_HOME)/lib
+  endif
   CU_SRC    := $(wildcard core/cuda/*.cu)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
@@ -42,10 +48,16 @@ TOOLS     := $(TOOL_DIRS:%=bin/skpo-%)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TESTS     := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
+# GPU benchmarks (tests/gpu/*.c -> build/gpu/*): built everywhere, so CI checks
+# that they compile; without a GPU they print "skipped: no GPU".
+GPU_SRC   := $(wildcard tests/gpu/*.c)
+GPU_BINS  := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
+
 .PHONY: all deps test test-long demo bench asan fuzz clean tools tests gpu-test
 .SECONDARY:
 
 all: $(TOOLS) $(TESTS)
+all: $(GPU_BINS)
 tools: $(TOOLS)
 tests: $(TESTS)
 
@@ -69,6 +81,10 @@ bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/gpu/%: tests/gpu/%.c $(wildcard tests/gpu/*.h) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 -include $(CORE_OBJ:.o=.d) $(TESTS:=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 
