@@ -7,12 +7,14 @@
 //
 // Tolerances (bf16 weights and activations, fp32 statistics and gradients;
 // the CPU side runs on the same bf16-rounded weights):
-//   log-prob and entropy: |gpu - cpu| <= 2e-2 (1 + |cpu|) each, mean |gpu - cpu|
-//     <= 2e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding; the fake
-//     backend measures worst 8e-3, mean 9e-3);
+//   log-prob and entropy: |gpu - cpu| <= 5e-2 (1 + |cpu|) each, mean |gpu - cpu|
+//     <= 3e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding; the fake
+//     backend measures worst 6e-3 / 2.7e-2, mean 8e-3 / 2.1e-2 for hidden
+//     128 / 256);
 //   gradients, per tensor: cosine similarity > 0.99 and
-//     |g_gpu - g_cpu| / |g_cpu| < 5e-2 (L2 norms; fake backend: cosine >=
-//     0.9997, relative <= 2.2e-2);
+//     |g_gpu - g_cpu| / |g_cpu| < 8e-2 (L2 norms; fake backend: cosine >=
+//     0.999, relative <= 2.2e-2 / 4.2e-2 for hidden 128 / 256; a wrong op
+//     gives cosine 0.5-0.95 and relative 0.3-1);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
 //     are fp32 atomics, so two backward passes differ in summation order);
 //   one update step: loss within 2e-2 (1 + |loss|) (the objective is a
@@ -42,6 +44,7 @@ int main(void) {
 }
 #else
 #include "cuda.h"
+#include "cuda_train.h"
 
 #include <unistd.h>
 
@@ -54,6 +57,11 @@ static int have_gpu(void) { return skpo_cuda_device_count() > 0; }
 static const char *CFG_SMALL =
     "{\"model_type\":\"qwen2\",\"vocab_size\":300,\"hidden_size\":128,\"intermediate_size\":256,"
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":256,"
+    "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
+// head_dim 64 with GQA 4:1: the sizes the tensor-core (flash) kernels take.
+static const char *CFG_HS64 =
+    "{\"model_type\":\"qwen2\",\"vocab_size\":300,\"hidden_size\":256,\"intermediate_size\":256,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"max_position_embeddings\":512,"
     "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
 // Qwen2's vocabulary: the lm_head runs in chunks of rows (2^26 logits each).
 static const char *CFG_VOCAB =
@@ -156,7 +164,7 @@ static void check_logp(const float *lg, const float *lc, const float *eg, const 
         mean += (a + b) / (2.0 * (double)S);
         if (!isfinite(lg[i]) || !isfinite(eg[i])) worst = INFINITY;
     }
-    CHECK_MSG(worst <= 2e-2 && mean <= 2e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
+    CHECK_MSG(worst <= 5e-2 && mean <= 3e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
 }
 
 // Train forward + backward of b on both models with loss sum(w logp) + sum(u H).
@@ -172,6 +180,7 @@ static int fwd_bwd(skpo_model *m, const batch *b, float *lp, float *ent, const f
 }
 
 static void grads_match(const char *json, const int *len, const int *start, int nseq) {
+    rs = 0x9E3779B97F4A7C15ull;   // the same data whatever ran before
     skpo_model *c = make(json, SKPO_DEV_CPU), *g = make(json, SKPO_DEV_CUDA);
     CHECK(c && g);
     if (!c || !g) goto out;
@@ -190,7 +199,7 @@ static void grads_match(const char *json, const int *len, const int *start, int 
     for (int i = 0; i < np; i++) {
         double cs, rel;
         compare(gg + off, p[i].grad, p[i].numel, &cs, &rel);
-        CHECK_MSG(cs > 0.99 && rel < 5e-2, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
+        CHECK_MSG(cs > 0.99 && rel < 8e-2, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
         off += p[i].numel;
     }
     free(gg), free(w), free(u), free(lc), free(ec), free(lg), free(eg);
@@ -213,6 +222,187 @@ static void vocab_152k_runs_in_row_chunks_and_matches_cpu(void) {
 #endif
     int len[] = {1000}, start[] = {1};   // 999 scored rows: 3 chunks of 441
     grads_match(CFG_VOCAB, len, start, 1);
+}
+
+// SKPO_ATTN=flash through the model: sequences longer than a 64-row tile,
+// one shorter than a tile, tiles that straddle sequences.
+static void flash_attention_gradients_match_cpu(void) {
+    NEED_GPU();
+    int len[] = {150, 3, 77}, start[] = {20, 1, 9};
+    setenv("SKPO_ATTN", "flash", 1);
+    grads_match(CFG_HS64, len, start, 3);
+    unsetenv("SKPO_ATTN");
+}
+
+// The flash kernels against the simple ones on the same inputs, op level.
+static void flash_kernels_match_simple_kernels(int hs) {
+    int nh = 4, nkv = 2, T = 230, nseq = 3;
+    int32_t ss[4] = {0, 130, 131, 230}, so[230];
+    for (int s = 0; s < nseq; s++)
+        for (int t = ss[s]; t < ss[s + 1]; t++) so[t] = s;
+    size_t nq = (size_t)T * nh * hs, nk = (size_t)T * nkv * hs;
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_cuda_init(0, &cu, &e) == SKPO_OK);
+    if (!cu) return;
+    float *hq = skpo_xmalloc(nq * 4), *hk = skpo_xmalloc(nk * 4), *hv = skpo_xmalloc(nk * 4), *hdo = skpo_xmalloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) hq[i] = 2 * frand() - 1, hdo[i] = frand() - 0.5f;
+    for (size_t i = 0; i < nk; i++) hk[i] = 2 * frand() - 1, hv[i] = 2 * frand() - 1;
+    skpo_bf16 *bq = skpo_xmalloc(nq * 2), *bk = skpo_xmalloc(nk * 2), *bv = skpo_xmalloc(nk * 2), *bdo = skpo_xmalloc(nq * 2);
+    skpo_f32_to_bf16_host(bq, hq, nq), skpo_f32_to_bf16_host(bk, hk, nk), skpo_f32_to_bf16_host(bv, hv, nk);
+    skpo_f32_to_bf16_host(bdo, hdo, nq);
+    void *dq_, *dk_, *dv_, *ddo, *dss, *dso, *o1, *o2, *l1, *l2, *gq1, *gq2, *gk1, *gv1, *gk2, *gv2, *work;
+    size_t work_n = (size_t)T * nh * (1 + hs);
+    void **bufs[] = {&dq_, &dk_, &dv_, &ddo, &dss, &dso, &o1, &o2, &l1, &l2, &gq1, &gq2, &gk1, &gv1, &gk2, &gv2, &work};
+    size_t sz[] = {nq * 2, nk * 2, nk * 2, nq * 2, 16, (size_t)T * 4, nq * 2, nq * 2, (size_t)T * nh * 4,
+                   (size_t)T * nh * 4, nq * 2, nq * 2, nk * 4, nk * 4, nk * 2, nk * 2, work_n * 4};
+    for (int i = 0; i < 17; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dq_, bq, nq * 2, &e) == SKPO_OK && skpo_cuda_h2d(cu, dk_, bk, nk * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dv_, bv, nk * 2, &e) == SKPO_OK && skpo_cuda_h2d(cu, ddo, bdo, nq * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dss, ss, 16, &e) == SKPO_OK && skpo_cuda_h2d(cu, dso, so, (size_t)T * 4, &e) == SKPO_OK);
+    CHECK_MSG(skpo_cuda_attention(cu, o1, l1, dq_, dk_, dv_, dss, nseq, T, nh, nkv, hs, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention(cu, o2, l2, dq_, dk_, dv_, dso, dss, T, nh, nkv, hs, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_cuda_memset0(cu, gk1, nk * 4, &e) == SKPO_OK && skpo_cuda_memset0(cu, gv1, nk * 4, &e) == SKPO_OK);
+    // Both backwards from the simple forward's out / lse.
+    CHECK_MSG(skpo_cuda_attention_backward(cu, gq1, gk1, gv1, ddo, o1, l1, dq_, dk_, dv_, dss, nseq, T, nh, nkv, hs, &e) ==
+              SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention_backward(cu, gq2, gk2, gv2, ddo, o1, l1, dq_, dk_, dv_, dso, dss, T, nh, nkv, hs,
+                                                 work, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_sync(cu, &e) == SKPO_OK, "%s", e.msg);
+    float *a = skpo_xmalloc(nq * 4), *b = skpo_xmalloc(nq * 4), *l1h = skpo_xmalloc((size_t)T * nh * 4);
+    float *l2h = skpo_xmalloc((size_t)T * nh * 4);
+    skpo_bf16 *tmp = skpo_xmalloc(nq * 2);
+    double cs, rel;
+    skpo_cuda_d2h(cu, tmp, o1, nq * 2, &e), skpo_bf16_to_f32_host(a, tmp, nq);
+    skpo_cuda_d2h(cu, tmp, o2, nq * 2, &e), skpo_bf16_to_f32_host(b, tmp, nq);
+    compare(b, a, nq, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "hs %d out: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, l1h, l1, (size_t)T * nh * 4, &e), skpo_cuda_d2h(cu, l2h, l2, (size_t)T * nh * 4, &e);
+    double wl = 0;
+    for (int i = 0; i < T * nh; i++) wl = fmax(wl, fabs((double)l1h[i] - l2h[i]));
+    CHECK_MSG(wl < 1e-3, "hs %d lse differs by %g", hs, wl);
+    skpo_cuda_d2h(cu, tmp, gq1, nq * 2, &e), skpo_bf16_to_f32_host(a, tmp, nq);
+    skpo_cuda_d2h(cu, tmp, gq2, nq * 2, &e), skpo_bf16_to_f32_host(b, tmp, nq);
+    compare(b, a, nq, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dq: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, a, gk1, nk * 4, &e);
+    skpo_cuda_d2h(cu, tmp, gk2, nk * 2, &e), skpo_bf16_to_f32_host(b, tmp, nk);
+    compare(b, a, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dk: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, a, gv1, nk * 4, &e);
+    skpo_cuda_d2h(cu, tmp, gv2, nk * 2, &e), skpo_bf16_to_f32_host(b, tmp, nk);
+    compare(b, a, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dv: cosine %.6f, relative %.5f", hs, cs, rel);
+    for (int i = 0; i < 17; i++) skpo_cuda_dfree(*bufs[i]);
+    free(hq), free(hk), free(hv), free(hdo), free(bq), free(bk), free(bv), free(bdo);
+    free(a), free(b), free(l1h), free(l2h), free(tmp);
+    skpo_cuda_free_ctx(cu);
+}
+
+// The kernels of cuda_train.h against host loops on the same bf16 inputs.
+static void train_ops_match_host_loops(void) {
+    NEED_GPU();
+    enum { T = 300, N = 200, K = 96 };
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_cuda_init(0, &cu, &e) == SKPO_OK);
+    if (!cu) return;
+    float *a = skpo_xmalloc(T * N * 4), *b = skpo_xmalloc(T * N * 4), *r = skpo_xmalloc(T * 4), *w = skpo_xmalloc(N * 4);
+    float *wk = skpo_xmalloc(N * K * 4), *dy = skpo_xmalloc(T * N * 4), *dx0 = skpo_xmalloc(T * K * 4);
+    for (int i = 0; i < T * N; i++) a[i] = frand() - 0.5f, b[i] = frand() - 0.5f, dy[i] = frand() - 0.5f;
+    for (int i = 0; i < T; i++) r[i] = 0.5f + frand();
+    for (int i = 0; i < N; i++) w[i] = 0.5f + frand();
+    for (int i = 0; i < N * K; i++) wk[i] = frand() - 0.5f;
+    for (int i = 0; i < T * K; i++) dx0[i] = frand() - 0.5f;
+    round_bf16(a, T * N), round_bf16(b, T * N), round_bf16(w, N), round_bf16(wk, N * K), round_bf16(dy, T * N);
+    round_bf16(dx0, T * K);
+    skpo_bf16 *ha = skpo_xmalloc(T * N * 2), *hb = skpo_xmalloc(T * N * 2), *hw = skpo_xmalloc(N * 2);
+    skpo_bf16 *hwk = skpo_xmalloc(N * K * 2), *hdy = skpo_xmalloc(T * N * 2), *hdx = skpo_xmalloc(T * K * 2);
+    skpo_f32_to_bf16_host(ha, a, T * N), skpo_f32_to_bf16_host(hb, b, T * N), skpo_f32_to_bf16_host(hw, w, N);
+    skpo_f32_to_bf16_host(hwk, wk, N * K), skpo_f32_to_bf16_host(hdy, dy, T * N), skpo_f32_to_bf16_host(hdx, dx0, T * K);
+    void *da, *db, *dr, *dw, *dwk, *ddy, *ddx, *dst, *scr, *rows, *g;
+    void **bufs[] = {&da, &db, &dr, &dw, &dwk, &ddy, &ddx, &dst, &scr, &rows, &g};
+    size_t sz[] = {T * N * 2, T * N * 2, T * 4, N * 2, N * K * 2, T * N * 2, T * K * 2, 2 * N * 4,
+                   SKPO_COL_PARTS * N * 4, 50 * 4, 50 * N * 2};
+    for (int i = 0; i < 11; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &e) == SKPO_OK);
+    skpo_cuda_h2d(cu, da, ha, T * N * 2, &e), skpo_cuda_h2d(cu, db, hb, T * N * 2, &e), skpo_cuda_h2d(cu, dr, r, T * 4, &e);
+    skpo_cuda_h2d(cu, dw, hw, N * 2, &e), skpo_cuda_h2d(cu, dwk, hwk, N * K * 2, &e), skpo_cuda_h2d(cu, ddy, hdy, T * N * 2, &e);
+    skpo_cuda_h2d(cu, ddx, hdx, T * K * 2, &e), skpo_cuda_memset0(cu, dst, 2 * N * 4, &e);
+    // column sums: plain (bias) and weighted (norm weight)
+    CHECK(skpo_cuda_colsum(cu, dst, da, NULL, NULL, T, N, scr, &e) == SKPO_OK);
+    CHECK(skpo_cuda_colsum(cu, (float *)dst + N, da, db, dr, T, N, scr, &e) == SKPO_OK);
+    float got[2 * N];
+    CHECK(skpo_cuda_d2h(cu, got, dst, sizeof got, &e) == SKPO_OK);
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double s1 = 0, s2 = 0;
+        for (int t = 0; t < T; t++) s1 += a[t * N + n], s2 += (double)a[t * N + n] * b[t * N + n] * r[t];
+        worst = fmax(worst, fmax(fabs(got[n] - s1), fabs(got[N + n] - s2)));
+    }
+    CHECK_MSG(worst < 1e-3, "column sums off by %g", worst);
+    // deterministic sum of squares
+    double ss = 0, want = 0, ss2 = 0;
+    CHECK(skpo_cuda_sumsq_f64(cu, &ss, (float *)dst, 2 * N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_sumsq_f64(cu, &ss2, (float *)dst, 2 * N, &e) == SKPO_OK);
+    for (int i = 0; i < 2 * N; i++) want += (double)got[i] * got[i];
+    CHECK_NEAR(ss, want, 1e-9 * want);
+    CHECK(memcmp(&ss, &ss2, sizeof ss) == 0);
+    // dx (T,K) += dy (T,N) W (N,K)
+    CHECK(skpo_cuda_linear_dx(cu, ddx, ddy, dwk, T, K, N, 1.f, &e) == SKPO_OK);
+    skpo_bf16 *bx = skpo_xmalloc(T * K * 2);
+    float *fx = skpo_xmalloc(T * K * 4);
+    CHECK(skpo_cuda_d2h(cu, bx, ddx, T * K * 2, &e) == SKPO_OK);
+    skpo_bf16_to_f32_host(fx, bx, T * K);
+    worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            double s = dx0[t * K + k];
+            for (int n = 0; n < N; n++) s += (double)dy[t * N + n] * wk[n * K + k];
+            worst = fmax(worst, fabs(fx[t * K + k] - s) / (1 + fabs(s)));
+        }
+    CHECK_MSG(worst < 1e-2, "linear_dx off by %g (relative)", worst);
+    // RMSNorm backward into dx: rows of a are x, b is dy, r the rstd, w the weight (C = N)
+    CHECK(skpo_cuda_memset0(cu, ddy, T * N * 2, &e) == SKPO_OK);   // reuse as dx = 0
+    CHECK(skpo_cuda_rmsnorm_backward_acc(cu, ddy, db, da, dw, dr, T, N, &e) == SKPO_OK);
+    skpo_bf16 *bn = skpo_xmalloc(T * N * 2);
+    float *fn = skpo_xmalloc(T * N * 4);
+    CHECK(skpo_cuda_d2h(cu, bn, ddy, T * N * 2, &e) == SKPO_OK);
+    skpo_bf16_to_f32_host(fn, bn, T * N);
+    worst = 0;
+    for (int t = 0; t < T; t++) {
+        double dot = 0, rr = r[t];
+        for (int i = 0; i < N; i++) dot += (double)b[t * N + i] * w[i] * a[t * N + i];
+        dot /= N;
+        for (int i = 0; i < N; i++) {
+            double want_i = rr * w[i] * b[t * N + i] - rr * rr * rr * a[t * N + i] * dot;
+            worst = fmax(worst, fabs(fn[t * N + i] - want_i) / (1 + fabs(want_i)));
+        }
+    }
+    CHECK_MSG(worst < 1e-2, "rmsnorm backward off by %g (relative)", worst);
+    // gather / scatter of rows (exact copies)
+    int32_t idx[50];
+    for (int i = 0; i < 50; i++) idx[i] = (i * 37 + 11) % T;   // distinct: 37 is prime to 300
+    CHECK(skpo_cuda_h2d(cu, rows, idx, sizeof idx, &e) == SKPO_OK);
+    CHECK(skpo_cuda_rows_gather(cu, g, da, rows, 50, N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_memset0(cu, db, T * N * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_rows_scatter(cu, db, g, rows, 50, N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_d2h(cu, hb, db, T * N * 2, &e) == SKPO_OK);
+    int same = 1;
+    for (int i = 0; i < 50; i++) same &= !memcmp(hb + (size_t)idx[i] * N, ha + (size_t)idx[i] * N, N * 2);
+    CHECK(same);
+    for (int i = 0; i < 11; i++) skpo_cuda_dfree(*bufs[i]);
+    free(a), free(b), free(r), free(w), free(wk), free(dy), free(dx0), free(ha), free(hb), free(hw), free(hwk), free(hdy);
+    free(hdx), free(bx), free(fx), free(bn), free(fn);
+    skpo_cuda_free_ctx(cu);
+}
+
+static void flash_kernels_match_simple_kernels_hs64_hs128(void) {
+    NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: both are the same loops on the fake backend");
+#endif
+    flash_kernels_match_simple_kernels(64);
+    flash_kernels_match_simple_kernels(128);
 }
 
 static void scoring_log_probs_match_cpu(void) {
@@ -642,10 +832,13 @@ static void allreduce_over_3_ranks_equals_one_rank(void) { zero_sharded_step_equ
 #endif
 
 int main(void) {
+    RUN(train_ops_match_host_loops);
     RUN(scoring_log_probs_match_cpu);
     RUN(gradients_of_every_tensor_match_cpu);
     RUN(vocab_152k_runs_in_row_chunks_and_matches_cpu);
     RUN(recompute_gives_the_same_gradients);
+    RUN(flash_kernels_match_simple_kernels_hs64_hs128);
+    RUN(flash_attention_gradients_match_cpu);
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);
