@@ -11,6 +11,7 @@
  */
 #include "../ops.h"
 #include "../common.h"
+#include "gemm_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -75,74 +76,22 @@ static void cpu_matmul(float *out, const float *in, const float *w, const float 
     }
 }
 
-// Batch-invariant product for inference: every output element is the same
-// fixed-order sum (8 lanes over K, a fixed reduction tree, then the tail),
-// whatever N is and wherever the row sits, so a sequence decodes bit-for-bit
-// the same alone or in any batch. (sgemm is not: its row tiling changes the
-// rounding of edge rows.) Tiles: 8 weight rows x 4 input rows.
-__attribute__((always_inline)) static inline float reduce8(const float *s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
-
-// One output element: lanes s[0..8) over k < K8, then reduce8, then the tail.
-// The four-row version below performs exactly these operations per element.
-__attribute__((always_inline)) static inline float fixed_dot(const float *a, const float *w, int K, int K8) {
-    float s[8] = {0};
-    for (int k = 0; k < K8; k += 8)
-        for (int l = 0; l < 8; l++) s[l] += a[k + l] * w[k + l];
-    float t = reduce8(s);
-    for (int k = K8; k < K; k++) t += a[k] * w[k];
-    return t;
-}
-
-__attribute__((always_inline)) static inline void fixed_dot4(float t[4], const float *a0, const float *a1, const float *a2, const float *a3,
-                              const float *w, int K, int K8) {
-    float s0[8] = {0}, s1[8] = {0}, s2[8] = {0}, s3[8] = {0};
-    for (int k = 0; k < K8; k += 8)
-        for (int l = 0; l < 8; l++) {
-            float x = w[k + l];
-            s0[l] += a0[k + l] * x;
-            s1[l] += a1[k + l] * x;
-            s2[l] += a2[k + l] * x;
-            s3[l] += a3[k + l] * x;
-        }
-    t[0] = reduce8(s0), t[1] = reduce8(s1), t[2] = reduce8(s2), t[3] = reduce8(s3);
-    for (int k = K8; k < K; k++) {
-        t[0] += a0[k] * w[k], t[1] += a1[k] * w[k], t[2] += a2[k] * w[k], t[3] += a3[k] * w[k];
-    }
-}
-
-SKPO_SIMD_CLONES
-static void matmul_fixed_order(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
-                               int o0, int o1, int acc) {
-    int K8 = K & ~7;
-    for (int ot = o0; ot < o1; ot += 8) {
-        int oe = ot + 8 < o1 ? ot + 8 : o1;
-        for (int n0 = 0; n0 < N; n0 += 4) {
-            const float *a = in + (size_t)n0 * K;
-            for (int o = ot; o < oe; o++) {
-                const float *wr = w + (size_t)o * K;
-                float t[4];
-                int nb = N - n0 < 4 ? N - n0 : 4;
-                if (nb == 4) fixed_dot4(t, a, a + K, a + 2 * (size_t)K, a + 3 * (size_t)K, wr, K, K8);
-                else
-                    for (int r = 0; r < nb; r++) t[r] = fixed_dot(a + (size_t)r * K, wr, K, K8);
-                for (int r = 0; r < nb; r++) {
-                    float *y = out + (size_t)(n0 + r) * O + o;
-                    *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + t[r];
-                }
-            }
-        }
-    }
-}
-
+// Batch-invariant product for inference (gemm_cpu.h): every output element
+// is one fixed-order chain of fused multiply-adds over K, whatever N is and
+// wherever the row sits, so a sequence decodes bit-for-bit the same alone or
+// in any batch. (sgemm is not: its row tiling changes the rounding of edge
+// rows.) The packed variant runs the same kernels on a copy made once.
 static void cpu_matmul_invariant(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
                                  int acc) {
-    if (N == 0) return;
-#pragma omp parallel
-    {
-        int o0, o1;
-        slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
-        if (o1 > o0) matmul_fixed_order(out, in, w, bias, N, K, O, o0, o1, acc);
-    }
+    skpo_gemm_invariant(out, in, w, NULL, bias, N, K, O, acc);
+}
+
+static void *cpu_pack(const float *w, int K, int O) { return skpo_gemm_pack(w, K, O); }
+static void cpu_pack_free(void *p) { skpo_gemm_packed_free(p); }
+
+static void cpu_matmul_packed(float *out, const float *in, const void *wp, const float *bias, int N, int K, int O,
+                              int acc) {
+    skpo_gemm_invariant(out, in, NULL, wp, bias, N, K, O, acc);
 }
 
 static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
@@ -510,6 +459,9 @@ static const skpo_ops CPU_OPS = {
     .attention_paged = cpu_attention_paged,
     .logprob = cpu_logprob,
     .logprob_backward = cpu_logprob_backward,
+    .pack = cpu_pack,
+    .pack_free = cpu_pack_free,
+    .matmul_packed = cpu_matmul_packed,
 };
 
 const skpo_ops *skpo_ops_cpu(void) {
