@@ -175,11 +175,21 @@ T256 static void kern_avx2(float *out, size_t ldo, const float *a, size_t lda, c
 
 typedef void kern_fn(float *, size_t, const float *, size_t, const float *, int, int, int, const float *, int);
 
-// The kernel for this CPU and its largest row tile.
-static kern_fn *pick_kernel(int *rows) {
+// Kernel `isa` (2 AVX-512, 1 AVX2+FMA, 0 portable; -1 = the best this CPU
+// has) and its largest row tile; NULL if the CPU lacks it.
+static kern_fn *pick_kernel(int isa, int *rows) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) return *rows = 8, kern_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return *rows = 4, kern_avx2;
+    int has512 = __builtin_cpu_supports("avx512f"), has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == 2 || isa < 0) {
+        if (has512) return *rows = 8, kern_avx512;
+        if (isa == 2) return NULL;
+    }
+    if (isa == 1 || isa < 0) {
+        if (has2) return *rows = 4, kern_avx2;
+        if (isa == 1) return NULL;
+    }
+#else
+    if (isa > 0) return NULL;
 #endif
     *rows = 4;
     return kern_portable;
@@ -198,7 +208,7 @@ void skpo_gemm_invariant(float *out, const float *in, const float *w, const skpo
     if (N <= 0) return;
     SKPO_ASSERT(K > 0 && O > 0 && (wp ? wp->K == K && wp->O == O : w != NULL));
     int np = (O + P - 1) / P, rt;
-    kern_fn *kern = pick_kernel(&rt);
+    kern_fn *kern = pick_kernel(-1, &rt);
     int rb = wp ? ROWS_BLOCK : N;
 #pragma omp parallel
     {
@@ -219,4 +229,22 @@ void skpo_gemm_invariant(float *out, const float *in, const float *w, const skpo
         }
         free(raw);
     }
+}
+
+int skpo_gemm_invariant_isa(int isa, float *out, const float *in, const float *w, const float *bias, int N, int K,
+                            int O, int accumulate) {
+    int rt;
+    kern_fn *kern = pick_kernel(isa, &rt);
+    if (!kern) return 0;
+    void *raw;
+    float *buf = alloc64((size_t)K * P, &raw);
+    for (int p = 0; p < (O + P - 1) / P; p++) {
+        pack_panel(buf, w, K, O, p);
+        int o0 = p * P, nv = O - o0 < P ? O - o0 : P;
+        for (int r = 0; r < N; r += rt)
+            kern(out + (size_t)r * O + o0, (size_t)O, in + (size_t)r * K, (size_t)K, buf, K, N - r < rt ? N - r : rt,
+                 nv, bias ? bias + o0 : NULL, accumulate);
+    }
+    free(raw);
+    return 1;
 }

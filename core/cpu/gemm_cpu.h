@@ -42,4 +42,10 @@ void skpo_gemm_packed_free(skpo_gemm_packed *p);
 void skpo_gemm_invariant(float *out, const float *in, const float *w, const skpo_gemm_packed *wp, const float *bias,
                          int N, int K, int O, int accumulate);
 
+// For tests: the same product on the calling thread with one kernel, isa 0
+// portable, 1 AVX2+FMA, 2 AVX-512; returns 0 (and does nothing) where this
+// CPU lacks that instruction set.
+int skpo_gemm_invariant_isa(int isa, float *out, const float *in, const float *w, const float *bias, int N, int K,
+                            int O, int accumulate);
+
 #endif

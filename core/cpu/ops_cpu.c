@@ -11,6 +11,7 @@
  */
 #include "../ops.h"
 #include "../common.h"
+#include "attn_cpu.h"
 #include "gemm_cpu.h"
 
 #include <cblas.h>
@@ -385,14 +386,19 @@ static void cpu_attention_paged(float *out, const float *q, int N, const int *po
     for (int r = 0; r < N; r++)
         if (pos[r] + 1 > T) T = pos[r] + 1;
     float scale = 1.0f / sqrtf((float)HS);
+    int fast = skpo_attn_fast_ok(HS);
 #pragma omp parallel
     {
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
         for (long it = 0; it < (long)N * NH; it++) {
             int r = (int)(it / NH), h = (int)(it % NH);
-            attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
-                             scale, p);
+            if (fast)
+                skpo_attn_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS,
+                                    HS, scale, p);
+            else
+                attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
+                                 scale, p);
         }
         free(p);
     }
