@@ -8,33 +8,11 @@
 #include "attn_cpu.h"
 #include "../common.h"
 
+#include "simd_cpu.h"
+
 #include <math.h>
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-#define T512 __attribute__((target("avx512f")))
-
-// e^x for x <= 0 (Cephes expf: reduction by ln 2 in two parts, degree-6
-// polynomial, ~1 ulp), 0 below -87.
-T512 static inline __m512 exp512(__m512 x) {
-    __m512 lo = _mm512_set1_ps(-87.0f);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
-    q = _mm512_fmadd_ps(_mm512_mul_ps(q, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_scalef_ps((__mmask16)~under, q, n);
-}
-
 T512 __attribute__((always_inline)) static inline void row512(float *o, const float *qr, const skpo_paged_kv *kv,
                                                               const int *blocks, int layer, int pos, size_t goff,
                                                               const int NV, float scale, float *p) {

@@ -13,6 +13,7 @@
 #include "../common.h"
 #include "attn_cpu.h"
 #include "gemm_cpu.h"
+#include "simd_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -121,9 +122,14 @@ static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float
 }
 
 // --- elementwise ---------------------------------------------------------------------------
+//
+// Below PAR_MIN elements an op runs on the calling thread (the grain size
+// PyTorch uses too): waking the team costs more than the work, and on a busy
+// machine every fork/join waits for a thread the scheduler may have parked.
+enum { PAR_MIN = 1 << 15 };
 
 static void cpu_rmsnorm(float *out, float *rstd, const float *in, const float *w, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -168,7 +174,7 @@ static void cpu_rmsnorm_backward(float *din, float *dw, const float *dout, const
 
 static void cpu_rope(float *x, const int *pos, const float *inv_freq, int N, int nh, int HS, int inverse) {
     int half = HS / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * nh * HS >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         float cs[512], sn[512];
         SKPO_ASSERT(half <= 512);
@@ -188,8 +194,29 @@ static void cpu_rope(float *x, const int *pos, const float *inv_freq, int N, int
     }
 }
 
+#if defined(__x86_64__)
+T512 static void swiglu_avx512(float *h, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u));
+    }
+}
+#endif
+
+// h = silu(gate) * up; with AVX-512 the exponential is simd_cpu.h's (~1 ulp,
+// glibc expf is not vectorised without fast-math).
 static void cpu_swiglu(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static)
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        size_t chunk = 4096; // whole 16-lane vectors per thread
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (size_t c = 0; c < n; c += chunk) swiglu_avx512(h + c, gate + c, up + c, n - c < chunk ? n - c : chunk);
+        return;
+    }
+#endif
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         h[i] = g / (1.0f + expf(-g)) * up[i];
@@ -208,12 +235,12 @@ static void cpu_swiglu_backward(float *dgate, float *dup, const float *dh, const
 }
 
 static void cpu_add(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 static void cpu_embed(float *out, const float *wte, const int32_t *ids, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(float));
 }
 
