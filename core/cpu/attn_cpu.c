@@ -19,6 +19,7 @@ T512 __attribute__((always_inline)) static inline void row512(float *o, const fl
     size_t bs = (size_t)kv->block_size, lstride = bs * (size_t)kv->kv_dim;
     size_t bstride = (size_t)kv->n_layers * lstride, loff = (size_t)layer * lstride + goff;
     __m512 q[16];
+#pragma GCC unroll 16
     for (int i = 0; i < NV; i++) q[i] = _mm512_loadu_ps(qr + 16 * i);
     float mx = -INFINITY;
     for (int j0 = 0; j0 <= pos; j0 += (int)bs) { // block by block: no division per position
@@ -27,6 +28,7 @@ T512 __attribute__((always_inline)) static inline void row512(float *o, const fl
         for (int j = 0; j < n; j++) {
             const float *kj = kb + (size_t)j * kv->kv_dim;
             __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj)), a1 = _mm512_setzero_ps();
+#pragma GCC unroll 16
             for (int i = 1; i < NV; i++) {
                 if (i & 1) a1 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a1);
                 else a0 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a0);
@@ -46,6 +48,7 @@ T512 __attribute__((always_inline)) static inline void row512(float *o, const fl
     }
     float inv = 1.0f / _mm512_reduce_add_ps(vs);
     __m512 acc[16];
+#pragma GCC unroll 16
     for (int i = 0; i < NV; i++) acc[i] = _mm512_setzero_ps();
     for (int j0 = 0; j0 <= pos; j0 += (int)bs) {
         const float *vb = kv->pool_v + (size_t)blocks[j0 / bs] * bstride + loff;
@@ -53,9 +56,11 @@ T512 __attribute__((always_inline)) static inline void row512(float *o, const fl
         for (int j = 0; j < n; j++) {
             __m512 w = _mm512_set1_ps(p[j0 + j] * inv);
             const float *vj = vb + (size_t)j * kv->kv_dim;
-            for (int i = 0; i < NV; i++) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), acc[i]);
+        #pragma GCC unroll 16
+    for (int i = 0; i < NV; i++) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), acc[i]);
         }
     }
+#pragma GCC unroll 16
     for (int i = 0; i < NV; i++) _mm512_storeu_ps(o + 16 * i, acc[i]);
 }
 
