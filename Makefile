@@ -28,6 +28,12 @@ ifeq ($(CUDA),1)
                -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  # NCCL outside CUDA_HOME (e.g. the pip package nvidia-nccl-cu13; tests/gpu/run.sh sets it)
+  ifneq ($(NCCL_HOME),)
+    NVCCFLAGS += -I$(NCCL_HOME)/include
+    CFLAGS    += -I$(NCCL_HOME)/include
+    LDLIBS    += -L$(NCCL_HOME)/lib
+  endif
   CU_SRC    := $(wildcard core/cuda/*.cu)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
@@ -42,18 +48,33 @@ TOOLS     := $(TOOL_DIRS:%=bin/skpo-%)
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TESTS     := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
+# GPU benchmarks (tests/gpu/*.c -> build/gpu/*): built everywhere, so CI checks
+# that they compile; without a GPU they print "skipped: no GPU".
+GPU_SRC   := $(wildcard tests/gpu/*.c)
+GPU_BINS  := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
+
 .PHONY: all deps test test-long demo bench asan fuzz clean tools tests gpu-test
 .SECONDARY:
 
 all: $(TOOLS) $(TESTS)
+all: $(GPU_BINS)
 tools: $(TOOLS)
 tests: $(TESTS)
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h)
+# Objects remember the flavour they were built for: switching CUDA=0/1 in one
+# build folder rebuilds everything (else a CUDA build would keep the CPU-only
+# stubs of core/model_cuda.c and friends, and the reverse).
+FLAVOUR := $(BUILD)/.flavour-cuda$(CUDA)
+$(FLAVOUR):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.flavour-cuda*
+	@touch $@
+
+$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh)
+$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -66,9 +87,13 @@ bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/gpu/%: tests/gpu/%.c $(wildcard tests/gpu/*.h) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 -include $(CORE_OBJ:.o=.d) $(TESTS:=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*/*.c))
 

@@ -4,11 +4,13 @@
  */
 #define _GNU_SOURCE
 #include "checkpoint.h"
+#include "model_cuda_train.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,9 +29,17 @@ static skpo_status pm_score(void *ctx, const skpo_seq *s, int n, float t, float 
 }
 static void pm_zero(void *ctx) { skpo_model_zero_grad(ctx); }
 static int pm_params(void *ctx, skpo_param **p) { return skpo_model_params(ctx, p); }
+static int pm_dev_finite(void *ctx) {
+    double ss = 0;
+    skpo_err e = {0};
+    return skpo_model_grad_sumsq(ctx, &ss, &e) == SKPO_OK && isfinite(ss);
+}
 
 skpo_policy skpo_policy_of_model(skpo_model *m) {
-    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params};
+    skpo_dev_params d;
+    skpo_err e = {0};
+    int dev = skpo_model_dev_params(m, &d, &e) == SKPO_OK;
+    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL};
 }
 
 // --- trainer state -------------------------------------------------------------------
@@ -130,6 +140,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
     skpo_status s = SKPO_OK;
     if (skpo_path_exists(tmp)) s = skpo_rm_rf(tmp, err);
     if (!s) s = skpo_mkdir_p(tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
+    if (!s) s = skpo_model_sync_host(m, err);   // device weights -> host (a CPU model: nothing)
     if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
     if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
     if (!s) {

@@ -48,7 +48,9 @@ int skpo_checkpoint_has_optim(const char *dir);
 
 // Write checkpoint `out` from model m (weights in dtype) and optimizer o,
 // copying tokenizer-side files from src_dir (NULL: none). lr is recorded for
-// the reader's information only.
+// the reader's information only. A model on cuda is synced to the host first;
+// a device optimizer must have been gathered (skpo_optim_from_device, a
+// collective every rank calls) before the saving rank calls this.
 skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
                                  const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err);
 

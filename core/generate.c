@@ -264,6 +264,18 @@ static int sample_row(skpo_gen *g, skpo_sampler *sm, const float *logits, seq *s
     return skpo_sample(sm, logits, &g->o.sample, skpo_rng_uniform(&s->rng), lp);
 }
 
+// The device path of one step's sampling: a coin per wanted row from its
+// sequence's generator (as sample_row draws it), one batched device call.
+static skpo_status sample_dev(skpo_gen *g, int rows, const int *want, int32_t *tok, float *lp, int *bad,
+                              skpo_err *err) {
+    double *coin = skpo_xmalloc((size_t)rows * sizeof *coin);
+    for (int r = 0; r < rows; r++) coin[r] = want[r] ? skpo_rng_uniform(&g->act[g->rows_seq[r]].rng) : 0.0;
+    skpo_status st = g->o.dev->sample(g->o.dev->ctx, rows, &g->o.sample, coin, tok, lp, err);
+    free(coin);
+    for (int r = 0; st == SKPO_OK && r < rows; r++) *bad |= want[r] && tok[r] < 0;
+    return st;
+}
+
 // --- admission -----------------------------------------------------------------------------------
 
 // Fork one sample of a ready group from its parent; it draws its first token
@@ -412,7 +424,9 @@ skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
         return skpo_err_set(err, SKPO_ERANGE, "KV cache of %zu blocks cannot start the next sequence", g->n_blocks);
     }
     int rows = build_batch(g);
-    st = g->o.step(g->o.step_ctx, g->o.kv, g->kvids, rows, g->toks, g->off, g->logits, err);
+    const skpo_gen_dev *dev = g->o.dev;
+    if (dev) st = dev->step(dev->ctx, g->o.kv, g->kvids, rows, g->toks, g->off, err);
+    else st = g->o.step(g->o.step_ctx, g->o.kv, g->kvids, rows, g->toks, g->off, g->logits, err);
     if (st != SKPO_OK) return st;
     g->st.steps++;
     size_t used = skpo_kv_blocks_used(g->o.kv); // before anything finishing frees blocks
@@ -432,7 +446,8 @@ skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
             else if (s->sample < 0) { // a parent: keep its logits for the forks
                 group *gr = s->gr;
                 gr->first_logits = skpo_xmalloc((size_t)g->o.vocab * sizeof *gr->first_logits);
-                memcpy(gr->first_logits, g->logits + (size_t)r * g->o.vocab, (size_t)g->o.vocab * sizeof(float));
+                if (dev) st = st != SKPO_OK ? st : dev->row(dev->ctx, r, gr->first_logits, err);
+                else memcpy(gr->first_logits, g->logits + (size_t)r * g->o.vocab, (size_t)g->o.vocab * sizeof(float));
                 gr->par_state = PAR_READY;
                 s->finished = 1; // leaves the batch, keeps its KV (freed after the last fork)
                 want[r] = 0;
@@ -440,12 +455,21 @@ skpo_status skpo_gen_step(skpo_gen *g, skpo_err *err) {
         }
     }
     int bad = 0;
+    if (dev && st == SKPO_OK) st = sample_dev(g, rows, want, tok, lp, &bad, err);
+    else if (!dev) {
 #pragma omp parallel for schedule(dynamic, 1) reduction(|:bad)
-    for (int r = 0; r < rows; r++) {
-        if (!want[r]) continue;
-        skpo_sampler *sm = &g->samplers[omp_get_thread_num() % g->nsamplers];
-        tok[r] = sample_row(g, sm, g->logits + (size_t)r * g->o.vocab, &g->act[g->rows_seq[r]], &lp[r]);
-        bad |= tok[r] < 0;
+        for (int r = 0; r < rows; r++) {
+            if (!want[r]) continue;
+            skpo_sampler *sm = &g->samplers[omp_get_thread_num() % g->nsamplers];
+            tok[r] = sample_row(g, sm, g->logits + (size_t)r * g->o.vocab, &g->act[g->rows_seq[r]], &lp[r]);
+            bad |= tok[r] < 0;
+        }
+    }
+    if (st != SKPO_OK) {
+        free(want);
+        free(tok);
+        free(lp);
+        return st;
     }
     if (!bad)
         for (int r = 0; r < rows; r++)

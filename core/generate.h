@@ -62,6 +62,31 @@ typedef struct skpo_gen_stop {
     void *ctx;
 } skpo_gen_stop;
 
+// Sampling where the logits are (optional; skpo_gen_dev_new builds one for a
+// model on CUDA). With opts.dev set the engine calls dev->step instead of
+// opts.step: the logits of the step's rows stay on the device, and
+// dev->sample draws one token per row there. The coins are still drawn on the
+// host, from each sequence's own generator, one per sampled row in the order
+// the host path draws them (rows that sample nothing get coin 0 and their
+// token is ignored), so a sample replays from its seed. A shared-prefix
+// parent's prompt logits come to the host through dev->row, and its forks draw
+// their first token with the host sampler (skpo_sample) from them. Tokens
+// follow the sampler.h contract; the device may order a truncated (top-k/top-p)
+// set differently from the host sampler, so the same coin can choose another
+// token of the same distribution there.
+typedef struct skpo_gen_dev {
+    void *ctx;
+    // The model call of skpo_gen_step_fn, without the logits copy.
+    skpo_status (*step)(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
+                        skpo_err *err);
+    // For each of the last step's nrows rows: tok[r], logp[r] from coin[r] in
+    // [0, 1) with params p; tok[r] = -1 when the row's logits are NaN/Inf.
+    skpo_status (*sample)(void *ctx, int nrows, const skpo_sample_params *p, const double *coin, int32_t *tok,
+                          float *logp, skpo_err *err);
+    // Copy row r of the last step's logits (vocab floats) to dst on the host.
+    skpo_status (*row)(void *ctx, int r, float *dst, skpo_err *err);
+} skpo_gen_dev;
+
 typedef struct skpo_gen_opts {
     skpo_gen_step_fn step;     // the model; skpo_gen_model_step for a skpo_model
     void *step_ctx;            // its first argument (the skpo_model *)
@@ -75,6 +100,7 @@ typedef struct skpo_gen_opts {
     const int32_t *eos;        // (n_eos) end-of-sequence ids
     int n_eos;
     const skpo_gen_stop *stop; // nullable: no text-based stopping
+    const skpo_gen_dev *dev;   // nullable: logits come to the host and are sampled there
 } skpo_gen_opts;
 
 typedef struct skpo_gen_req {
@@ -147,5 +173,13 @@ void skpo_gen_stops_free(skpo_gen_stop *s);
 // skpo_gen_step_fn over skpo_model_step; ctx is a skpo_model *.
 skpo_status skpo_gen_model_step(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                                 const int *off, float *logits, skpo_err *err);
+
+// Device sampling for a model on CUDA (gen_device.c): skpo_model_step_dev +
+// skpo_cuda_sample on the model's stream, for steps of at most max_rows rows
+// (the engine's max_batch). `model` is a skpo_model *. NULL with SKPO_EUNSUPPORTED
+// in err for a model on the CPU or a build without CUDA.
+struct skpo_model;
+skpo_gen_dev *skpo_gen_dev_new(struct skpo_model *model, int max_rows, skpo_err *err);
+void skpo_gen_dev_free(skpo_gen_dev *d);
 
 #endif

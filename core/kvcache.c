@@ -4,7 +4,8 @@
  * shared block on the first append into it. See kvcache.h for the layout.
  *
  * Not here: attention itself (model.c walks the block tables) and device
- * memory (a backend that keeps the pool on a GPU copies blocks itself).
+ * memory: a pool made by skpo_kv_new_ext belongs to its owner's callbacks
+ * (model_cuda.c keeps it on the GPU and copies blocks there).
  */
 #include "kvcache.h"
 
@@ -26,30 +27,30 @@ struct skpo_kv {
     size_t nfree;
     kv_seq *seqs;          // (max_seqs)
     size_t block_floats;   // floats per block per K or V: n_layers * block_size * kv_dim
+    const skpo_kv_pool_ops *ext;  // non-NULL: the pool lives elsewhere (xk, xv)
+    void *ext_ctx;
+    void *xk, *xv;
 };
 
-skpo_kv *skpo_kv_new(const skpo_kv_shape *shape, skpo_err *err) {
+static int shape_ok(const skpo_kv_shape *shape, size_t elem, skpo_err *err) {
     if (shape->n_layers <= 0 || shape->kv_dim <= 0 || shape->block_size <= 0 || shape->n_blocks == 0 ||
         shape->max_seqs <= 0 || shape->n_blocks > INT32_MAX) {
         skpo_err_set(err, SKPO_ERANGE, "invalid kv cache shape");
-        return NULL;
+        return 0;
     }
     size_t bf = (size_t)shape->n_layers * (size_t)shape->block_size * (size_t)shape->kv_dim;
-    if (bf > SIZE_MAX / sizeof(float) / shape->n_blocks) {
+    if (bf > SIZE_MAX / elem / shape->n_blocks) {
         skpo_err_set(err, SKPO_ENOMEM, "kv cache too large");
-        return NULL;
+        return 0;
     }
-    size_t bytes = bf * shape->n_blocks * sizeof(float);
+    return 1;
+}
+
+// The bookkeeping half shared by both kinds of pool.
+static skpo_kv *kv_alloc(const skpo_kv_shape *shape) {
     skpo_kv *kv = skpo_xcalloc(1, sizeof *kv);
     kv->shape = *shape;
-    kv->block_floats = bf;
-    kv->k = malloc(bytes);
-    kv->v = malloc(bytes);
-    if (!kv->k || !kv->v) {
-        skpo_err_set(err, SKPO_ENOMEM, "cannot allocate kv cache (%zu MiB)", 2 * bytes >> 20);
-        skpo_kv_free(kv);
-        return NULL;
-    }
+    kv->block_floats = (size_t)shape->n_layers * (size_t)shape->block_size * (size_t)shape->kv_dim;
     kv->refcount = skpo_xcalloc(shape->n_blocks, sizeof(int));
     kv->free_list = skpo_xmalloc(shape->n_blocks * sizeof(int));
     // Hand out low block ids first (pop from the end).
@@ -59,11 +60,45 @@ skpo_kv *skpo_kv_new(const skpo_kv_shape *shape, skpo_err *err) {
     return kv;
 }
 
+skpo_kv *skpo_kv_new(const skpo_kv_shape *shape, skpo_err *err) {
+    if (!shape_ok(shape, sizeof(float), err)) return NULL;
+    skpo_kv *kv = kv_alloc(shape);
+    size_t bytes = kv->block_floats * shape->n_blocks * sizeof(float);
+    kv->k = malloc(bytes);
+    kv->v = malloc(bytes);
+    if (!kv->k || !kv->v) {
+        skpo_err_set(err, SKPO_ENOMEM, "cannot allocate kv cache (%zu MiB)", 2 * bytes >> 20);
+        skpo_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+skpo_kv *skpo_kv_new_ext(const skpo_kv_shape *shape, const skpo_kv_pool_ops *ops, void *ctx, skpo_err *err) {
+    SKPO_ASSERT(ops && ops->elem_bytes > 0 && ops->alloc && ops->release && ops->copy_block);
+    if (!shape_ok(shape, ops->elem_bytes, err)) return NULL;
+    // The pool first: a pool that does not fit fails before the bookkeeping is built.
+    size_t bf = (size_t)shape->n_layers * (size_t)shape->block_size * (size_t)shape->kv_dim;
+    void *k, *v;
+    if (ops->alloc(ctx, bf * shape->n_blocks * ops->elem_bytes, &k, &v, err) != SKPO_OK) return NULL;
+    skpo_kv *kv = kv_alloc(shape);
+    kv->ext = ops;
+    kv->ext_ctx = ctx;
+    kv->xk = k;
+    kv->xv = v;
+    return kv;
+}
+
+void *skpo_kv_pool_raw_k(skpo_kv *kv) { return kv->ext ? kv->xk : (void *)kv->k; }
+void *skpo_kv_pool_raw_v(skpo_kv *kv) { return kv->ext ? kv->xv : (void *)kv->v; }
+void *skpo_kv_pool_ctx(const skpo_kv *kv) { return kv->ext ? kv->ext_ctx : NULL; }
+
 void skpo_kv_free(skpo_kv *kv) {
     if (!kv) return;
     if (kv->seqs)
         for (int i = 0; i < kv->shape.max_seqs; i++) free(kv->seqs[i].blocks);
     free(kv->seqs);
+    if (kv->ext) kv->ext->release(kv->ext_ctx, kv->xk, kv->xv);
     free(kv->k);
     free(kv->v);
     free(kv->refcount);
@@ -124,6 +159,10 @@ int skpo_kv_seq_len(const skpo_kv *kv, int seq) { return get_seq(kv, seq)->len; 
 
 static void copy_block(skpo_kv *kv, int dst, int src) {
     size_t n = kv->block_floats;
+    if (kv->ext) {
+        kv->ext->copy_block(kv->ext_ctx, kv->xk, kv->xv, n * kv->ext->elem_bytes, dst, src);
+        return;
+    }
     memcpy(kv->k + (size_t)dst * n, kv->k + (size_t)src * n, n * sizeof(float));
     memcpy(kv->v + (size_t)dst * n, kv->v + (size_t)src * n, n * sizeof(float));
 }
@@ -177,6 +216,7 @@ const int *skpo_kv_seq_blocks(const skpo_kv *kv, int seq, int *n_blocks) {
 }
 
 static size_t row_offset(const skpo_kv *kv, int seq, int layer, int pos) {
+    SKPO_ASSERT(!kv->ext);  // rows of a device pool are not host-addressable
     kv_seq *s = get_seq(kv, seq);
     SKPO_ASSERT(pos >= 0 && pos < s->len && layer >= 0 && layer < kv->shape.n_layers);
     int bs = kv->shape.block_size;
@@ -192,4 +232,6 @@ float *skpo_kv_pool_v(skpo_kv *kv) { return kv->v; }
 
 size_t skpo_kv_blocks_used(const skpo_kv *kv) { return kv->shape.n_blocks - kv->nfree; }
 size_t skpo_kv_blocks_free(const skpo_kv *kv) { return kv->nfree; }
-size_t skpo_kv_bytes_per_block(const skpo_kv *kv) { return 2 * kv->block_floats * sizeof(float); }
+size_t skpo_kv_bytes_per_block(const skpo_kv *kv) {
+    return 2 * kv->block_floats * (kv->ext ? kv->ext->elem_bytes : sizeof(float));
+}

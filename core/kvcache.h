@@ -35,6 +35,26 @@ skpo_kv *skpo_kv_new(const skpo_kv_shape *shape, skpo_err *err);
 void skpo_kv_free(skpo_kv *kv);
 const skpo_kv_shape *skpo_kv_get_shape(const skpo_kv *kv);
 
+// A pool kept outside host memory (e.g. bf16 on a GPU, model_cuda.c): the
+// bookkeeping stays here, the pool's owner allocates it and copies blocks.
+typedef struct skpo_kv_pool_ops {
+    size_t elem_bytes;  // bytes per stored K or V element (2 for bf16)
+    // Allocate the K and V pools of `bytes` each (SKPO_ENOMEM naming sizes on failure).
+    skpo_status (*alloc)(void *ctx, size_t bytes, void **k, void **v, skpo_err *err);
+    void (*release)(void *ctx, void *k, void *v);
+    // Copy block src over block dst in both pools (block_bytes each): the
+    // copy-on-write of a shared block. Device errors surface at the next sync.
+    void (*copy_block)(void *ctx, void *k, void *v, size_t block_bytes, int dst, int src);
+} skpo_kv_pool_ops;
+
+// A cache over a pool from `ops` (ctx is passed back to every callback and
+// must outlive the cache). skpo_kv_pool_k/v and skpo_kv_k/v are host-pool
+// only (NULL / assert); use skpo_kv_pool_raw_k/v to reach this pool.
+skpo_kv *skpo_kv_new_ext(const skpo_kv_shape *shape, const skpo_kv_pool_ops *ops, void *ctx, skpo_err *err);
+void *skpo_kv_pool_raw_k(skpo_kv *kv);
+void *skpo_kv_pool_raw_v(skpo_kv *kv);
+void *skpo_kv_pool_ctx(const skpo_kv *kv);   // ctx of skpo_kv_new_ext, NULL for a host pool
+
 // --- sequences ---
 int skpo_kv_seq_new(skpo_kv *kv);                 // -1 if no slot is free
 int skpo_kv_seq_fork(skpo_kv *kv, int seq);       // share all of seq's blocks; -1 if no slot

@@ -9,6 +9,8 @@
  * followed by a final rmsnorm and the lm_head (tied to the embedding or not).
  * Kernels are the backend's (ops.h); weights are float32 in host memory.
  */
+#include "model_cuda.h"
+#include "model_cuda_train.h"
 #include "model_impl.h"
 #include "safetensors.h"
 
@@ -130,8 +132,9 @@ static void model_linear(const skpo_model *m, int slot, float *out, const float 
 // Allocate a model for config c with uninitialised weights (NULL, err set, on failure).
 static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_status *st, skpo_err *err) {
     *st = SKPO_OK;
-    if (o && o->device != SKPO_DEV_CPU) {
-        *st = skpo_err_set(err, SKPO_EUNSUPPORTED, "the model runs on the cpu device only (the CUDA backend is not wired to model.c)");
+    if (o && o->device == SKPO_DEV_CUDA && (*st = model_cuda_probe(0, err))) return NULL; // before reading weights
+    if (o && o->device != SKPO_DEV_CPU && o->device != SKPO_DEV_CUDA) {
+        *st = skpo_err_set(err, SKPO_EUNSUPPORTED, "unknown device %d", (int)o->device);
         return NULL;
     }
     skpo_model *m = skpo_xcalloc(1, sizeof *m);
@@ -179,6 +182,7 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
 
 void skpo_model_free(skpo_model *m) {
     if (!m) return;
+    model_cuda_close(m);
     for (int i = 0; i < m->nparams; i++) free((char *)m->params[i].name);
     free(m->params);
     free(m->mem);
@@ -200,6 +204,8 @@ int skpo_model_params(skpo_model *m, skpo_param **params) {
 }
 
 void skpo_model_zero_grad(skpo_model *m) {
+    skpo_err e = {0};   // a device failure is kept and reported by the next pass
+    if (m->cuda) return (void)model_cuda_zero_grad(m, &e);
     if (m->grad) memset(m->grad, 0, m->numel * sizeof(float));
 }
 
@@ -229,6 +235,7 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
             if (!isfinite(m->mem[i])) s = skpo_err_set(err, SKPO_ENUMERIC, "'%s': non-finite weight in checkpoint", dir);
     }
     skpo_st_close(st);
+    if (!s && m->o.device == SKPO_DEV_CUDA) s = model_cuda_open(m, 0, NULL, err);
     if (s) {
         skpo_model_free(m);
         return s;
@@ -270,12 +277,18 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
             }
         }
     }
+    if (m->o.device == SKPO_DEV_CUDA && (st = model_cuda_open(m, 0, NULL, err))) {
+        skpo_model_free(m);
+        return st;
+    }
     *out = m;
     return SKPO_OK;
 }
 
 skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
     if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
+    skpo_status cs = m->cuda ? model_cuda_sync_to_host(m, err) : SKPO_OK; // the device holds the current weights
+    if (cs) return cs;
     skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams, sizeof *t);
     for (int i = 0; i < m->nparams; i++) {
         const skpo_param *p = &m->params[i];
@@ -298,6 +311,7 @@ skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dty
 // --- inference over the paged cache -----------------------------------------------------------
 
 skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
+    if (m->cuda) return model_cuda_kv_new(m, max_tokens, max_seqs, err);
     skpo_kv_shape sh = {
         .n_layers = m->c.num_hidden_layers,
         .kv_dim = m->c.num_key_value_heads * m->c.head_dim,
@@ -394,6 +408,9 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
 
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, float *logits, skpo_err *err) {
+    if (m->cuda) return model_cuda_step(m, kv, seq, nseq, toks, off, logits, err);
+    if (skpo_kv_pool_ctx(kv))
+        return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
     skpo_status s = step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
     model_pack(m);

@@ -61,6 +61,25 @@ skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
                             const int32_t *toks, const int *off, float *logits, skpo_err *err);
 
+// Like skpo_model_step, but on a CUDA model the float32 logits (nseq, vocab)
+// stay on the device: *dev_logits gets the device pointer, on the model's
+// stream, valid until the next step (for sampling on the device). A CPU model
+// fails with SKPO_EUNSUPPORTED. Implemented in model_cuda.c.
+skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
+                                const int32_t *toks, const int *off, const float **dev_logits, skpo_err *err);
+
+// --- devices ------------------------------------------------------------------------
+
+// The device the model computes on.
+skpo_device skpo_model_device(const skpo_model *m);
+// The model's CUDA context (cuda.h; its stream is the one the step runs on),
+// for device-side work on skpo_model_step_dev's logits; NULL on CPU.
+struct skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m);
+// Parse a --device value: "cuda" or "cpu"; NULL means cuda when a GPU is
+// visible, else cpu. "cuda" in a build without CUDA or on a machine without a
+// visible device fails with a one-line message naming the reason.
+skpo_status skpo_device_parse(const char *name, skpo_device *out, skpo_err *err);
+
 // --- scoring and training ---------------------------------------------------------
 
 // One sequence: ids[0..n) is prompt ++ response; tokens ids[start..n) are scored

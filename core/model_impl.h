@@ -63,6 +63,7 @@ struct skpo_model {
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)
     model_acts acts;          // of the last train_forward
     int have_acts;
+    struct model_cuda *cuda;  // device mirror (model_cuda.h); NULL on CPU
 };
 
 // Gradient buffer matching a parameter pointer.

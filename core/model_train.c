@@ -9,6 +9,7 @@
  * and the saved log-normaliser instead of keeping them.
  * Not here: KV-cache inference (model.c) and the optimiser (optim).
  */
+#include "model_cuda_train.h"
 #include "model_impl.h"
 
 #include <math.h>
@@ -172,6 +173,7 @@ skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, fl
 
 skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                 float *entropy, skpo_err *err) {
+    if (m->cuda) return model_cuda_logprobs(m, seqs, nseq, temperature, logp, entropy, err);
     model_acts a = {0};
     skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 0, logp, entropy, &a, err);
     model_acts_free(&a);
@@ -180,6 +182,7 @@ skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, f
 
 skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
+    if (m->cuda) return model_cuda_train_forward(m, seqs, nseq, temperature, logp, entropy, err);
     if (!m->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     m->have_acts = 0;
     skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 1, logp, entropy, &m->acts, err);
@@ -252,6 +255,7 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
 }
 
 skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
+    if (m->cuda) return model_cuda_train_backward(m, dlogp, dentropy, err);
     if (!m->have_acts) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_backward without a train_forward before it");
     model_acts *a = &m->acts;
     for (int i = 0; i < a->S; i++)

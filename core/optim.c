@@ -4,6 +4,7 @@
  * run in a fixed sequential order in double.
  */
 #include "optim.h"
+#include "optim_dev.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -60,6 +61,7 @@ skpo_optim *skpo_optim_new(const skpo_adamw_cfg *c, const skpo_param *params, in
 
 void skpo_optim_free(skpo_optim *o) {
     if (!o) return;
+    optim_dev_free(o->dev);
     for (int i = 0; i < o->n; i++) {
         free(o->names[i]);
         free(o->m[i]);
@@ -128,6 +130,7 @@ static void adamw_tensor(const skpo_optim *o, skpo_param *p, float *m, float *v,
 skpo_status skpo_optim_step(skpo_optim *o, skpo_param *params, int n, double lr, double *grad_norm,
                             skpo_err *err) {
     SKPO_ASSERT(n == o->n);
+    if (o->dev) return optim_dev_step(o, lr, grad_norm, err);
     for (int i = 0; i < n; i++) SKPO_ASSERT(params[i].numel == o->numel[i] && params[i].grad);
     double norm = skpo_optim_grad_norm(params, n);
     if (grad_norm) *grad_norm = norm;

@@ -23,6 +23,25 @@
  * are stored in a narrower dtype, "master.<name>" (the float32 weights, so a
  * resumed run continues bit for bit). __metadata__ holds "format" =
  * "skpo-adamw-1" and "t" (optimizer updates done, for bias correction).
+ *
+ * Device path (optim_dev.c, CUDA builds): skpo_optim_to_device() moves the
+ * moments next to the model's float32 master weights and gradients on the GPU;
+ * skpo_optim_step() then reduces the gradients across ranks itself, computes
+ * the norm (a deterministic double sum of squares), clips, and runs the fused
+ * AdamW kernel, which also rewrites the bf16 weights the forward reads. Same
+ * schedule, same clipping rule, same refusal of a non-finite norm; the
+ * arithmetic is the same formula in a different float32 order, so results
+ * match the host path to rounding, not bit for bit.
+ * ZeRO-1 (zero = 1, N ranks): the flat parameter buffer is cut into N equal
+ * slices (plus a tail of < N elements every rank keeps); each rank holds the
+ * moments of its slice only, gradients are reduce-scattered, each rank steps
+ * its slice of the (replicated) master weights, and the updated slices are
+ * all-gathered (float32, so every rank keeps bit-identical masters).
+ * zero = 0: one all-reduce of the whole gradient, every rank steps everything.
+ * The state file is the same: skpo_optim_from_device() gathers the moments
+ * into the host arrays (on rank 0) before skpo_optim_save, and a state loaded
+ * on the host is uploaded by skpo_optim_to_device, so a run resumes on either
+ * device.
  */
 #ifndef SKPO_OPTIM_H
 #define SKPO_OPTIM_H
@@ -44,6 +63,10 @@ typedef struct skpo_adamw_cfg {
     double max_grad_norm;  // 1.0; 0 = no clipping
 } skpo_adamw_cfg;
 
+struct skpo_optim_dev;
+struct skpo_comm;
+struct skpo_cuda;
+
 typedef struct skpo_optim {
     skpo_adamw_cfg cfg;
     int n;                 // parameters
@@ -51,6 +74,7 @@ typedef struct skpo_optim {
     size_t *numel;         // (n)
     float **m, **v;        // (n) of (numel[i]) first/second moments
     int64_t t;             // optimizer updates done
+    struct skpo_optim_dev *dev;   // non-NULL after skpo_optim_to_device
 } skpo_optim;
 
 // --- configuration / schedule ------------------------------------------------------
@@ -82,6 +106,31 @@ skpo_status skpo_optim_step(skpo_optim *o, skpo_param *params, int n, double lr,
 // float32 data as "master.<name>".
 skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int save_master,
                             const char *path, skpo_err *err);
+// --- device (CUDA) path --------------------------------------------------------------
+
+// The model's flat device buffers: the params of skpo_optim_new, in order and
+// contiguous (param i starts at the sum of the numel before it).
+typedef struct skpo_dev_params {
+    struct skpo_cuda *cu;
+    float *master;      // (numel) float32 weights
+    uint16_t *w;        // (numel) bf16 copy the forward reads
+    float *grad;        // (numel) float32 gradients (rank-local sums before a step)
+    size_t numel;
+} skpo_dev_params;
+
+// Move the optimizer to the device: moments (those in o->m / o->v now, zero
+// or loaded) are uploaded, this rank's slice only when zero = 1. comm must be
+// the NCCL communicator when it has more than one rank. From now on
+// skpo_optim_step works on d (its params argument is only counted), and only
+// rank 0 keeps host moments (o->m / o->v are NULL on the others).
+// SKPO_EUNSUPPORTED in builds without CUDA.
+// params: those of skpo_optim_new (their ndim decides weight decay).
+skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
+                                 struct skpo_comm *comm, int zero, skpo_err *err);
+// Collective (every rank calls it): copy the device moments into o->m / o->v
+// on rank 0 (the rank that saves). A no-op on a host optimizer.
+skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err);
+
 // Load moments and t into o (created by skpo_optim_new for the same params).
 // Every parameter must be present with its size. When the file holds master
 // weights and each one rounds (to `dtype`) to the value now in params, the

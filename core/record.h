@@ -200,6 +200,11 @@ void skpo_reader_close(skpo_reader *rd);
 // Convenience: read every record of a file into an array (for small files).
 skpo_status skpo_read_all(const char *path, skpo_rec **recs, size_t *n, skpo_err *err);
 void skpo_recs_free(skpo_rec *recs, size_t n);
+// Convenience: call fn on every record of a file whose kind is `kind` (NULL =
+// every record), with the reader's name for messages. Stops at the first
+// error, fn's or the reader's, and returns it.
+typedef skpo_status (*skpo_rec_fn)(const skpo_rec *r, const char *name, void *ctx, skpo_err *err);
+skpo_status skpo_read_each(const char *path, const char *kind, skpo_rec_fn fn, void *ctx, skpo_err *err);
 
 // --- writing -----------------------------------------------------------------------
 

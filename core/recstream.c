@@ -307,6 +307,19 @@ skpo_status skpo_read_all(const char *path, skpo_rec **recs, size_t *n, skpo_err
     return SKPO_OK;
 }
 
+skpo_status skpo_read_each(const char *path, const char *kind, skpo_rec_fn fn, void *ctx, skpo_err *err) {
+    skpo_reader *rd;
+    skpo_status st = skpo_reader_open(path, &rd, err);
+    if (st) return st;
+    skpo_rec r;
+    skpo_rec_init(&r);
+    while ((st = skpo_reader_next(rd, &r, err)) == SKPO_OK)
+        if ((!kind || skpo_rec_is_kind(&r, kind)) && (st = fn(&r, skpo_reader_name(rd), ctx, err))) break;
+    skpo_rec_free(&r);
+    skpo_reader_close(rd);
+    return st == SKPO_EOF ? SKPO_OK : st;
+}
+
 void skpo_recs_free(skpo_rec *recs, size_t n) {
     for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
     free(recs);

@@ -16,7 +16,9 @@ static void add_eos(skpo_rollout *r, int32_t id) {
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err) {
     memset(r, 0, sizeof *r);
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};
-    skpo_status st = skpo_model_load(o->model_dir, &mo, &r->model, err);
+    skpo_status st = skpo_device_parse(o->device, &mo.device, err);
+    if (st != SKPO_OK) return st;
+    st = skpo_model_load(o->model_dir, &mo, &r->model, err);
     if (st != SKPO_OK) return st;
     const skpo_config *c = skpo_model_config(r->model);
     r->ctx = c->max_position_embeddings;
@@ -38,15 +40,22 @@ skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_
     long kv_tokens = o->kv_tokens > 0 ? o->kv_tokens : (long)o->batch * per_seq;
     r->kv = skpo_model_kv_new(r->model, (size_t)kv_tokens, 2 * o->batch + 1, err);
     if (!r->kv) { skpo_rollout_close(r); return SKPO_ENOMEM; }
+    // On a GPU the logits stay there and are sampled there (the coins still
+    // come from each sequence's host generator, so seeds replay the same way).
+    if (skpo_model_device(r->model) == SKPO_DEV_CUDA && !(r->gdev = skpo_gen_dev_new(r->model, o->batch, err))) {
+        skpo_rollout_close(r);
+        return SKPO_EDEVICE;
+    }
     skpo_gen_opts go = {.step = skpo_gen_model_step, .step_ctx = r->model, .kv = r->kv, .vocab = r->vocab,
                         .max_batch = o->batch, .share_prefix = o->share_prefix, .ctx_limit = r->ctx,
-                        .sample = o->sample, .eos = r->eos, .n_eos = r->n_eos, .stop = r->stop};
+                        .sample = o->sample, .eos = r->eos, .n_eos = r->n_eos, .stop = r->stop, .dev = r->gdev};
     r->gen = skpo_gen_new(&go);
     return SKPO_OK;
 }
 
 void skpo_rollout_close(skpo_rollout *r) {
     skpo_gen_free(r->gen);
+    if (r->gdev) skpo_gen_dev_free(r->gdev);
     if (r->stop) skpo_gen_stops_free(r->stop);
     if (r->kv) skpo_kv_free(r->kv);
     if (r->tok) skpo_tok_free(r->tok);

@@ -26,6 +26,7 @@ typedef struct skpo_rollout_opts {
     long kv_tokens;             // KV pool positions; 0 = batch * min(ctx, prompt guess + max_tokens)
     int share_prefix;
     int threads;                // 0 = OpenMP default
+    const char *device;         // "cuda" | "cpu"; NULL = $SKPO_DEVICE, else cuda when a GPU is visible
     skpo_sample_params sample;
     const char *const *stops;   // (n_stops)
     int n_stops;
@@ -36,6 +37,7 @@ typedef struct skpo_rollout {
     skpo_tok *tok;              // NULL with no_text
     skpo_kv *kv;
     skpo_gen *gen;
+    skpo_gen_dev *gdev;         // sampling on the GPU (CUDA model only, else NULL)
     skpo_gen_stop *stop;        // NULL without stop strings
     int32_t eos[16];
     int n_eos;

@@ -360,7 +360,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
     if (st) return st;
     skpo_param *p;
     int np = pol->params(pol->ctx, &p);
-    if (!grads_finite(p, np))
+    if (!(pol->grads_finite ? pol->grads_finite(pol->ctx) : grads_finite(p, np)))
         return skpo_err_set(err, SKPO_ENUMERIC, "gradient is not finite after the micro-batch of records '%s' .. '%s'",
                             b->s[idx[i]].uid, b->s[idx[j - 1]].uid);
     return SKPO_OK;
@@ -420,7 +420,8 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     if (st) return st;
     skpo_param *p;
     int np = pol->params(pol->ctx, &p);
-    for (int i = 0; i < np && !st; i++) st = skpo_comm_allreduce_f32(comm, p[i].grad, p[i].numel, err);
+    for (int i = 0; i < np && !st && !pol->grads_finite; i++)
+        st = skpo_comm_allreduce_f32(comm, p[i].grad, p[i].numel, err);
     double v[SKPO_NPHASE * (NSTAT + 1) + 1];
     stats_pack(m, wloss, v);
     if (!st) st = skpo_comm_allreduce_f64(comm, v, sizeof v / sizeof v[0], err);
@@ -438,6 +439,8 @@ skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm 
             return skpo_err_set(err, st, "step %" PRId64 ", recomputing old log-probs: %s", o->step, e.msg);
         }
     }
+    if (pol->grads_finite && !opt->dev)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "device gradients need the optimizer on the device (skpo_optim_to_device)");
     double lr = skpo_optim_lr(&opt->cfg, o->step);
     SKPO_ASSERT(o->epochs >= 1);
     for (int u = 0; u < o->epochs * b->nmb; u++) {

@@ -51,6 +51,11 @@ typedef struct skpo_policy {
     skpo_status (*score)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp, skpo_err *err);
     void (*zero_grad)(void *ctx);
     int (*params)(void *ctx, skpo_param **params);
+    // Optional (NULL: the params' host grads are the gradients). Set when the
+    // gradients live on a device: checks them there after each micro-batch,
+    // and skpo_update_grad then leaves them rank-local: the device optimizer
+    // (skpo_optim_to_device) reduces them inside skpo_optim_step (ZeRO-1).
+    int (*grads_finite)(void *ctx);
 } skpo_policy;
 
 typedef struct skpo_update_opts {
@@ -103,7 +108,7 @@ void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens);
 skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o,
                                       skpo_err *err);
 // Gradient of mini-batch k's objective into the params' grad (zeroed first),
-// all-reduced over comm; m receives the loss statistics (not grad_norm/lr).
+// all-reduced over comm (device gradients: see skpo_policy.grads_finite); m receives the loss statistics (not grad_norm/lr).
 skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch *b, int k,
                              const skpo_update_opts *o, skpo_update_metrics *m, skpo_err *err);
 // The whole step: recompute old (if asked), then `epochs` times for every

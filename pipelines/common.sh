@@ -93,15 +93,48 @@ stage_update() { # [extra flags]
     ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) "$@"
 }
 
-# draw_prompts B: the step's B prompts for the --n pipelines, drawn uniformly without
-# replacement from TRAIN_DATA with a seed of (SEED, STEP), into $TMPD/prompts.msgpack.zst.
+# draw_prompts B [ROUND]: the step's B prompts for the --n pipelines into
+# $TMPD/prompts.msgpack.zst, uniformly without replacement from TRAIN_DATA: one
+# shuffle per step seeded by (SEED, STEP), of which ROUND r (default 0) takes
+# slice r, so DAPO's extra rounds never repeat a prompt within a step. Empty when
+# the data is used up.
 draw_prompts() {
-  local all="$RUN/prompts.jsonl"
+  local all="$RUN/prompts.jsonl" r=${2:-0}
   if [ ! -s "$all" ]; then
     skpo-cat --where kind=prompt "$TRAIN_DATA" >"$all.tmp" && mv "$all.tmp" "$all" || die "cannot read TRAIN_DATA '$TRAIN_DATA'"
   fi
-  shuf -n "$1" --random-source=<(yes "$(seed_of_step)") "$all" | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" \
-    || die "step $STEP: cannot draw prompts"
+  shuf --random-source=<(yes "$(seed_of_step)") "$all" | awk -v a="$((r * $1))" -v b="$(((r + 1) * $1))" 'NR > a && NR <= b' \
+    | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" || die "step $STEP: cannot draw prompts"
+}
+# stage_sample_n_prio K B: K whole responses for each of B prompts drawn by the
+# tracker's prioritized sampling (SPO's prompt selection, as SKPO's sampler does).
+stage_sample_n_prio() {
+  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --n "$1" --prompts-per-step "$2" \
+    --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
+    --step "$STEP" ${THREADS:+--threads "$THREADS"}
+}
+# informative_groups FILE: how many prompts of FILE's full records have rewards
+# that are not all equal (the groups DAPO's dynamic sampling keeps).
+informative_groups() {
+  skpo-cat --where kind=full --fields pid,reward "$1" | awk '
+    { p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); r = $0; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
+      if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
+      if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
+    END { k = 0; for (i = 1; i <= n; i++) if (lo[order[i]] + 0 != hi[order[i]] + 0) k++; print k }'
+}
+# keep_groups N: stdin to stdout, dropping the informative groups after the first N
+# (records and meta pass through; all-equal groups pass for skpo-advantage to count).
+keep_groups() {
+  skpo-cat | awk -v N="$1" '
+    { line[NR] = $0; if ($0 !~ /"kind":"full"/) next
+      p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); r = $0; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
+      if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
+      if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
+    END { k = 0
+      for (i = 1; i <= n; i++) if (lo[order[i]] + 0 != hi[order[i]] + 0 && ++k > N) drop[order[i]] = 1
+      for (j = 1; j <= NR; j++) { p = line[j]
+        if (line[j] ~ /"kind":"full"/) { sub(/.*"pid":"/, "", p); sub(/".*/, "", p); if (p in drop) continue }
+        print line[j] } }' | skpo-cat --pack --no-meta
 }
 
 # seed_state DIR: an empty tracker whose parameters come from the config (so the

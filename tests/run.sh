@@ -10,6 +10,8 @@ export SKPO_BUILD=$BUILD SKPO_TOP=$top PATH="$top/bin:$PATH"
 # Pipelines run several OpenMP programs at once; spinning idle threads would
 # steal the cores from the stage doing the work.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+# The suite checks the CPU reference; GPU tests choose the device themselves.
+export SKPO_DEVICE=${SKPO_DEVICE:-cpu}
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 passed=0; failed=0; skipped=0

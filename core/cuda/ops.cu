@@ -293,11 +293,29 @@ extern "C" skpo_status skpo_cuda_logprob_backward(skpo_cuda *c, skpo_bf16 *dlogi
 }
 
 // --- sampling ---------------------------------------------------------------------------------
-// Per row: probabilities p = softmax(z / T). top-k and top-p become one
-// probability threshold tau found by bisection (count(p >= tau) >= k, mass(p >=
-// tau) >= top_p, the largest such tau); the token is then drawn by inverse CDF in
-// index order over the kept set using the host's coin. Ties at the threshold
-// are all kept (the CPU sampler does the same).
+// The contract of core/sampler.h, one block per row. p = softmax(z / T).
+// top-k and top-p become one probability threshold: tau_k, the largest tau
+// with count(p >= tau) >= k (the k-th largest p), then tau_p, the largest tau
+// with mass(p >= tau) >= top_p * mass(p >= tau_k), i.e. top-p applied to the
+// top-k distribution renormalised; both by bisection on [0, max p]. The token
+// is drawn by inverse CDF in index order over the kept set with the host's
+// coin. Differences from the CPU sampler, none of which changes the
+// distribution: tokens tied exactly at the threshold are all kept (the CPU
+// keeps the lowest ids), and the CPU draws a truncated set in most-likely-
+// first order, so the same coin can pick another token of that set.
+// logp = log_softmax(z / T)[token] over the whole vocabulary (T = 1 when
+// greedy); a row holding NaN or +Inf, or only -Inf, gives token -1, logp NaN.
+
+__device__ static float row_mass_count(const float *z, int V, float inv_t, float m, float s, float tau, float *cnt,
+                                       float *shm) {
+    float c = 0.f, mass = 0.f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float p = expf(z[i] * inv_t - m) / s;
+        if (p >= tau) { c += 1.f; mass += p; }
+    }
+    *cnt = block_sum(c, shm);
+    return block_sum(mass, shm);
+}
 
 __global__ void k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
                          float top_p, const float *coin) {
@@ -305,41 +323,50 @@ __global__ void k_sample(int32_t *out_tok, float *out_logp, const float *logits,
     __shared__ float part[1024];
     const float *z = logits + (size_t)blockIdx.x * V;
     int tid = threadIdx.x, nt = blockDim.x;
-    if (temp <= 0.f) {  // greedy: argmax, lowest index on ties
-        float best = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int i = tid; i < V; i += nt)
-            if (z[i] > best || (z[i] == best && i < bi)) { best = z[i]; bi = i; }
-        float m = block_max(best, shm);
-        int cand = (best == m) ? bi : 0x7fffffff;
-        __shared__ int sidx;
-        if (tid == 0) sidx = 0x7fffffff;
-        __syncthreads();
-        atomicMin(&sidx, cand);
-        __syncthreads();
-        if (tid == 0) { out_tok[blockIdx.x] = sidx; out_logp[blockIdx.x] = 0.f; }
+    float bad = 0.f, zmax = -INFINITY;
+    for (int i = tid; i < V; i += nt) {
+        if (isnan(z[i]) || z[i] == INFINITY) bad = 1.f;
+        else zmax = fmaxf(zmax, z[i]);
+    }
+    bad = block_max(bad, shm);
+    zmax = block_max(zmax, shm);
+    if (bad > 0.f || zmax == -INFINITY) {
+        if (tid == 0) { out_tok[blockIdx.x] = -1; out_logp[blockIdx.x] = NAN; }
         return;
     }
-    float inv_t = 1.f / temp, m = -INFINITY;
-    for (int i = tid; i < V; i += nt) m = fmaxf(m, z[i] * inv_t);
-    m = block_max(m, shm);
+    float inv_t = temp > 0.f ? 1.f / temp : 1.f, m = zmax * inv_t;
     float s = 0.f;
     for (int i = tid; i < V; i += nt) s += expf(z[i] * inv_t - m);
     s = block_sum(s, shm);
+    if (temp <= 0.f) {  // greedy: argmax, lowest index on ties
+        int bi = 0x7fffffff;
+        for (int i = tid; i < V && bi == 0x7fffffff; i += nt)
+            if (z[i] == zmax) bi = i;
+        __shared__ int sidx;
+        if (tid == 0) sidx = 0x7fffffff;
+        __syncthreads();
+        atomicMin(&sidx, bi);
+        __syncthreads();
+        if (tid == 0) { out_tok[blockIdx.x] = sidx; out_logp[blockIdx.x] = z[sidx] * inv_t - m - logf(s); }
+        return;
+    }
     float pmax = 1.f / s;  // p of the max logit
-    float tau = 0.f;
-    if ((top_k > 0 && top_k < V) || top_p < 1.f) {
+    float tau = 0.f, cnt;
+    if (top_k > 0 && top_k < V) {
         float lo = 0.f, hi = pmax;
         for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (lo + hi), cnt = 0.f, mass = 0.f;
-            for (int i = tid; i < V; i += nt) {
-                float p = expf(z[i] * inv_t - m) / s;
-                if (p >= mid) { cnt += 1.f; mass += p; }
-            }
-            cnt = block_sum(cnt, shm);
-            mass = block_sum(mass, shm);
-            int ok = (top_k <= 0 || cnt >= (float)top_k) && (top_p >= 1.f || mass >= top_p);
-            if (ok) lo = mid; else hi = mid;
+            float mid = 0.5f * (lo + hi);
+            row_mass_count(z, V, inv_t, m, s, mid, &cnt, shm);
+            if (cnt >= (float)top_k) lo = mid; else hi = mid;
+        }
+        tau = lo;
+    }
+    if (top_p < 1.f) {
+        float want = top_p * row_mass_count(z, V, inv_t, m, s, tau, &cnt, shm);
+        float lo = tau, hi = pmax;
+        for (int it = 0; it < 40; it++) {
+            float mid = 0.5f * (lo + hi);
+            if (row_mass_count(z, V, inv_t, m, s, mid, &cnt, shm) >= want) lo = mid; else hi = mid;
         }
         tau = lo;
     }
@@ -355,25 +382,28 @@ __global__ void k_sample(int32_t *out_tok, float *out_logp, const float *logits,
     __shared__ float total;
     __shared__ int owner;
     __shared__ float before;
+    // a float coin can round up to 1 from a double just below it
+    float u = fminf(coin[blockIdx.x], 0.99999994f);
     if (tid == 0) {
         float acc = 0.f;
         for (int k = 0; k < nt; k++) acc += part[k];
         total = acc;
-        float target = coin[blockIdx.x] * acc, run = 0.f;
-        owner = nt - 1;
+        float target = u * acc, run = 0.f;
+        owner = -1;
         before = 0.f;
         for (int k = 0; k < nt; k++) {
-            if (run + part[k] > target && part[k] > 0.f) { owner = k; before = run; break; }
+            if (part[k] > 0.f) { owner = k; before = run; }  // last chunk with mass: rounding fallback
+            if (run + part[k] > target && part[k] > 0.f) break;
             run += part[k];
         }
     }
     __syncthreads();
     if (tid == owner) {
-        float target = coin[blockIdx.x] * total, run = before;
+        float target = u * total, run = before;
         int pick = -1, last = -1;
         for (int i = b0; i < b1; i++) {
             float p = expf(z[i] * inv_t - m) / s;
-            if (p < tau) continue;
+            if (p < tau || p <= 0.f) continue;
             last = i;
             run += p;
             if (run > target) { pick = i; break; }
@@ -387,7 +417,7 @@ __global__ void k_sample(int32_t *out_tok, float *out_logp, const float *logits,
 extern "C" skpo_status skpo_cuda_sample(skpo_cuda *c, int32_t *out_tok, float *out_logp, const float *logits, int B,
                                         int V, float temp, int top_k, float top_p, const float *coin, skpo_err *err) {
     if (!B) return SKPO_OK;
-    k_sample<<<B, 1024, 0, c->stream>>>(out_tok, out_logp, logits, V, temp, top_k, top_p, coin);
+    k_sample<<<B, 1024, 0, STREAM(c)>>>(out_tok, out_logp, logits, V, temp, top_k, top_p, coin);
     LAUNCHED(err);
     return SKPO_OK;
 }

@@ -8,14 +8,16 @@
 - prompts.msgpack.zst: 6 prompt records (pid, prompt ids, problem, answer,
   source, text and an unknown field that must pass through).
 - bad-*.msgpack.zst: prompt records that skpo-sample must refuse.
-Records are written with a minimal msgpack encoder (no msgpack module needed)
-and compressed with the zstd command. Run from the repository root:
+Records are written by tests/ref/mpk.py (no msgpack module needed; the zstd
+command compresses). Run from the repository root:
     python3 tests/ref/make_sample_fixtures.py
 """
 import json
 import os
-import struct
-import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpk  # noqa: E402  (the shared record-stream writer)
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -46,40 +48,6 @@ def train_tokenizer():
     return tok
 
 
-def pack(v):
-    """msgpack encoding of str / bytes / int / float / dict (what records use)."""
-    if isinstance(v, bool):
-        return b"\xc3" if v else b"\xc2"
-    if isinstance(v, int):
-        if 0 <= v < 128:
-            return bytes([v])
-        return b"\xd3" + struct.pack(">q", v)
-    if isinstance(v, float):
-        return b"\xcb" + struct.pack(">d", v)
-    if isinstance(v, str):
-        b = v.encode()
-        return b"\xda" + struct.pack(">H", len(b)) + b
-    if isinstance(v, (bytes, bytearray)):
-        return b"\xc5" + struct.pack(">H", len(v)) + bytes(v)
-    if isinstance(v, dict):
-        out = b"\xde" + struct.pack(">H", len(v))
-        for k, x in v.items():
-            out += pack(k) + pack(x)
-        return out
-    raise TypeError(type(v))
-
-
-def i32s(ids):
-    return struct.pack("<%di" % len(ids), *ids)
-
-
-def write_stream(path, recs):
-    raw = b"".join(pack(r) for r in recs)
-    z = subprocess.run(["zstd", "-q", "-c", "--check"], input=raw, stdout=subprocess.PIPE, check=True).stdout
-    with open(path, "wb") as f:
-        f.write(z)
-
-
 def main():
     os.makedirs(TOK_DIR, exist_ok=True)
     tok = train_tokenizer()
@@ -87,21 +55,22 @@ def main():
                 ("p3", "Compute the remainder when 2024 is divided by 7.", "1"),
                 ("p4", "Let x be a real number such that x^2 = 16. Find the sum of all x.", "0"),
                 ("p5", "What is 1 + 1?", "2"), ("p6", "Solve the following math problem step by step: 9 - 4.", "5")]
-    recs = [{"kind": "meta", "schema": 1, "tool": "make_sample_fixtures.py"}]
+    recs = []
     for pid, prob, ans in problems:
         text = "Problem: " + prob + "\nAnswer:"
         ids = tok.encode(text).ids
-        recs.append({"kind": "prompt", "pid": pid, "prompt": i32s(ids), "problem": prob, "answer": ans,
+        recs.append({"kind": "prompt", "pid": pid, "prompt": mpk.i32s(ids), "problem": prob, "answer": ans,
                      "source": "fixture", "text": text, "x_custom": "kept"})
-    write_stream(os.path.join(OUT, "prompts.msgpack.zst"), recs)
-    good = recs[1]
+    mpk.write_stream(os.path.join(OUT, "prompts.msgpack.zst"), recs, tool="make_sample_fixtures.py")
+    good = recs[0]
     bad = {
         "missing": {k: v for k, v in good.items() if k != "prompt"},
         "empty": dict(good, prompt=b""),
-        "vocab": dict(good, prompt=i32s([5, 17, 300])),
+        "vocab": dict(good, prompt=mpk.i32s([5, 17, 300])),
     }
     for name, r in bad.items():
-        write_stream(os.path.join(OUT, "bad-%s.msgpack.zst" % name), [recs[2], dict(r, pid="bad-" + name)])
+        mpk.write_stream(os.path.join(OUT, "bad-%s.msgpack.zst" % name), [recs[1], dict(r, pid="bad-" + name)],
+                         meta=False)
 
 
 if __name__ == "__main__":

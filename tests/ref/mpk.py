@@ -22,7 +22,9 @@ def pack(v):
             return bytes([0xA0 | len(b)]) + b
         return b"\xd9" + bytes([len(b)]) + b if len(b) < 256 else b"\xda" + struct.pack(">H", len(b)) + b
     if isinstance(v, bytes):
-        return b"\xc4" + bytes([len(v)]) + v if len(v) < 256 else b"\xc5" + struct.pack(">H", len(v)) + v
+        if len(v) < 256:
+            return b"\xc4" + bytes([len(v)]) + v
+        return b"\xc5" + struct.pack(">H", len(v)) + v if len(v) < 65536 else b"\xc6" + struct.pack(">I", len(v)) + v
     if isinstance(v, dict):
         assert len(v) < 16
         return bytes([0x80 | len(v)]) + b"".join(pack(k) + pack(x) for k, x in v.items())
@@ -37,8 +39,9 @@ def f32s(a):
     return struct.pack("<%df" % len(a), *a)
 
 
-def write_stream(path, recs, tool="make_fixtures.py", level=None):
-    """A meta record, then recs, as one checksummed zstd stream at path."""
-    raw = b"".join(pack(r) for r in [{"kind": "meta", "schema": 1, "tool": tool}] + recs)
+def write_stream(path, recs, tool="make_fixtures.py", level=None, meta=True):
+    """A meta record (unless meta=False), then recs, as one checksummed zstd stream at path."""
+    head = [{"kind": "meta", "schema": 1, "tool": tool}] if meta else []
+    raw = b"".join(pack(r) for r in head + recs)
     opts = ["-%d" % level] if level else []
     subprocess.run(["zstd", "-q", "-f", "--check"] + opts + ["-o", path], input=raw, check=True)

@@ -79,6 +79,13 @@ t "metrics are appended to the --metrics file" sh -c '
   skpo-advantage --mode spo --state "$0/m" --metrics "$0/metrics.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
   skpo-advantage --mode spo --state "$0/m" --metrics "$0/metrics.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
   [ "$(zstd -dc "$0/metrics.zst" | grep -a -o "skpo-advantage" | wc -l)" = 2 ]' "$TMP/d" "$A"
+t "a step re-run after a kill before the state was saved does not duplicate its metrics" sh -c '
+  mkdir -p "$0/k" && skpo-advantage --mode spo --state "$0/k" --metrics "$0/k.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
+  rm -rf "$0/k" && mkdir -p "$0/k" &&
+  skpo-advantage --mode spo --state "$0/k" --metrics "$0/k.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
+  skpo-advantage --mode spo --state "$0/k" --metrics "$0/k.zst" "$1/spo_full.msgpack.zst" >/dev/null &&
+  [ "$(skpo-cat --where tool=skpo-advantage --fields step "$0/k.zst" | tr -d "\n ")" = "{\"step\":1}{\"step\":2}" ] ||
+  skpo-cat "$0/k.zst"' "$TMP/d" "$A"
 
 mkdir -p "$TMP/e"
 M="$FIX/model/qwen2_untied"

@@ -62,6 +62,17 @@ REWARD_CMD=$PARITY bash "$P/train.sh" "$R" >"$TMP/resume.out" 2>"$TMP/resume.err
 t "rerunning resumes at step 3 and completes it" sh -c '
   [ "$(cat "$0/last")" = 3 ] && grep -q "^step 3/3" "$1" && ! grep -q "^step [12]/" "$1" && [ ! -e "$0/tmp/3" ] &&
   [ ! -e "$0/ckpt/1" ] || { cat "$1" "$2"; ls "$0" "$0/ckpt"; exit 1; }' "$R" "$TMP/resume.out" "$TMP/resume.err"
+# The same seed and thread count give the same run, bit for bit, even when one
+# of them was killed mid-step and resumed: weights and rollouts (meta records
+# and the run's own path aside) must be identical.
+run "$TMP/run2" STEPS=3 >"$TMP/run2.out" 2>"$TMP/run2.err"
+t "a run killed and resumed equals an uninterrupted run with the same seed, bit for bit" sh -c '
+  for s in 2 3; do
+    cmp "$0/ckpt/$s/model.safetensors" "$1/ckpt/$s/model.safetensors" || exit 1
+    a=$(skpo-cat "$0/rollouts/$s.msgpack.zst" | grep -v "\"kind\":\"meta\"" | sed "s#$0#RUN#g" | md5sum)
+    b=$(skpo-cat "$1/rollouts/$s.msgpack.zst" | grep -v "\"kind\":\"meta\"" | sed "s#$1#RUN#g" | md5sum)
+    [ "$a" = "$b" ] || { echo "rollouts of step $s differ"; exit 1; }
+  done' "$R" "$TMP/run2"
 t "plot.sh draws PNGs from the run" sh -c '
   command -v gnuplot >/dev/null || exit 0
   bash "$0/plot.sh" "$1" >/dev/null 2>&1 && [ -s "$1/plots/reward.png" ] && [ -s "$1/plots/heldout.png" ] &&
@@ -73,6 +84,22 @@ for algo in grpo spo dapo; do
     [ "$(cat "$0/last")" = 1 ] && [ -f "$0/ckpt/1/model.safetensors" ] && skpo-cat "$0/rollouts/1.msgpack.zst" >/dev/null ||
     { cat "$1"; exit 1; }' "$TMP/$algo" "$TMP/$algo.err"
 done
+
+# DAPO's dynamic sampling refills: a reward rule that makes every group of about
+# half the prompts all-equal (pid ending in 0-7: all -1) forces extra rounds, and
+# the step still trains on exactly PROMPTS informative groups.
+HALF='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
+  p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); if (p ~ /[0-7]$/) r = -1;
+  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+# shellcheck disable=SC2086
+REWARD_CMD=$HALF bash "$P/train.sh" "$TMP/dapo2" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" EVAL_DATA= \
+  $CONF ALGO=dapo STEPS=1 >"$TMP/dapo2.out" 2>"$TMP/dapo2.err"
+t "DAPO dynamic sampling draws more prompts until PROMPTS groups are informative" bash -c '
+  . "$2/common.sh"
+  f="$0/rollouts/1.msgpack.zst"
+  [ "$(informative_groups "$f")" = 4 ] && [ "$(skpo-cat --where kind=full --fields pid "$f" | sort -u | wc -l)" -gt 4 ] &&
+  grep -q "dynamic sampling drew [2-9] rounds" "$0/logs/1.sample.err" || { cat "$1"; ls "$0/logs"; exit 1; }' \
+  "$TMP/dapo2" "$TMP/dapo2.err" "$P"
 
 # skpo-eval on fixed records against a hand computation: problem a has 1 of 4
 # correct (majority answer wrong), b has 3 of 4 (majority right).

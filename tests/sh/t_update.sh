@@ -10,6 +10,10 @@ CHK="$BUILD/tests/test_update_model"
 # The flags tests/ref/make_update_fixtures.py computed its reference step with.
 A="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"
 
+# These tests check the float32 CPU path against PyTorch: pin it, also on a
+# machine with a GPU (the device path is tests/unit/test_cuda_train.c).
+export SKPO_DEVICE=cpu
+
 # mpirun as root needs these; --oversubscribe lets 2 ranks share fewer cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 have_mpirun() { command -v mpirun >/dev/null 2>&1; }

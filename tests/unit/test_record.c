@@ -360,6 +360,39 @@ static void truncated_frame_reports_record_and_offset(void) {
     free(q);
 }
 
+// skpo_read_each: the kind filter, a callback's error stops the walk and comes
+// back as is, and a damaged stream's error comes back after the good records.
+typedef struct each_ctx { int seen, stop_at; } each_ctx;
+static skpo_status count_each(const skpo_rec *r, const char *name, void *ctx, skpo_err *err) {
+    each_ctx *c = ctx;
+    if (++c->seen == c->stop_at) return skpo_err_set(err, SKPO_ERANGE, "stop at %d (%s)", c->seen, name);
+    return SKPO_OK;
+}
+static void read_each_filters_by_kind_and_stops_at_the_first_error(void) {
+    char *p = tpath("each.zst"), *q = tpath("each_cut.zst");
+    write_recs(p, 0, 20, true);
+    skpo_err e = {0};
+    each_ctx c = {0, 0};
+    CHECK(skpo_read_each(p, SKPO_KIND_DOWN, count_each, &c, &e) == SKPO_OK && c.seen == 20);
+    c = (each_ctx){0, 0};
+    CHECK(skpo_read_each(p, NULL, count_each, &c, &e) == SKPO_OK && c.seen == 21); // with the meta record
+    c = (each_ctx){0, 0};
+    CHECK(skpo_read_each(p, SKPO_KIND_PROMPT, count_each, &c, &e) == SKPO_OK && c.seen == 0);
+    c = (each_ctx){0, 5};
+    CHECK(skpo_read_each(p, SKPO_KIND_DOWN, count_each, &c, &e) == SKPO_ERANGE && c.seen == 5);
+    CHECK_MSG(strstr(e.msg, "stop at 5") != NULL, "%s", e.msg);
+    char *d;
+    size_t n;
+    SKPO_ASSERT(skpo_read_file(p, &d, &n, &e) == SKPO_OK);
+    write_bytes(q, d, n - 6);
+    c = (each_ctx){0, 0};
+    CHECK(skpo_read_each(q, SKPO_KIND_DOWN, count_each, &c, &e) == SKPO_EFORMAT && c.seen < 20);
+    CHECK_MSG(strstr(e.msg, "truncated") != NULL, "%s", e.msg);
+    free(d);
+    free(p);
+    free(q);
+}
+
 static void record_cut_inside_a_whole_frame_is_truncation(void) {
     skpo_rec r;
     skpo_rec_init(&r);
@@ -773,6 +806,7 @@ int main(void) {
     RUN(append_mode_adds_a_frame);
     RUN(unknown_fields_pass_through_byte_exact);
     RUN(truncated_frame_reports_record_and_offset);
+    RUN(read_each_filters_by_kind_and_stops_at_the_first_error);
     RUN(record_cut_inside_a_whole_frame_is_truncation);
     RUN(garbage_after_stream_keeps_good_records);
     RUN(garbage_input_fails_at_record_one);

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
@@ -88,7 +89,6 @@ static void write_out(int argc, char **argv, const skpo_rec *recs, size_t n, con
     for (size_t i = 0; i < n; i++)
         if (keep[i] && skpo_writer_put(w, &recs[i], &err)) skpo_die("%s", err.msg);
     if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
-    skpo_close_stdout_or_die();
 }
 
 static void print_summary(const skpo_rec *m) {
@@ -102,8 +102,40 @@ static void print_summary(const skpo_rec *m) {
     fputc('\n', stderr);
 }
 
+// Append the step's metrics record to FILE. The state is committed only after
+// this, so a run killed in between re-runs the same step: when FILE already
+// holds this tool's record of the step, it is not appended again. (A log is
+// only ever appended to: skpo-update appends to the same file.)
+// Does FILE already hold this tool's metrics record of `step`? Reads up to the
+// first damage: a torn last frame (a writer killed mid-append) is cut off by
+// the append that follows.
+static int have_metrics(const char *path, int64_t step) {
+    skpo_err err = {{0}};
+    skpo_reader *rd;
+    if (access(path, F_OK) != 0 || skpo_reader_open(path, &rd, &err)) return 0;
+    skpo_rec r;
+    skpo_rec_init(&r);
+    int have = 0;
+    int64_t s;
+    while (!have && skpo_reader_next(rd, &r, &err) == SKPO_OK) {
+        const char *tool = skpo_rec_str(&r, "tool"), *kind = skpo_rec_str(&r, "kind");
+        have = kind && !strcmp(kind, "metrics") && tool && !strcmp(tool, "skpo-advantage") &&
+               skpo_rec_int(&r, "step", &s) && s == step;
+    }
+    skpo_rec_free(&r);
+    skpo_reader_close(rd);
+    return have;
+}
+
+// Append the step's metrics record to FILE. The state is committed only after
+// this, so a run killed in between re-runs the same step: when FILE already
+// holds this tool's record of the step, it is not appended again. (A log is
+// only ever appended to: skpo-update appends to the same file.)
 static void append_metrics(const char *path, const skpo_rec *metrics) {
     skpo_err err = {{0}};
+    int64_t step = -1;
+    skpo_rec_int(metrics, "step", &step);
+    if (have_metrics(path, step)) return;
     skpo_writer *w;
     if (skpo_writer_open_append(path, 0, &w, &err)) skpo_die("%s", err.msg);
     if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("metrics file '%s': %s", path, err.msg);
@@ -140,7 +172,10 @@ int main(int argc, char **argv) {
     if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
     write_out(argc, orig, recs, n, keep, &metrics);
+    // before stdout's EOF, so a consumer appending to the same file (skpo-update
+    // writes its metrics after reading everything) never races this append
     if (a.metrics) append_metrics(a.metrics, &metrics);
+    skpo_close_stdout_or_die();
     if (a.summary) print_summary(&metrics);
     skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
     if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);

@@ -39,7 +39,8 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     return p;
 }
 
-static void add_down(prefixes *ps, const skpo_rec *r, const char *where) {
+static skpo_status add_down(const skpo_rec *r, const char *where, void *ctx, skpo_err *err) {
+    prefixes *ps = ctx;
     const char *gid = skpo_rec_str(r, F_GID), *uid = skpo_rec_str(r, F_UID), *pred = skpo_rec_str(r, F_PRED);
     if (!gid) skpo_die("down record '%s' (%s) has no 'gid'", uid ? uid : "?", where);
     bool c;
@@ -63,20 +64,12 @@ static void add_down(prefixes *ps, const skpo_rec *r, const char *where) {
     p->pred[p->n] = pred ? skpo_xstrdup(pred) : NULL;
     p->len[p->n] = (int64_t)nt;
     p->n++;
+    return SKPO_OK;
 }
 
 void prefixes_read(prefixes *ps, const char *path) {
     skpo_err err = {{0}};
-    skpo_reader *rd;
-    if (skpo_reader_open(path, &rd, &err)) skpo_die("%s", err.msg);
-    skpo_rec r;
-    skpo_rec_init(&r);
-    skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK)
-        if (skpo_rec_is_kind(&r, SKPO_KIND_DOWN)) add_down(ps, &r, skpo_reader_name(rd));
-    if (st != SKPO_EOF) skpo_die("%s", err.msg);
-    skpo_rec_free(&r);
-    skpo_reader_close(rd);
+    if (skpo_read_each(path, SKPO_KIND_DOWN, add_down, ps, &err)) skpo_die("%s", err.msg);
 }
 
 void prefixes_free(prefixes *ps) {

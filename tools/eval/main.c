@@ -53,7 +53,8 @@ static problem *problem_of(evalset *es, const char *pid, const char *source) {
     return p;
 }
 
-static void add_sample(evalset *es, const skpo_rec *r, const char *where) {
+static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, skpo_err *err) {
+    evalset *es = ctx;
     const char *pid = skpo_rec_str(r, F_PID), *src = skpo_rec_str(r, F_SOURCE), *pred = skpo_rec_str(r, F_PRED);
     const char *uid = skpo_rec_str(r, F_UID) ? skpo_rec_str(r, F_UID) : "(no uid)";
     bool c;
@@ -73,20 +74,12 @@ static void add_sample(evalset *es, const skpo_rec *r, const char *where) {
     }
     p->pred[p->n] = pred ? skpo_xstrdup(pred) : NULL;
     p->ok[p->n++] = c;
+    return SKPO_OK;
 }
 
 static void read_input(const char *path, evalset *es) {
     skpo_err err = {{0}};
-    skpo_reader *rd;
-    if (skpo_reader_open(path, &rd, &err)) skpo_die("%s", err.msg);
-    skpo_rec r;
-    skpo_rec_init(&r);
-    skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK)
-        if (skpo_rec_is_kind(&r, SKPO_KIND_FULL)) add_sample(es, &r, skpo_reader_name(rd));
-    if (st != SKPO_EOF) skpo_die("%s", err.msg);
-    skpo_rec_free(&r);
-    skpo_reader_close(rd);
+    if (skpo_read_each(path, SKPO_KIND_FULL, add_sample, es, &err)) skpo_die("%s", err.msg);
 }
 
 // --- one group's numbers ----------------------------------------------------------------

@@ -23,7 +23,7 @@ static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L]) [--state DIR]\n"
     "       [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
-    "       [--no-share] [--no-text] [--stats]";
+    "       [--no-share] [--no-text] [--stats] [--device cuda|cpu]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -57,6 +57,7 @@ int main(int argc, char **argv) {
         {"no-share", 0, SKPO_OPT_FLAG, &c.no_share, 0, 0, NULL, "prefill each sample alone (benchmarks, tests)"},
         {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},
         {"threads", 0, SKPO_OPT_INT, &c.threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"},
+        {"device", 0, SKPO_OPT_STR, &c.ro.device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
         {"stats", 0, SKPO_OPT_FLAG, &c.stats, 0, 0, NULL, "print generated tokens/s and KV use on stderr at the end"},
         {0},
@@ -65,6 +66,8 @@ int main(int argc, char **argv) {
     memcpy(args, argv, (size_t)(argc + 1) * sizeof *args);
     if (skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYNOPSIS, "unexpected argument");
     sample_cfg_check(&c, SYNOPSIS);
+    if (c.ro.device && strcmp(c.ro.device, "cuda") && strcmp(c.ro.device, "cpu"))
+        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", c.ro.device);
 
     skpo_err err = {0};
     skpo_rollout ro;

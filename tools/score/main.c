@@ -15,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *SYN = "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [FILE]";
+static const char *SYN =
+    "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [--device cuda|cpu] [FILE]";
 static const char *ABOUT =
     "Add the log-prob of every response token (field `tokens`, conditioned on `prompt`) under the\n"
     "model in DIR as a float32 array field NAME (default ref_logp). Reads FILE or stdin, writes stdout.";
@@ -87,7 +88,7 @@ static void score_stream(skpo_model *m, skpo_reader *rd, skpo_writer *w, const c
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *field = F_REF_LOGP;
+    const char *dir = NULL, *field = F_REF_LOGP, *device = NULL;
     double temp = 1.0;
     long max_tok = 8192, threads = 0;
     skpo_opt opts[] = {
@@ -96,6 +97,7 @@ int main(int argc, char **argv) {
         {"temperature", 't', SKPO_OPT_DOUBLE, &temp, 1e-6, 1e6, "T", "score softmax(logits / T) (default 1)"},
         {"batch-tokens", 0, SKPO_OPT_INT, &max_tok, 1, 1L << 30, "N", "tokens per scoring batch (default 8192)"},
         {"threads", 0, SKPO_OPT_INT, &threads, 0, 4096, "N", "CPU threads (default: all)"},
+        {"device", 0, SKPO_OPT_STR, &device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
         {0},
     };
     char **all = skpo_xcalloc((size_t)argc + 1, sizeof *all); // skpo_cli_parse reorders argv; meta wants it whole
@@ -104,10 +106,12 @@ int main(int argc, char **argv) {
     if (npos > 1) skpo_cli_usage_error(SYN, "at most one input file");
     if (!dir) skpo_cli_usage_error(SYN, "--model is required");
     if (!*field) skpo_cli_usage_error(SYN, "--field must not be empty");
+    if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))
+        skpo_cli_usage_error(SYN, "--device: '%s' is not cuda or cpu", device);
     skpo_err err = {0};
     skpo_model *m;
     skpo_model_opts mo = {.threads = (int)threads};
-    if (skpo_model_load(dir, &mo, &m, &err)) skpo_die("%s", err.msg);
+    if (skpo_device_parse(device, &mo.device, &err) || skpo_model_load(dir, &mo, &m, &err)) skpo_die("%s", err.msg);
     skpo_reader *rd;
     skpo_writer *w;
     if (skpo_reader_open(npos ? argv[1] : "-", &rd, &err) || skpo_writer_open_fd(1, 0, &w, &err))

@@ -15,7 +15,8 @@
 
 static const char SYNOPSIS[] =
     "--model DIR [--group G] [--layout skip|continual] [--tokenizer DIR] [--batch N] [--temperature T]\n"
-    "       [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--stop STR]... [--no-share] [--no-text] < in > out";
+    "       [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--stop STR]... [--no-share] [--no-text]\n"
+    "       [--device cuda|cpu] < in > out";
 static const char ABOUT[] =
     "For each up record on stdin, generate G downstream rollouts from [s, q] (segment, then prompt)\n"
     "and write the up record followed by its G down records; other records pass through in order.";
@@ -40,12 +41,15 @@ int main(int argc, char **argv) {
         {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},
         {"threads", 0, SKPO_OPT_INT, &c.threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"},
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
+        {"device", 0, SKPO_OPT_STR, &c.ro.device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
         {0},
     };
     char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole
     memcpy(args, argv, (size_t)(argc + 1) * sizeof *args);
     if (skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYNOPSIS, "unexpected argument");
     splice_cfg_check(&c, SYNOPSIS);
+    if (c.ro.device && strcmp(c.ro.device, "cuda") && strcmp(c.ro.device, "cpu"))
+        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", c.ro.device);
 
     skpo_err err = {0};
     skpo_rollout ro;

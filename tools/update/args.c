@@ -20,7 +20,9 @@ static const char *ABOUT =
     "records' weight) and AdamW, and write --out atomically as a Hugging Face checkpoint plus\n"
     "optimizer state and step. Optimizer state in --model is continued when present.\n"
     "Under `mpirun -np N` the records are split by prompt across ranks and gradients are\n"
-    "all-reduced; rank 0 writes the checkpoint. Writes nothing on stdout.";
+    "all-reduced; rank 0 writes the checkpoint. On GPUs (--device cuda, one process per GPU\n"
+    "under mpirun / srun) gradients go over NCCL and AdamW state is sharded (--zero).\n"
+    "Writes nothing on stdout.";
 
 static int kind_or_die(const char *flag, const char *v) {
     int k = skpo_loss_kind_parse(v);
@@ -39,6 +41,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
     long minibatch = a->u.minibatch, warmup = a->a.warmup_steps, epochs = 1;
     a->threads = 0;
+    a->zero = -1;
     const double B = 1e300;
     // NAN = not given: per-phase flags override the group flags, which override the defaults.
     double lo[SKPO_NPHASE] = {NAN, NAN, NAN}, hi[SKPO_NPHASE] = {NAN, NAN, NAN}, dual[SKPO_NPHASE] = {NAN, NAN, NAN};
@@ -92,6 +95,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"fresh-optimizer", 0, SKPO_OPT_FLAG, &a->fresh_optimizer, 0, 0, NULL, "ignore optimizer state in --model"},
         {"threads", 0, SKPO_OPT_INT, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"},
         {"comm", 0, SKPO_OPT_STR, &comm, 0, 0, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"},
+        {"device", 0, SKPO_OPT_STR, &a->device, 0, 0, "cuda|cpu", "where to train (cuda when a GPU is visible)"},
+        {"recompute", 0, SKPO_OPT_FLAG, &a->recompute, 0, 0, NULL, "cuda: keep layer inputs only, recompute in backward"},
+        {"zero", 0, SKPO_OPT_INT, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"},
         // Other spellings callers use (pipelines/common.sh on main).
         {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
         {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
@@ -134,6 +140,8 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     else if (!strcmp(comm, "local")) a->comm = SKPO_COMM_LOCAL;
     else if (!strcmp(comm, "mpi")) a->comm = SKPO_COMM_MPI;
     else skpo_cli_usage_error(SYNOPSIS, "--comm: '%s' is not auto, local or mpi", comm);
+    if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
+        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
     skpo_err e = {0};
     if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e)) skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
 }

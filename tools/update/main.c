@@ -14,23 +14,28 @@ int main(int argc, char **argv) {
     for (int i = 0; i < argc; i++) orig[i] = argv[i];
     upd_args a;
     upd_parse_args(&a, argc, argv);
+    upd_bind_device(&a);
     double t0 = skpo_now();
     skpo_err e = {0};
     skpo_comm *c = NULL;
-    if (skpo_comm_init(a.comm, &c, &e)) skpo_die("%s", e.msg);
+    struct skpo_cuda *ccu = NULL;   // the communicator's own device context (shared-file NCCL bootstrap)
+    upd_comm_open(&a, &c, &ccu);
     skpo_rec *recs;
     size_t n;
     upd_read_records(c, a.input, &recs, &n);
     skpo_model *m;
     skpo_optim *o;
     upd_load(c, &a, &m, &o, &a.u.step);
+    skpo_comm *nc = NULL;   // NCCL, for device gradients over several GPUs
+    upd_to_device(c, &a, m, o, &nc);
     skpo_batch *b = NULL;
     upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
     int nmb = skpo_batch_minibatches(b) * a.u.epochs;
     if (nmb == 0 && c->rank == 0) skpo_warn("no trained records (kinds up, down, full): writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
     skpo_policy pol = skpo_policy_of_model(m);
-    upd_check(c, skpo_update_step(&pol, o, c, b, &a.u, met, &e), &e);
+    upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &a.u, met, &e), &e);
+    upd_check(c, skpo_optim_from_device(o, &e), &e);   // moments to rank 0's host for the save
     // Only rank 0 writes; the others wait to hear whether it worked.
     skpo_trainer_state ts = {a.u.step, o->t};
     skpo_status st = SKPO_OK;
@@ -42,8 +47,9 @@ int main(int argc, char **argv) {
     free(orig);
     skpo_batch_free(b);
     skpo_optim_free(o);
+    skpo_comm_free(nc);   // before the model: it shares the model's device context
     skpo_model_free(m);
     skpo_recs_free(recs, n);
-    skpo_comm_free(c);
+    upd_comm_close(c, ccu);
     return SKPO_EXIT_OK;
 }

@@ -5,6 +5,9 @@
  */
 #include "tool.h"
 
+#include "cuda.h"
+#include "model_cuda_train.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -116,9 +119,85 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     return st;
 }
 
+// Entry r mod count of CUDA_VISIBLE_DEVICES (or "r" when unset). Must run
+// before anything initialises CUDA: the runtime reads the variable once.
+static void bind_gpu(long r) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char pick[64];
+    if (!vis || !*vis) {
+        snprintf(pick, sizeof pick, "%ld", r);
+    } else {
+        long n = 1;
+        for (const char *p = vis; *p; p++) n += *p == ',';
+        long k = r % n;
+        const char *p = vis;
+        for (long i = 0; i < k; i++) p = strchr(p, ',') + 1;
+        size_t len = strcspn(p, ",");
+        if (len >= sizeof pick) return;
+        memcpy(pick, p, len);
+        pick[len] = 0;
+    }
+    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+}
+
+void upd_bind_device(upd_args *a) {
+    long r = skpo_comm_local_rank();
+    const char *want = a->device ? a->device : getenv("SKPO_DEVICE");
+    if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
+    skpo_err e = {0};
+    if (skpo_device_parse(a->device, &a->dev, &e)) skpo_die("%s", e.msg);
+    if (a->dev != SKPO_DEV_CUDA && (a->recompute || a->zero > 0))
+        skpo_die("--recompute and --zero 1 need --device cuda");
+}
+
+void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu) {
+    skpo_err e = {0};
+    int rank, size;
+    const char *idf = getenv("SKPO_NCCL_ID_FILE");
+    *cu = NULL;
+#ifdef SKPO_HAVE_CUDA
+    if (a->dev == SKPO_DEV_CUDA && idf && *idf && !skpo_comm_launched_by_mpi() && skpo_comm_file_rank(&rank, &size) &&
+        size > 1) {
+        if (skpo_cuda_init(0, cu, &e) || skpo_comm_init_nccl(*cu, c, &e)) skpo_die("%s", e.msg);
+        return;
+    }
+#else
+    (void)idf, (void)rank, (void)size;
+#endif
+    if (skpo_comm_init(a->comm, c, &e)) skpo_die("%s", e.msg);
+}
+
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) {
+    skpo_comm_free(c);
+#ifdef SKPO_HAVE_CUDA
+    skpo_cuda_free_ctx(cu);
+#else
+    (void)cu;
+#endif
+}
+
+void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o, skpo_comm **nc) {
+    *nc = NULL;
+    if (a->dev != SKPO_DEV_CUDA) return;
+    skpo_err e = {0};
+    skpo_dev_params d;
+    upd_check(c, skpo_model_dev_params(m, &d, &e), &e);
+    // Already NCCL (shared-file bootstrap): it carries the gradients too.
+    int need = c->size > 1 && strcmp(c->ops->name, "nccl");
+    skpo_status st = need ? skpo_comm_init_nccl(d.cu, nc, &e) : SKPO_OK;
+    upd_check(c, st, &e);
+    int zero = a->zero < 0 ? c->size > 1 : (int)a->zero;
+    skpo_param *p;
+    int np = skpo_model_params(m, &p);
+    // The host may hold newer weights than the device: a loaded state's masters.
+    st = skpo_model_sync_device(m, &e);
+    if (!st) st = skpo_optim_to_device(o, p, np, &d, *nc ? *nc : c, zero, &e);
+    upd_check(c, st, &e);
+}
+
 void upd_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, int64_t *step) {
     skpo_err e = {0};
-    skpo_model_opts mo = {SKPO_DEV_CPU, 1, (int)a->threads};
+    skpo_model_opts mo = {a->dev, 1, (int)a->threads};
     skpo_trainer_state ts;
     int have_ts = 0;
     *m = NULL;
@@ -129,6 +208,7 @@ void upd_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, int64_t
                           a->model);
     if (!st) st = skpo_checkpoint_read_state(a->model, &ts, &have_ts, &e);
     if (!st) st = load_optim(a, *m, &ts, have_ts, o, &e);
+    if (!st) skpo_model_set_recompute(*m, a->recompute);
     upd_check(c, st, &e);
     *step = a->step ? a->step : (have_ts ? ts.step + 1 : 1);
 }

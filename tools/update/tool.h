@@ -19,6 +19,10 @@ typedef struct upd_args {
     int fresh_optimizer;  // ignore optimizer state in --model
     long threads;
     skpo_comm_kind comm;
+    const char *device;   // --device cuda|cpu; NULL = cuda when a GPU is visible
+    int recompute;        // --recompute: per-layer activation recomputation (cuda)
+    long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
+    skpo_device dev;      // resolved by upd_bind_device
 } upd_args;
 
 // Parse argv (exits 2 on a usage error, 0 after --help).
@@ -32,9 +36,24 @@ void upd_parse_args(upd_args *a, int argc, char **argv);
 void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err);
 // The trained records of `path` ("-" = stdin), read by rank 0 and broadcast.
 void upd_read_records(skpo_comm *c, const char *path, skpo_rec **recs, size_t *n);
-// Model (trainable) + optimizer (continued from --model's state unless
-// --fresh-optimizer) + the step number to run.
+// The communicator: --comm's choice, or with --device cuda, several ranks
+// and SKPO_NCCL_ID_FILE (no MPI launcher) the NCCL communicator bootstrapped
+// through that file on a device context of its own (*cu, freed by the
+// caller after the communicator).
+void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu);
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu);
+// Pick the device (--device, SKPO_DEVICE, else cuda when a GPU is visible)
+// and, under a launcher, this rank's GPU: CUDA_VISIBLE_DEVICES narrowed to
+// entry (local rank mod count) before CUDA starts. Dies with one line when
+// cuda is asked for and unusable.
+void upd_bind_device(upd_args *a);
+// Model (trainable, on a->dev) + optimizer (continued from --model's state
+// unless --fresh-optimizer) + the step number to run.
 void upd_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, int64_t *step);
+// On cuda: the NCCL communicator when c has more than one rank (*nc, else
+// NULL) and the optimizer moved to the device (ZeRO-1 per --zero). A no-op
+// on cpu.
+void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o, skpo_comm **nc);
 // Rank 0: append metrics records (after a meta record) to a->metrics and print
 // the step summary on stderr.
 void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,

@@ -1,0 +1,353 @@
+// infer.cu - what the inference path adds to the backend (see cuda_infer.h):
+// async copies and pinned staging memory, a float32-output linear layer for
+// the logits, paged attention for query rows at any position, CUDA graphs.
+#include "common.cuh"
+#include "cuda_infer.h"
+
+#include <stdlib.h>
+
+// --- memory and copies ---------------------------------------------------------------
+
+extern "C" skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) {
+    cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return skpo_err_set(err, SKPO_ENOMEM, "cannot allocate %zu KiB of pinned host memory: %s", bytes >> 10,
+                            cudaGetErrorString(e));
+    }
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" size_t skpo_cuda_mem_total(skpo_cuda *c) {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return t;
+}
+
+// --- logits: bf16 GEMM with a float32 result --------------------------------------------
+
+extern "C" skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                                               int K, int N, skpo_err *err) {
+    if (!T) return SKPO_OK;
+    float alpha = 1.f, beta = 0.f;  // column-major view as in skpo_cuda_linear
+    CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, w, CUDA_R_16BF, K, x, CUDA_R_16BF, K,
+                        &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), err);
+    return SKPO_OK;
+}
+
+// --- q/k/v: bias, RoPE, store into the pool ----------------------------------------------
+// One block per row; q pairs, then k pairs, then v elements, strided over the block.
+
+__device__ __forceinline__ float bias_at(const bf16 *b, int i) { return b ? __bfloat162float(b[i]) : 0.f; }
+
+__global__ void k_qkv_finish(bf16 *q, const bf16 *k, const bf16 *v, const bf16 *bq, const bf16 *bk, const bf16 *bv,
+                             const int32_t *pos, const float *inv_freq, bf16 *pk, bf16 *pv, const int32_t *sb,
+                             const int32_t *sr, int nh, int nkv, int hs, int n_layers, int layer, int block_size) {
+    int t = blockIdx.x, half = hs / 2, kd = nkv * hs;
+    float p = (float)pos[t];
+    bf16 *qr = q + (size_t)t * nh * hs;
+    const bf16 *kr = k + (size_t)t * kd, *vr = v + (size_t)t * kd;
+    size_t o = (((size_t)sb[t] * n_layers + layer) * block_size + sr[t]) * kd;
+    for (int i = threadIdx.x; i < (nh + nkv) * half; i += blockDim.x) {
+        int isk = i >= nh * half, j = isk ? i - nh * half : i, h = j / half, d = j - h * half;
+        int e0 = h * hs + d, e1 = e0 + half;
+        float s, co;
+        sincosf(p * inv_freq[d], &s, &co);
+        if (!isk) {
+            float a = __bfloat162float(qr[e0]) + bias_at(bq, e0), b = __bfloat162float(qr[e1]) + bias_at(bq, e1);
+            qr[e0] = __float2bfloat16(a * co - b * s);
+            qr[e1] = __float2bfloat16(b * co + a * s);
+        } else {
+            float a = __bfloat162float(kr[e0]) + bias_at(bk, e0), b = __bfloat162float(kr[e1]) + bias_at(bk, e1);
+            pk[o + e0] = __float2bfloat16(a * co - b * s);
+            pk[o + e1] = __float2bfloat16(b * co + a * s);
+        }
+    }
+    for (int i = threadIdx.x; i < kd; i += blockDim.x) pv[o + i] = __float2bfloat16(__bfloat162float(vr[i]) + bias_at(bv, i));
+}
+
+extern "C" skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                            const skpo_bf16 *bq, const skpo_bf16 *bk, const skpo_bf16 *bv,
+                                            const int32_t *pos, const float *inv_freq, skpo_bf16 *pool_k,
+                                            skpo_bf16 *pool_v, const int32_t *slot_block, const int32_t *slot_row, int T,
+                                            int nh, int nkv, int hs, int n_layers, int layer, int block_size,
+                                            skpo_err *err) {
+    if (!T) return SKPO_OK;
+    k_qkv_finish<<<T, 128, 0, c->stream>>>((bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)bq,
+                                           (const bf16 *)bk, (const bf16 *)bv, pos, inv_freq, (bf16 *)pool_k,
+                                           (bf16 *)pool_v, slot_block, slot_row, nh, nkv, hs, n_layers, layer,
+                                           block_size);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+// --- SwiGLU over a fused gate|up GEMM output ----------------------------------------------
+
+__global__ void k_swiglu_fused(bf16 *out, const bf16 *gu, int T, int F) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * F) return;
+    size_t t = i / F, f = i - t * F;
+    float a = __bfloat162float(gu[t * 2 * F + f]), b = __bfloat162float(gu[t * 2 * F + F + f]);
+    out[i] = __float2bfloat16(a / (1.f + expf(-a)) * b);
+}
+
+extern "C" skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F,
+                                              skpo_err *err) {
+    if (!T) return SKPO_OK;
+    size_t n = (size_t)T * F;
+    k_swiglu_fused<<<blocks_for(n, 256), 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)gu, T, F);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+// --- paged attention for rows at arbitrary positions ------------------------------------
+// Grid (N rows, nkv heads, S splits); block = one warp per query head of the
+// KV group (G = nh / nkv <= 16). K/V tiles of 32 positions are staged in
+// shared memory (float) once for the whole group; within a tile each lane
+// scores one position against the warp's query (q in shared memory, broadcast
+// float4 reads; K rows padded by 4 floats so each quarter-warp's 128-bit loads
+// hit distinct banks), the warp
+// updates its online softmax once per tile, and each lane accumulates hs/32
+// output dims. With S > 1 (few rows, long contexts: flash-decoding) split z
+// covers positions [z*chunk, (z+1)*chunk) and writes its unnormalised partial
+// (m, l, acc) to `part`; k_attn_combine merges the splits.
+
+#define PG_TILE 32
+#define PG_MAX_HS 256
+#define PG_MAX_SPLITS 64
+
+__device__ __forceinline__ size_t pg_row(int block, int n_layers, int layer, int block_size, int row, int kv_dim) {
+    return (((size_t)block * n_layers + layer) * block_size + row) * kv_dim;
+}
+
+// At most 16 warps per block: ~90 registers a thread (sm_90, no spills) x 512
+// threads fit the register file.
+__global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
+                             int max_blocks, const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer,
+                             int block_size, int nh, int nkv, int hs, int chunk, float scale) {
+    extern __shared__ float sh[];
+    int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z, S = gridDim.z, G = nh / nkv;
+    int g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    int ks = hs + 4, kd = nkv * hs, qd = nh * hs, h = hk * G + g;
+    int len = row_pos[r] + 1, jb = z * chunk, je = min(len, jb + chunk);
+    float *pp = part ? part + (((size_t)r * nh + h) * S + z) * (hs + 2) : NULL;
+    if (jb >= len) {  // this split is past the row's end (uniform over the block)
+        if (pp && lane == 0) { pp[0] = -INFINITY; pp[1] = 0.f; }
+        return;
+    }
+    float *qs = sh;                      // (G, hs)
+    float *Ks = qs + (size_t)G * hs;     // (TILE, hs + 4)
+    float *Vs = Ks + PG_TILE * ks;       // (TILE, hs)
+    float *Ps = Vs + PG_TILE * hs;       // (G, TILE)
+    const bf16 *qrow = (const bf16 *)q + (size_t)r * qd + (size_t)hk * G * hs;
+    for (int i = threadIdx.x; i < G * hs; i += nthr) qs[i] = __bfloat162float(qrow[i]) * scale;
+    const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
+    float m = -INFINITY, l = 0.f, acc[PG_MAX_HS / 32];
+#pragma unroll
+    for (int i = 0; i < PG_MAX_HS / 32; i++) acc[i] = 0.f;
+    for (int j0 = jb; j0 < je; j0 += PG_TILE) {
+        int nt = min(PG_TILE, je - j0);
+        __syncthreads();  // the previous tile is consumed (and qs is written)
+        for (int i = threadIdx.x; i < nt * hs; i += nthr) {
+            int j = i / hs, d = i - j * hs, p = j0 + j;
+            size_t o = pg_row(table[p / block_size], n_layers, layer, block_size, p % block_size, kd) + (size_t)hk * hs + d;
+            Ks[j * ks + d] = __bfloat162float(((const bf16 *)pk)[o]);
+            Vs[j * hs + d] = __bfloat162float(((const bf16 *)pv)[o]);
+        }
+        __syncthreads();
+        const float4 *q4 = (const float4 *)(qs + (size_t)g * hs);
+        float s = -INFINITY;
+        if (lane < nt) {
+            const float4 *k4 = (const float4 *)(Ks + lane * ks);
+            float dot = 0.f;
+            for (int d = 0; d < hs / 4; d++) {
+                float4 a = q4[d], b = k4[d];
+                dot += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            }
+            s = dot;
+        }
+        float mn = fmaxf(m, warp_max(s));  // finite: nt >= 1
+        float corr = expf(m - mn), p = lane < nt ? expf(s - mn) : 0.f;
+        l = l * corr + warp_sum(p);
+        Ps[g * PG_TILE + lane] = p;
+        __syncwarp();
+        const float *pw = Ps + g * PG_TILE;
+        int nt4 = nt & ~3;  // rows past nt hold stale data: never multiply them, even by 0
+#pragma unroll
+        for (int i = 0; i < PG_MAX_HS / 32; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                float a = acc[i] * corr;
+                for (int j = 0; j < nt4; j += 4) {
+                    float4 pj = *(const float4 *)(pw + j);
+                    a += pj.x * Vs[j * hs + d] + pj.y * Vs[(j + 1) * hs + d] + pj.z * Vs[(j + 2) * hs + d] +
+                         pj.w * Vs[(j + 3) * hs + d];
+                }
+                for (int j = nt4; j < nt; j++) a += pw[j] * Vs[j * hs + d];
+                acc[i] = a;
+            }
+        }
+        m = mn;
+        __syncwarp();
+    }
+    if (pp) {
+        if (lane == 0) { pp[0] = m; pp[1] = l; }
+#pragma unroll
+        for (int i = 0; i < PG_MAX_HS / 32; i++)
+            if (lane + 32 * i < hs) pp[2 + lane + 32 * i] = acc[i];
+        return;
+    }
+    bf16 *orow = out + (size_t)r * qd + (size_t)h * hs;
+#pragma unroll
+    for (int i = 0; i < PG_MAX_HS / 32; i++)
+        if (lane + 32 * i < hs) orow[lane + 32 * i] = __float2bfloat16(acc[i] / l);
+}
+
+// One warp per (row, head): merge the S partials by their maxima.
+__global__ void k_attn_combine(bf16 *out, const float *part, int N, int nh, int hs, int S) {
+    int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (w >= N * nh) return;
+    const float *pp = part + (size_t)w * S * (hs + 2);
+    float M = -INFINITY;
+    for (int z = 0; z < S; z++) M = fmaxf(M, pp[(size_t)z * (hs + 2)]);
+    float L = 0.f;
+    for (int z = 0; z < S; z++) {
+        const float *pz = pp + (size_t)z * (hs + 2);
+        if (pz[1] > 0.f) L += pz[1] * expf(pz[0] - M);
+    }
+    for (int d = lane; d < hs; d += 32) {
+        float a = 0.f;
+        for (int z = 0; z < S; z++) {
+            const float *pz = pp + (size_t)z * (hs + 2);
+            if (pz[1] > 0.f) a += pz[2 + d] * expf(pz[0] - M);
+        }
+        out[(size_t)w * hs + d] = __float2bfloat16(a / L);
+    }
+}
+
+// Blocks worth filling the device with (two waves of one block per SM).
+static int pg_target_blocks(skpo_cuda *c) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess || sms <= 0) {
+        cudaGetLastError();
+        sms = 32;
+    }
+    return 2 * sms;
+}
+
+extern "C" size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) {
+    // Splitting only happens while N * nkv < target, and then S * N <= target / nkv + N.
+    size_t target = (size_t)pg_target_blocks(c);
+    return (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
+}
+
+extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
+                                                 const skpo_bf16 *pool_k, const skpo_bf16 *pool_v,
+                                                 const int32_t *block_table, int max_blocks, const int32_t *row_seq,
+                                                 const int32_t *row_pos, int N, int n_layers, int layer, int block_size,
+                                                 int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                                 skpo_err *err) {
+    if (!N) return SKPO_OK;
+    if (hs > PG_MAX_HS || hs % 4 || nkv <= 0 || nh % nkv || nh / nkv > 16)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
+                            hs, nh, nkv);
+    int G = nh / nkv;
+    // Splits: from the shapes only (N, table width), so a captured graph stays valid.
+    int tiles = (max_blocks * block_size + PG_TILE - 1) / PG_TILE, blocks = N * nkv, S = 1;
+    if (work && blocks < pg_target_blocks(c)) {
+        S = (pg_target_blocks(c) + blocks - 1) / blocks;
+        if (S > tiles) S = tiles;
+        if (S > PG_MAX_SPLITS) S = PG_MAX_SPLITS;
+        size_t per = (size_t)N * nh * (hs + 2) * sizeof(float);
+        if ((size_t)S * per > work_bytes) S = (int)(work_bytes / per);
+        if (S < 1) S = 1;
+    }
+    int chunk_tiles = (tiles + S - 1) / S;
+    if (S > 1) S = (tiles + chunk_tiles - 1) / chunk_tiles;  // no empty trailing splits
+    size_t shm = sizeof(float) * ((size_t)G * hs + (size_t)PG_TILE * (hs + 4) + (size_t)PG_TILE * hs + (size_t)G * PG_TILE);
+    if (shm > 48 * 1024)
+        CU(cudaFuncSetAttribute(k_attn_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm), err);
+    dim3 grid((unsigned)N, (unsigned)nkv, (unsigned)S);
+    k_attn_paged<<<grid, 32 * G, shm, c->stream>>>((bf16 *)out, S > 1 ? work : NULL, (const bf16 *)q,
+                                                   (const bf16 *)pool_k, (const bf16 *)pool_v, block_table, max_blocks,
+                                                   row_seq, row_pos, n_layers, layer, block_size, nh, nkv, hs,
+                                                   S > 1 ? chunk_tiles * PG_TILE : tiles * PG_TILE,
+                                                   1.f / sqrtf((float)hs));
+    LAUNCHED(err);
+    if (S > 1) {
+        size_t threads = (size_t)N * nh * 32;
+        k_attn_combine<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, work, N, nh, hs, S);
+        LAUNCHED(err);
+    }
+    return SKPO_OK;
+}
+
+// --- CUDA graphs -------------------------------------------------------------------------
+
+struct skpo_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err) {
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // the failed capture is over; the stream is usable again
+        if (g) cudaGraphDestroy(g);
+        return skpo_cuda_fail(err, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    cudaGraphExec_t x;
+    e = cudaGraphInstantiate(&x, g, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaGraphDestroy(g);
+        return skpo_cuda_fail(err, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    skpo_cuda_graph *r = (skpo_cuda_graph *)skpo_xcalloc(1, sizeof *r);
+    r->graph = g;
+    r->exec = x;
+    *out = r;
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err) {
+    CU(cudaGraphLaunch(g->exec, c->stream), err);
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_graph_free(skpo_cuda_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
+}

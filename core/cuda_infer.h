@@ -1,0 +1,78 @@
+/*
+ * cuda_infer.h - CUDA pieces the inference path (model_cuda.c) adds to the
+ * kernels of cuda.h: asynchronous copies and pinned host memory for per-step
+ * staging, a linear layer with float32 output (logits), paged attention for
+ * query rows at arbitrary positions (prefill and decode in one launch), and
+ * CUDA graph capture/replay of a step. Implemented in core/cuda/infer.cu;
+ * compiled only with SKPO_HAVE_CUDA. All work is on the context's stream.
+ */
+#ifndef SKPO_CUDA_INFER_H
+#define SKPO_CUDA_INFER_H
+
+#include "cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Pinned host memory (fast, truly asynchronous host<->device copies).
+skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err);
+void skpo_cuda_host_free(void *p);
+// Enqueue copies on the stream without waiting.
+skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+// Total memory of the context's device (bytes).
+size_t skpo_cuda_mem_total(skpo_cuda *c);
+
+// y(T,N) float32 = x(T,K) W(N,K)^T, bf16 inputs, fp32 accumulation and output.
+skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K,
+                                    int N, skpo_err *err);
+
+// After the q/k/v GEMMs (without bias), in one launch: add the biases (any
+// may be NULL), rotate q in place and k (HF rotate-half RoPE at pos[t],
+// inv_freq(hs/2)), and store k, v rows into the paged pool at (slot_block[t],
+// slot_row[t]) of layer `layer` (kvcache.h layout). Math in fp32, one rounding
+// to bf16 per stored value.
+skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pool_k, skpo_bf16 *pool_v, const int32_t *slot_block,
+                                 const int32_t *slot_row, int T, int nh, int nkv, int hs, int n_layers, int layer,
+                                 int block_size, skpo_err *err);
+
+// out(T,F) = silu(gu[:, :F]) * gu[:, F:] for gu(T, 2F) = x [Wg; Wu]^T, the
+// output of one GEMM over the gate and up projections stored back to back.
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *err);
+
+// Causal attention of N query rows over a paged bf16 pool (kvcache.h layout,
+// layer `layer`): row r belongs to sequence row_seq[r] (a row of block_table,
+// (nseq, max_blocks)) and sits at position row_pos[r]; it attends to positions
+// 0..row_pos[r] of that sequence, which must already be stored in the pool
+// (its own K/V included). q, out (N, nh*hs). Covers prefill rows and decode
+// rows in one launch; query heads sharing a KV head are handled by one block,
+// so each K/V row is read once per group. When there are too few rows to fill
+// the device, each row's positions are split over several blocks and merged
+// (flash-decoding) using `work` (fp32, work_bytes; NULL = never split). The
+// split count depends only on N, max_blocks and the device, so a step captured
+// in a CUDA graph replays correctly.
+skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                      const skpo_bf16 *pool_v, const int32_t *block_table, int max_blocks,
+                                      const int32_t *row_seq, const int32_t *row_pos, int N, int n_layers, int layer,
+                                      int block_size, int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                      skpo_err *err);
+// Bytes of `work` that let skpo_cuda_attention_paged split as much as it wants.
+size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs);
+
+// CUDA graphs over the context's stream: begin capture, end it into an
+// executable graph, launch it, free it. A failed capture leaves the stream
+// usable (the caller runs the work eagerly instead).
+typedef struct skpo_cuda_graph skpo_cuda_graph;
+skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err);
+skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err);
+skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err);
+void skpo_cuda_graph_free(skpo_cuda_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/*
+ * cuda_train.h - device kernels the training pass adds to cuda.h (in
+ * core/cuda/train_ops.cu): scored-row gather/scatter, the input-gradient GEMM
+ * with accumulation, and a deterministic double-precision sum of squares.
+ * Same conventions as cuda.h (bf16 = skpo_bf16, row-major, the context's
+ * stream). CUDA builds only.
+ */
+#ifndef SKPO_CUDA_TRAIN_H
+#define SKPO_CUDA_TRAIN_H
+
+#include "cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// dst(n, C) = src[rows[i]] ; dst[rows[i]] = src(n, C) (rows distinct).
+skpo_status skpo_cuda_rows_gather(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
+                                  skpo_err *err);
+skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
+                                   skpo_err *err);
+// dx(T,K) = beta dx + dy(T,N) W(N,K)
+skpo_status skpo_cuda_linear_dx(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *w, int T, int K, int N,
+                                float beta, skpo_err *err);
+// dst = src, n bytes, both on the device (stream-ordered).
+skpo_status skpo_cuda_d2d(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+// dst(N) += sum over rows t of a[t,n] * (b ? b[t,n] * r[t] : 1), a and b
+// (T, N) bf16, r (T) fp32: bias gradients (b NULL) and RMSNorm weight
+// gradients (b = the norm's input, r = its rstd). Deterministic (no atomics).
+// scratch: SKPO_COL_PARTS * N floats of device memory.
+#define SKPO_COL_PARTS 64
+skpo_status skpo_cuda_colsum(skpo_cuda *c, float *dst, const skpo_bf16 *a, const skpo_bf16 *b, const float *r, int T,
+                             int N, float *scratch, skpo_err *err);
+// RMSNorm backward into the residual gradient: dx(T,C) += d(norm)/dx . dy
+// (the weight gradient is a colsum of dy * x * rstd).
+skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *x,
+                                           const skpo_bf16 *w, const float *rstd, int T, int C, skpo_err *err);
+// *host_out = sum g[i]^2 in double, same bits for the same input on any run
+// (fixed grid, fixed order); synchronises the stream.
+skpo_status skpo_cuda_sumsq_f64(skpo_cuda *c, double *host_out, const float *g, size_t n, skpo_err *err);
+
+// Tensor-core causal attention over packed sequences (flash.cu), the
+// contract of skpo_cuda_attention / _backward with two differences: seq_of
+// (T) gives each row's sequence (skpo_cuda_flash_seq_of fills it from
+// seq_start), and the backward writes dk, dv in bf16 (overwritten, no fp32
+// accumulation buffers) using work: T * nh * (1 + hs) floats. head_dim 64 or
+// 128, else SKPO_EUNSUPPORTED (the caller falls back to the simple kernels).
+skpo_status skpo_cuda_flash_seq_of(skpo_cuda *c, int32_t *seq_of, const int32_t *seq_start, int nseq, skpo_err *err);
+skpo_status skpo_cuda_flash_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                      const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
+                                      int nkv, int hs, skpo_err *err);
+skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                               const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                               const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                               const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
+                                               int hs, float *work, skpo_err *err);
+
+// Collectives on host buffers over NCCL (staged through device memory), for
+// a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
+skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);
+skpo_status skpo_nccl_bcast_host(skpo_nccl *n, void *buf, size_t bytes, int root, skpo_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

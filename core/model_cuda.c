@@ -1,0 +1,606 @@
+/*
+ * model_cuda.c - a model's device mirror (bf16 weights at the host offsets,
+ * fp32 master/grad when trainable), the KV pool on the device, and inference
+ * steps over it (see model_cuda.h). Host code only: every kernel comes from
+ * cuda.h / cuda_infer.h and runs on the model's one stream.
+ *
+ * A step reserves KV positions on the host (kvcache.c, copy-on-write blocks
+ * are copied on the device by the pool callback), uploads one packed int32
+ * staging buffer (tokens, positions, slots, block tables), then runs
+ *     x = embed(toks); per layer: ln = rmsnorm(x); q,k,v = ln W^T (+b);
+ *     rope(q,k); store k,v in the pool; att = paged attention over 0..pos;
+ *     x += att Wo^T (+bo); ln = rmsnorm(x); x += (silu(ln Wg^T) * ln Wu^T) Wd^T
+ * and the logits (fp32) of the last row of each sequence. Activations are
+ * bf16 (the residual stream too), accumulation fp32. Scratch grows to the
+ * largest batch seen and is reused: no device allocation in a steady state.
+ * Pure decode steps (one row per sequence) are captured in a CUDA graph per
+ * (batch, table width) and replayed (SKPO_CUDA_GRAPHS=0 turns that off).
+ */
+#include "model_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_CUDA "this build has no CUDA (rebuild with nvcc on the PATH)"
+
+skpo_device skpo_model_device(const skpo_model *m) { return m->cuda ? SKPO_DEV_CUDA : SKPO_DEV_CPU; }
+skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return model_cuda_ctx(m); }
+
+#ifndef SKPO_HAVE_CUDA
+
+static int visible_devices(void) { return 0; }
+
+skpo_status model_cuda_probe(int device, skpo_err *err) { return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA); }
+skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
+}
+void model_cuda_close(skpo_model *m) { SKPO_ASSERT(!m->cuda); }
+skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
+}
+skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
+}
+skpo_cuda *model_cuda_ctx(const skpo_model *m) { return NULL; }
+skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
+    skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
+    return NULL;
+}
+skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                            const int *off, float *logits, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
+}
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
+    *dev_logits = NULL;
+    return 0;
+}
+
+#else
+
+#include "cuda.h"
+#include "cuda_infer.h"
+
+#include <omp.h>
+
+static int visible_devices(void) { return skpo_cuda_device_count(); }
+
+#define MIB(x) ((size_t)(x) >> 20)
+enum { KV_BLOCK = 16, MAX_GRAPHS = 8 };
+
+typedef struct step_graph {
+    int nseq, max_blocks;
+    const void *kv_pool;   // graphs bake in the pool address
+    skpo_cuda_graph *g;
+    unsigned long used;    // LRU stamp
+} step_graph;
+
+// The `infer` part of model_cuda: step scratch sized to the largest step seen.
+typedef struct infer_state {
+    size_t cap_rows, cap_seqs, cap_ints;
+    skpo_bf16 *act;        // x, ln, q, k, v, att, gate, up (cap_rows each), xl, lnl (cap_seqs)
+    float *logits;         // (cap_seqs, V)
+    int32_t *dints, *hints; // staging on the device / pinned host
+    float *attn_work;      // split-attention partials (flash-decoding)
+    size_t attn_work_bytes;
+    int last_nseq;         // rows of logits valid (0 before any step)
+    int graphs_off;
+    step_graph graphs[MAX_GRAPHS];
+    unsigned long clock;
+} infer_state;
+
+static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err);
+
+skpo_status model_cuda_probe(int device, skpo_err *err) {
+    int n = skpo_cuda_device_count();
+    if (device < 0 || device >= n)
+        return skpo_err_set(err, SKPO_EDEVICE, "no CUDA device %d visible (%d visible; check CUDA_VISIBLE_DEVICES and the driver)",
+                            device, n);
+    return SKPO_OK;
+}
+
+skpo_cuda *model_cuda_ctx(const skpo_model *m) { return m->cuda ? m->cuda->cu : NULL; }
+
+// Host float32 -> bf16 in chunks through pinned memory (n elements from src to dst).
+static skpo_status upload_bf16(skpo_cuda *cu, skpo_bf16 *dst, const float *src, size_t n, skpo_err *err) {
+    enum { CHUNK = 1 << 24 };
+    skpo_bf16 *h;
+    skpo_status s = skpo_cuda_host_alloc((void **)&h, (size_t)CHUNK * sizeof *h, err);
+    for (size_t o = 0; o < n && !s; o += CHUNK) {
+        size_t k = n - o < CHUNK ? n - o : CHUNK;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < k; i += 4096) skpo_f32_to_bf16_host(h + i, src + o + i, k - i < 4096 ? k - i : 4096);
+        s = skpo_cuda_h2d(cu, dst + o, h, k * sizeof *h, err);
+    }
+    skpo_cuda_host_free(h);
+    return s;
+}
+
+static skpo_status download_bf16(skpo_cuda *cu, float *dst, const skpo_bf16 *src, size_t n, skpo_err *err) {
+    enum { CHUNK = 1 << 24 };
+    skpo_bf16 *h;
+    skpo_status s = skpo_cuda_host_alloc((void **)&h, (size_t)CHUNK * sizeof *h, err);
+    for (size_t o = 0; o < n && !s; o += CHUNK) {
+        size_t k = n - o < CHUNK ? n - o : CHUNK;
+        if ((s = skpo_cuda_d2h(cu, h, src + o, k * sizeof *h, err))) break;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < k; i += 4096) skpo_bf16_to_f32_host(dst + o + i, h + i, k - i < 4096 ? k - i : 4096);
+    }
+    skpo_cuda_host_free(h);
+    return s;
+}
+
+skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    SKPO_ASSERT(mc);
+    skpo_status s;
+    if (mc->master) {  // the master is the truth; the bf16 copy is derived from it on the device
+        if ((s = skpo_cuda_h2d(mc->cu, mc->master, m->mem, m->numel * sizeof(float), err))) return s;
+        if ((s = skpo_cuda_f32_to_bf16(mc->cu, mc->w, mc->master, m->numel, err))) return s;
+    } else if ((s = upload_bf16(mc->cu, mc->w, m->mem, m->numel, err))) {
+        return s;
+    }
+    if ((s = skpo_cuda_h2d(mc->cu, mc->inv_freq, m->inv_freq, (size_t)(m->c.head_dim / 2) * sizeof(float), err)))
+        return s;
+    return skpo_cuda_sync(mc->cu, err);
+}
+
+skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    SKPO_ASSERT(mc);
+    skpo_status s = skpo_cuda_sync(mc->cu, err);
+    if (s) return s;
+    if (mc->master) return skpo_cuda_d2h(mc->cu, m->mem, mc->master, m->numel * sizeof(float), err);
+    return download_bf16(mc->cu, m->mem, mc->w, m->numel, err);
+}
+
+static void infer_free(model_cuda *mc);
+
+void model_cuda_close(skpo_model *m) {
+    model_cuda *mc = m->cuda;
+    if (!mc) return;
+    if (mc->cu) skpo_cuda_sync(mc->cu, NULL);
+    if (mc->train && mc->train_free) mc->train_free(mc);
+    infer_free(mc);
+    skpo_cuda_dfree(mc->w);
+    skpo_cuda_dfree(mc->master);
+    skpo_cuda_dfree(mc->grad);
+    skpo_cuda_dfree(mc->inv_freq);
+    skpo_cuda_free_ctx(mc->cu);
+    free(mc);
+    m->cuda = NULL;
+}
+
+skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
+    SKPO_ASSERT(!m->cuda);
+    model_cuda *mc = skpo_xcalloc(1, sizeof *mc);
+    skpo_status s = skpo_cuda_init(device, &mc->cu, err);
+    if (s) {
+        free(mc);
+        return s;
+    }
+    m->cuda = mc;
+    size_t n = m->numel, half = (size_t)(m->c.head_dim / 2);
+    // Checked before any upload: bf16 weights, plus fp32 master and grad (and
+    // room for the optimizer's moments kept elsewhere) when trainable.
+    size_t need = n * 2 + (m->o.trainable ? n * 12 : 0), avail = skpo_cuda_mem_free(mc->cu);
+    if (need > avail) {
+        s = skpo_err_set(err, SKPO_ENOMEM,
+                         "checkpoint too large for CUDA device %d: %zu M parameters need %zu MiB (bf16 weights%s) but "
+                         "%zu MiB of %zu MiB are free",
+                         device, n / 1000000, MIB(need), m->o.trainable ? " + fp32 master, grads, optimizer" : "",
+                         MIB(avail), MIB(skpo_cuda_mem_total(mc->cu)));
+        model_cuda_close(m);
+        return s;
+    }
+    s = skpo_cuda_malloc(mc->cu, (void **)&mc->w, n * sizeof(skpo_bf16), "bf16 weights", err);
+    if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&mc->inv_freq, half * sizeof(float), "rope frequencies", err);
+    if (!s && m->o.trainable) {
+        s = skpo_cuda_malloc(mc->cu, (void **)&mc->master, n * sizeof(float), "fp32 master weights", err);
+        if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&mc->grad, n * sizeof(float), "fp32 gradients", err);
+        if (!s) s = skpo_cuda_memset0(mc->cu, mc->grad, n * sizeof(float), err);
+    }
+    if (!s) s = model_cuda_sync_from_host(m, err);
+    if (s) {
+        model_cuda_close(m);
+        return s;
+    }
+    infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
+    mc->infer = in;
+    in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
+                                                         m->c.head_dim);
+    if ((s = skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err))) {
+        model_cuda_close(m);
+        return s;
+    }
+    if (out) *out = mc;
+    return SKPO_OK;
+}
+
+// --- the KV pool on the device ---------------------------------------------------------------
+
+static skpo_status pool_alloc(void *ctx, size_t bytes, void **k, void **v, skpo_err *err) {
+    skpo_cuda *cu = ((const skpo_model *)ctx)->cuda->cu;
+    size_t avail = skpo_cuda_mem_free(cu);
+    *k = *v = NULL;
+    if (2 * bytes > avail)
+        return skpo_err_set(err, SKPO_ENOMEM,
+                            "kv cache needs %zu MiB on the GPU (K and V, bf16) but %zu MiB are free "
+                            "(lower --kv-tokens or --batch)",
+                            MIB(2 * bytes), MIB(avail));
+    skpo_status s = skpo_cuda_malloc(cu, k, bytes, "kv cache keys", err);
+    if (!s) s = skpo_cuda_malloc(cu, v, bytes, "kv cache values", err);
+    if (s) {
+        skpo_cuda_dfree(*k);
+        *k = NULL;
+    }
+    return s;
+}
+
+static void pool_release(void *ctx, void *k, void *v) {
+    skpo_cuda_dfree(k);
+    skpo_cuda_dfree(v);
+}
+
+// Copy-on-write on the model's stream: ordered before the step that writes the block.
+static void pool_copy_block(void *ctx, void *k, void *v, size_t block_bytes, int dst, int src) {
+    skpo_cuda *cu = ((const skpo_model *)ctx)->cuda->cu;
+    skpo_err e = {0};
+    char *pk = k, *pv = v;
+    if (skpo_cuda_d2d_async(cu, pk + (size_t)dst * block_bytes, pk + (size_t)src * block_bytes, block_bytes, &e) ||
+        skpo_cuda_d2d_async(cu, pv + (size_t)dst * block_bytes, pv + (size_t)src * block_bytes, block_bytes, &e))
+        skpo_die("kv cache copy-on-write: %s", e.msg);  // a launch failure here is a broken device
+}
+
+static const skpo_kv_pool_ops POOL_OPS = {
+    .elem_bytes = sizeof(skpo_bf16), .alloc = pool_alloc, .release = pool_release, .copy_block = pool_copy_block};
+
+skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
+    SKPO_ASSERT(m->cuda);
+    skpo_kv_shape sh = {
+        .n_layers = m->c.num_hidden_layers,
+        .kv_dim = m->c.num_key_value_heads * m->c.head_dim,
+        .block_size = KV_BLOCK,
+        .n_blocks = (max_tokens + KV_BLOCK - 1) / KV_BLOCK + (size_t)(max_seqs > 0 ? max_seqs : 1),
+        .max_seqs = max_seqs,
+    };
+    skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    // Scratch for a decode step of every sequence now, not mid-generation.
+    size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
+    if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
+        skpo_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+// --- step scratch ------------------------------------------------------------------------------
+
+static void graphs_drop(infer_state *in) {
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        skpo_cuda_graph_free(in->graphs[i].g);
+        memset(&in->graphs[i], 0, sizeof in->graphs[i]);
+    }
+}
+
+static void infer_free(model_cuda *mc) {
+    infer_state *in = mc->infer;
+    if (!in) return;
+    graphs_drop(in);
+    skpo_cuda_dfree(in->act);
+    skpo_cuda_dfree(in->logits);
+    skpo_cuda_dfree(in->dints);
+    skpo_cuda_host_free(in->hints);
+    skpo_cuda_dfree(in->attn_work);
+    free(in);
+    mc->infer = NULL;
+}
+
+// Activation pointers of a step inside in->act (layout fixed by cap_rows / cap_seqs).
+typedef struct step_bufs {
+    skpo_bf16 *x, *ln, *q, *k, *v, *att, *gate, *up, *xl, *lnl;
+} step_bufs;
+
+static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
+    const skpo_config *c = &m->c;
+    size_t R = in->cap_rows, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    step_bufs b;
+    b.x = in->act;
+    b.ln = b.x + R * C;
+    b.q = b.ln + R * C;
+    b.k = b.q + R * QD;
+    b.v = b.k + R * KVD;
+    b.att = b.v + R * KVD;
+    b.gate = b.att + R * QD;   // (R, 2F): [gate | up] of the fused GEMM, or gate then up
+    b.up = b.gate + R * 2 * F; // (R, F): silu(gate) * up
+    b.xl = b.up + R * F;
+    b.lnl = b.xl + in->cap_seqs * C;
+    return b;
+}
+
+// Grow the scratch to hold a step of N rows, nseq sequences and nints staging ints.
+static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    infer_state *in = mc->infer;
+    const skpo_config *c = &m->c;
+    skpo_status s;
+    if (N > in->cap_rows || nseq > in->cap_seqs) {
+        // Grow by half at least, so a slowly growing batch reallocates O(log) times.
+        size_t R = in->cap_rows, S = in->cap_seqs;
+        if (N > R) R = N > R + R / 2 ? N : R + R / 2;
+        if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
+        size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+        size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 3 * F) + S * 2 * C;
+        s = skpo_cuda_sync(mc->cu, err);  // the old buffers may still be in use
+        if (s) return s;
+        graphs_drop(in);                  // they point into the old buffers
+        skpo_cuda_dfree(in->act);
+        skpo_cuda_dfree(in->logits);
+        in->act = NULL;
+        in->logits = NULL;
+        in->cap_rows = in->cap_seqs = 0;
+        in->last_nseq = 0;
+        s = skpo_cuda_malloc(mc->cu, (void **)&in->act, elems * sizeof(skpo_bf16), "step activations", err);
+        if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&in->logits, S * (size_t)c->vocab_size * sizeof(float), "logits", err);
+        if (s) return s;
+        in->cap_rows = R;
+        in->cap_seqs = S;
+    }
+    if (nints > in->cap_ints) {
+        size_t n = nints * 2;
+        if ((s = skpo_cuda_sync(mc->cu, err))) return s;
+        graphs_drop(in);
+        skpo_cuda_dfree(in->dints);
+        skpo_cuda_host_free(in->hints);
+        in->dints = NULL;
+        in->hints = NULL;
+        in->cap_ints = 0;
+        s = skpo_cuda_malloc(mc->cu, (void **)&in->dints, n * sizeof(int32_t), "step indices", err);
+        if (!s) s = skpo_cuda_host_alloc((void **)&in->hints, n * sizeof(int32_t), err);
+        if (s) return s;
+        in->cap_ints = n;
+    }
+    return SKPO_OK;
+}
+
+// --- one step ----------------------------------------------------------------------------------
+
+static skpo_status step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
+                              skpo_err *err) {
+    if (nseq <= 0 || off[0] != 0) return skpo_err_set(err, SKPO_ERANGE, "step: no sequences or off[0] != 0");
+    for (int i = 0; i < nseq; i++) {
+        if (off[i + 1] <= off[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d has no new tokens", seq[i]);
+        for (int j = 0; j < i; j++)
+            if (seq[j] == seq[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d given twice", seq[i]);
+    }
+    for (int r = 0; r < off[nseq]; r++)
+        if (toks[r] < 0 || toks[r] >= m->c.vocab_size)
+            return skpo_err_set(err, SKPO_ERANGE, "step: token id %d outside the vocabulary (%d)", toks[r], m->c.vocab_size);
+    return SKPO_OK;
+}
+
+// Reserve positions for every sequence, all or nothing (old[i] = previous length).
+static skpo_status step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
+                                skpo_err *err) {
+    int i;
+    skpo_status s = SKPO_OK;
+    for (i = 0; i < nseq; i++) {
+        int n = off[i + 1] - off[i];
+        old[i] = skpo_kv_seq_len(kv, seq[i]);
+        if (old[i] + n > m->c.max_position_embeddings) {
+            s = skpo_err_set(err, SKPO_ERANGE, "sequence %d would reach position %d, past max_position_embeddings %d",
+                             seq[i], old[i] + n, m->c.max_position_embeddings);
+            break;
+        }
+        if (skpo_kv_seq_append(kv, seq[i], n) < 0) {
+            s = skpo_err_set(err, SKPO_ERANGE, "kv cache full (%zu blocks in use)", skpo_kv_blocks_used(kv));
+            break;
+        }
+    }
+    if (s)
+        while (--i >= 0) skpo_kv_seq_truncate(kv, seq[i], old[i]);
+    return s;
+}
+
+// Device views of the staging ints of a step.
+typedef struct step_ix {
+    const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt;
+    int N, nseq, MB;
+} step_ix;
+
+#define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
+#define W(p) model_cuda_w(m, (p))
+
+// Every kernel of one step, in order, on the model's stream (capturable: no
+// allocation, no synchronisation, no host reads of device data).
+static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    infer_state *in = mc->infer;
+    skpo_cuda *cu = mc->cu;
+    const skpo_config *c = &m->c;
+    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
+    step_bufs b = bufs_of(m, in);
+    int N = ix->N, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_norm_eps;
+    skpo_bf16 *pk = skpo_kv_pool_raw_k(kv), *pv = skpo_kv_pool_raw_v(kv);
+    TRY(skpo_cuda_embed(cu, b.x, W(m->wte), ix->toks, N, C, err));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln1), N, C, eps, err));
+        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), NULL, N, C, QD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), NULL, N, C, KVD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), NULL, N, C, KVD, 0.f, err));
+        // biases, RoPE on q and k, K/V rows into the pool: one launch
+        TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
+                                 ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
+        TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
+                                      ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
+        TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
+        TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
+        if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, 2 * F, 0.f, err));
+            TRY(skpo_cuda_swiglu_fused(cu, b.up, b.gate, N, F, err));
+        } else {
+            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
+            TRY(skpo_cuda_swiglu(cu, b.up, b.gate, b.up, (size_t)N * F, err));
+        }
+        TRY(skpo_cuda_linear(cu, b.x, b.up, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
+    }
+    // Only the last new row of each sequence needs logits: gather them (an
+    // embedding lookup with x as the table), final norm, lm_head in fp32.
+    TRY(skpo_cuda_embed(cu, b.xl, b.x, ix->last, ix->nseq, C, err));
+    TRY(skpo_cuda_rmsnorm(cu, b.lnl, NULL, b.xl, W(m->normf), ix->nseq, C, eps, err));
+    TRY(skpo_cuda_linear_f32out(cu, in->logits, b.lnl, W(m->lm_head), ix->nseq, C, V, err));
+    return SKPO_OK;
+}
+
+// Decode steps through a CUDA graph: the first time a (batch, table width,
+// pool) shape is seen the step runs eagerly (cuBLAS picks its kernels, lazy
+// attributes get set), the second time it is captured, then replayed. Any
+// capture failure turns graphs off for this model and runs eagerly.
+static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_err *err) {
+    infer_state *in = m->cuda->infer;
+    skpo_cuda *cu = m->cuda->cu;
+    const void *pool = skpo_kv_pool_raw_k(kv);
+    step_graph *hit = NULL, *lru = &in->graphs[0];
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        step_graph *g = &in->graphs[i];
+        if (g->used && g->nseq == ix->nseq && g->max_blocks == ix->MB && g->kv_pool == pool) hit = g;
+        if (g->used < lru->used) lru = g;
+    }
+    in->clock++;
+    if (hit && hit->g) {
+        hit->used = in->clock;
+        return skpo_cuda_graph_launch(cu, hit->g, err);
+    }
+    if (!hit) {  // first sighting: remember it, run eagerly
+        skpo_cuda_graph_free(lru->g);
+        *lru = (step_graph){.nseq = ix->nseq, .max_blocks = ix->MB, .kv_pool = pool, .used = in->clock};
+        return step_launch(m, kv, ix, err);
+    }
+    hit->used = in->clock;
+    skpo_err ce = {0};
+    if (skpo_cuda_capture_begin(cu, &ce) == SKPO_OK) {
+        skpo_status s = step_launch(m, kv, ix, &ce);
+        skpo_status e = skpo_cuda_capture_end(cu, &hit->g, s ? NULL : &ce);
+        if (!s && !e) return skpo_cuda_graph_launch(cu, hit->g, err);
+    }
+    fprintf(stderr, "skpo: CUDA graph capture failed, decoding without graphs: %s\n", ce.msg);
+    in->graphs_off = 1;
+    graphs_drop(in);
+    return step_launch(m, kv, ix, err);
+}
+
+// Fill the pinned staging ints of a step (positions after the reservation).
+static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
+                          const int *old, int MB) {
+    infer_state *in = m->cuda->infer;
+    int N = off[nseq], bs = skpo_kv_get_shape(kv)->block_size;
+    int32_t *h = in->hints, *d = in->dints;
+    int32_t *ht = h, *hp = h + N, *hs = h + 2 * N, *hb = h + 3 * N, *hr = h + 4 * N, *hl = h + 5 * N;
+    int32_t *hbt = hl + nseq;
+    memcpy(ht, toks, (size_t)N * sizeof *ht);
+    for (int i = 0; i < nseq; i++) {
+        int nb;
+        const int *blk = skpo_kv_seq_blocks(kv, seq[i], &nb);
+        for (int j = 0; j < MB; j++) hbt[(size_t)i * MB + j] = j < nb ? blk[j] : 0;
+        for (int r = off[i]; r < off[i + 1]; r++) {
+            int p = old[i] + (r - off[i]);
+            hp[r] = p;
+            hs[r] = i;
+            hb[r] = blk[p / bs];
+            hr[r] = p % bs;
+        }
+        hl[i] = off[i + 1] - 1;
+    }
+    return (step_ix){.toks = d, .pos = d + N, .row_seq = d + 2 * N, .slot_b = d + 3 * N, .slot_r = d + 4 * N,
+                     .last = d + 5 * N, .bt = d + 5 * N + nseq, .N = N, .nseq = nseq, .MB = MB};
+}
+
+skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                            const int *off, float *logits, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    SKPO_ASSERT(mc);
+    if (skpo_kv_pool_ctx(kv) != (void *)m)
+        return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache was not made by skpo_model_kv_new for this CUDA model");
+    skpo_status s = step_check(m, seq, nseq, toks, off, err);
+    if (s) return s;
+    infer_state *in = mc->infer;
+    int N = off[nseq], *old = skpo_xmalloc((size_t)nseq * sizeof(int));
+    if ((s = step_reserve(m, kv, seq, nseq, off, old, err))) {
+        free(old);
+        return s;
+    }
+    int MB = 1;
+    for (int i = 0; i < nseq; i++) {
+        int nb;
+        skpo_kv_seq_blocks(kv, seq[i], &nb);
+        if (nb > MB) MB = nb;
+    }
+    // Table width in steps of 16 blocks (256 positions): a decode graph keyed
+    // on it then stays valid for 256 tokens instead of 16.
+    MB = (MB + 15) / 16 * 16;
+    size_t nints = 5 * (size_t)N + (size_t)nseq + (size_t)nseq * (size_t)MB;
+    in->last_nseq = 0;
+    // The stream must be idle before the pinned staging is rewritten (the last
+    // step's upload may still be reading it).
+    if (!(s = infer_reserve(m, (size_t)N, (size_t)nseq, nints, err)) && !(s = skpo_cuda_sync(mc->cu, err))) {
+        step_ix ix = step_stage(m, kv, seq, nseq, toks, off, old, MB);
+        s = skpo_cuda_h2d_async(mc->cu, in->dints, in->hints, nints * sizeof(int32_t), err);
+        if (!s) s = N == nseq && !in->graphs_off ? step_graphed(m, kv, &ix, err) : step_launch(m, kv, &ix, err);
+        if (!s && logits)
+            s = skpo_cuda_d2h(mc->cu, logits, in->logits, (size_t)nseq * (size_t)m->c.vocab_size * sizeof(float), err);
+    }
+    if (s)
+        for (int i = 0; i < nseq; i++) skpo_kv_seq_truncate(kv, seq[i], old[i]);
+    else
+        in->last_nseq = nseq;
+    free(old);
+    return s;
+}
+
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
+    infer_state *in = m->cuda ? m->cuda->infer : NULL;
+    *dev_logits = in && in->last_nseq ? in->logits : NULL;
+    return *dev_logits ? in->last_nseq : 0;
+}
+
+#endif /* SKPO_HAVE_CUDA */
+
+skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                                const int *off, const float **dev_logits, skpo_err *err) {
+    *dev_logits = NULL;
+    if (!m->cuda)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "skpo_model_step_dev: the model is on the cpu (use skpo_model_step)");
+    skpo_status s = model_cuda_step(m, kv, seq, nseq, toks, off, NULL, err);
+    if (!s) model_cuda_last_logits(m, dev_logits);
+    return s;
+}
+
+skpo_status skpo_device_parse(const char *name, skpo_device *out, skpo_err *err) {
+    if (!name) name = getenv("SKPO_DEVICE");
+    if (!name || !*name) {
+        *out = visible_devices() > 0 ? SKPO_DEV_CUDA : SKPO_DEV_CPU;
+        return SKPO_OK;
+    }
+    if (!strcmp(name, "cpu")) {
+        *out = SKPO_DEV_CPU;
+        return SKPO_OK;
+    }
+    if (strcmp(name, "cuda"))
+        return skpo_err_set(err, SKPO_ERANGE, "device '%s': expected cuda or cpu", name);
+#ifndef SKPO_HAVE_CUDA
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "device cuda: " NO_CUDA);
+#else
+    if (visible_devices() <= 0)
+        return skpo_err_set(err, SKPO_EDEVICE,
+                            "device cuda: no CUDA device visible (check the driver and CUDA_VISIBLE_DEVICES, or use --device cpu)");
+    *out = SKPO_DEV_CUDA;
+    return SKPO_OK;
+#endif
+}

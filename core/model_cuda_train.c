@@ -1,0 +1,460 @@
+/*
+ * model_cuda_train.c - see model_cuda_train.h. The math is model_train.c's,
+ * op for op, on the device: bf16 activations, fp32 statistics, fp32 weight
+ * gradients (cuBLAS accumulates dW into the fp32 buffer). Differences forced
+ * by the kernels: attention's dK/dV come out in fp32 (atomics) and are rounded
+ * to bf16 before their projections; input gradients that several projections
+ * feed are accumulated by the GEMM in bf16.
+ * All device memory of a pass comes from one arena that grows to the largest
+ * micro-batch seen and is kept until the model is closed.
+ */
+#include "model_cuda_train.h"
+
+#include "model_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err) {
+    return m->cuda ? model_cuda_sync_to_host(m, err) : SKPO_OK;
+}
+skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err) {
+    return m->cuda ? model_cuda_sync_from_host(m, err) : SKPO_OK;
+}
+
+#ifndef SKPO_HAVE_CUDA
+
+#define NOCUDA(err) skpo_err_set((err), SKPO_EUNSUPPORTED, "this build has no CUDA (rebuild with nvcc on the PATH)")
+void skpo_model_set_recompute(skpo_model *m, int on) { (void)m, (void)on; }
+skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) { return NOCUDA(err); }
+skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) { return NOCUDA(err); }
+skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                float *entropy, skpo_err *err) { return NOCUDA(err); }
+skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                     float *entropy, skpo_err *err) { return NOCUDA(err); }
+skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
+    return NOCUDA(err);
+}
+skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) { return NOCUDA(err); }
+
+#else
+#include "cuda_train.h"
+
+#ifndef LOGIT_CHUNK_ELEMS   // tests shrink it to run many chunks on small models
+#define LOGIT_CHUNK_ELEMS ((size_t)1 << 26)   // 128 MiB of bf16 logits per chunk
+#endif
+#define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
+
+typedef skpo_bf16 bf;
+
+// One layer's activations (pointers into the arena).
+typedef struct ct_layer {
+    bf *xin, *xout, *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
+    float *rstd1, *lse, *rstd2;
+} ct_layer;
+
+typedef struct cutrain {
+    int recompute;
+    skpo_status pending;      // a failed zero_grad, reported by the next pass
+    skpo_err pending_err;
+    char *arena;
+    size_t cap;
+    // the batch
+    int N, S, nseq, R, saved, nl;   // nl: layers with their own activation buffers
+    int recomputing;                // this pass saved layer inputs only
+    int flash;                      // tensor-core attention (SKPO_ATTN=flash, head_dim 64 / 128)
+    float temperature;
+    int have_acts;
+    int32_t *ids, *pos, *seq_start, *seq_of, *srow, *stgt;
+    // activations
+    bf *x;                    // (L + 1 when saved, else 1; N, C)
+    bf *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;   // (nl, N, *)
+    float *rstd1, *lse, *rstd2;
+    bf *h, *lnf, *g, *logits;
+    float *rstdf, *logp, *ent;
+    // backward scratch (saved passes only)
+    bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
+    float *dk, *dv, *dlogp, *dent, *colpart, *fwork;
+} cutrain;
+
+// model_cuda_close calls it through mc->train_free.
+static void cutrain_free(model_cuda *mc) {
+    cutrain *t = mc->train;
+    if (!t) return;
+    skpo_cuda_dfree(t->arena);
+    free(t);
+    mc->train = NULL;
+}
+
+static cutrain *tr(skpo_model *m) {
+    if (!m->cuda->train) {
+        m->cuda->train = skpo_xcalloc(1, sizeof(cutrain));
+        m->cuda->train_free = cutrain_free;
+    }
+    return m->cuda->train;
+}
+
+void skpo_model_set_recompute(skpo_model *m, int on) {
+    if (m->cuda) tr(m)->recompute = on != 0;
+}
+
+skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
+    if (!m->cuda || !m->cuda->master || !m->cuda->grad)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model is not a trainable model on cuda");
+    *out = (skpo_dev_params){m->cuda->cu, m->cuda->master, m->cuda->w, m->cuda->grad, m->numel};
+    return SKPO_OK;
+}
+
+skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
+    if (!m->cuda || !m->cuda->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
+    return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
+}
+
+// --- the arena ------------------------------------------------------------------------------
+
+typedef struct dims {
+    size_t N, S, R, L, C, F, NH, QD, KVD, V, nseq;
+} dims;
+
+static dims dims_of(const skpo_model *m, const cutrain *t) {
+    const skpo_config *c = &m->c;
+    dims d = {(size_t)t->N, (size_t)t->S, (size_t)t->R, (size_t)c->num_hidden_layers, (size_t)c->hidden_size,
+              (size_t)c->intermediate_size, (size_t)c->num_attention_heads, 0, 0, (size_t)c->vocab_size,
+              (size_t)t->nseq};
+    d.QD = d.NH * (size_t)c->head_dim;
+    d.KVD = (size_t)c->num_key_value_heads * (size_t)c->head_dim;
+    return d;
+}
+
+// Two passes: base == NULL measures, otherwise assigns the pointers.
+#define TAKE(p, n, type) do { off = (off + 255) & ~(size_t)255; \
+    (p) = base ? (type *)(base + off) : (p); off += (size_t)(n) * sizeof(type); } while (0)
+
+static size_t layout(cutrain *t, const dims *d, char *base) {
+    size_t off = 0, N = d->N, nl = (size_t)t->nl, nx = t->saved ? d->L + 1 : 1;
+    TAKE(t->ids, N, int32_t); TAKE(t->pos, N, int32_t); TAKE(t->seq_start, d->nseq + 1, int32_t);
+    TAKE(t->seq_of, N, int32_t);
+    TAKE(t->srow, d->S, int32_t); TAKE(t->stgt, d->S, int32_t);
+    TAKE(t->x, nx * N * d->C, bf);
+    TAKE(t->ln1, nl * N * d->C, bf); TAKE(t->q, nl * N * d->QD, bf);
+    TAKE(t->k, nl * N * d->KVD, bf); TAKE(t->v, nl * N * d->KVD, bf);
+    TAKE(t->att, nl * N * d->QD, bf); TAKE(t->xmid, nl * N * d->C, bf); TAKE(t->ln2, nl * N * d->C, bf);
+    TAKE(t->gate, nl * N * d->F, bf); TAKE(t->up, nl * N * d->F, bf);
+    TAKE(t->rstd1, nl * N, float); TAKE(t->lse, nl * N * d->NH, float); TAKE(t->rstd2, nl * N, float);
+    TAKE(t->h, N * d->F, bf); TAKE(t->lnf, N * d->C, bf); TAKE(t->rstdf, N, float);
+    TAKE(t->g, d->R * d->C, bf); TAKE(t->logits, d->R * d->V, bf);
+    TAKE(t->logp, d->S, float); TAKE(t->ent, d->S, float);
+    if (t->saved) {
+        size_t widest = d->C > d->QD ? d->C : d->QD;
+        TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
+        TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
+        if (t->flash) TAKE(t->fwork, N * d->NH + N * d->QD, float);
+        TAKE(t->dq, N * d->QD, bf); TAKE(t->datt, N * d->QD, bf);
+        TAKE(t->dkb, N * d->KVD, bf); TAKE(t->dvb, N * d->KVD, bf);
+        TAKE(t->dk, N * d->KVD, float); TAKE(t->dv, N * d->KVD, float);
+        TAKE(t->dh, N * d->F, bf); TAKE(t->dgate, N * d->F, bf); TAKE(t->dup, N * d->F, bf);
+        TAKE(t->dlnf, N * d->C, bf); TAKE(t->dg, d->R * d->C, bf);
+        TAKE(t->dlogp, d->S, float); TAKE(t->dent, d->S, float);
+    }
+    return off + 256;
+}
+
+static skpo_status arena_fit(skpo_model *m, cutrain *t, skpo_err *err) {
+    dims d = dims_of(m, t);
+    size_t need = layout(t, &d, NULL);
+    if (need > t->cap) {
+        skpo_cuda_dfree(t->arena);
+        t->arena = NULL;
+        t->cap = 0;
+        TRY(skpo_cuda_malloc(m->cuda->cu, (void **)&t->arena, need,
+                             t->saved ? (t->recomputing ? "training activations (try fewer tokens per micro-batch)"
+                                                        : "training activations (try --recompute or fewer tokens per micro-batch)")
+                                      : "scoring activations (try fewer tokens per batch)",
+                             err));
+        t->cap = need;
+    }
+    layout(t, &d, t->arena);
+    return SKPO_OK;
+}
+
+static ct_layer layer_of(const skpo_model *m, const cutrain *t, int l) {
+    dims d = dims_of(m, t);
+    size_t N = d.N, li = t->nl > 1 ? (size_t)l : 0, xi = t->saved ? (size_t)l : 0;
+    ct_layer a = {
+        .xin = t->x + xi * N * d.C, .xout = t->x + (t->saved ? xi + 1 : 0) * N * d.C,
+        .ln1 = t->ln1 + li * N * d.C, .q = t->q + li * N * d.QD, .k = t->k + li * N * d.KVD,
+        .v = t->v + li * N * d.KVD, .att = t->att + li * N * d.QD, .xmid = t->xmid + li * N * d.C,
+        .ln2 = t->ln2 + li * N * d.C, .gate = t->gate + li * N * d.F, .up = t->up + li * N * d.F,
+        .rstd1 = t->rstd1 + li * N, .lse = t->lse + li * N * d.NH, .rstd2 = t->rstd2 + li * N,
+    };
+    return a;
+}
+
+// --- the batch --------------------------------------------------------------------------------
+
+static skpo_status check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
+    if (!(temperature > 0) || !isfinite(temperature))
+        return skpo_err_set(err, SKPO_ERANGE, "temperature %g must be positive", (double)temperature);
+    for (int i = 0; i < nseq; i++) {
+        const skpo_seq *s = &seqs[i];
+        if (s->start < 1 || s->start > s->n)
+            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: start %d outside [1, %d]", i, s->start, s->n);
+        if (s->n > m->c.max_position_embeddings)
+            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: %d tokens exceed max_position_embeddings %d", i, s->n,
+                                m->c.max_position_embeddings);
+        for (int t = 0; t < s->n; t++)
+            if (s->ids[t] < 0 || s->ids[t] >= m->c.vocab_size)
+                return skpo_err_set(err, SKPO_ERANGE, "sequence %d: token id %d outside the vocabulary (%d)", i,
+                                    s->ids[t], m->c.vocab_size);
+    }
+    return SKPO_OK;
+}
+
+// Size the pass, fit the arena and upload ids, positions, offsets and the scored rows.
+static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int save, skpo_err *err) {
+    long N = 0, S = 0;
+    for (int i = 0; i < nseq; i++) N += seqs[i].n, S += seqs[i].n - seqs[i].start;
+    if (N > INT32_MAX) return skpo_err_set(err, SKPO_ERANGE, "%ld tokens in one pass", N);
+    t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
+    t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
+    t->recomputing = save && t->recompute;
+    const char *attn = getenv("SKPO_ATTN");
+    t->flash = attn && !strcmp(attn, "flash") && (m->c.head_dim == 64 || m->c.head_dim == 128);
+    size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
+    t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
+    if (t->R > t->S) t->R = t->S ? t->S : 1;
+    TRY(arena_fit(m, t, err));
+    int32_t *ids = skpo_xmalloc((size_t)(N ? N : 1) * 4), *pos = skpo_xmalloc((size_t)(N ? N : 1) * 4);
+    int32_t *ss = skpo_xmalloc((size_t)(nseq + 1) * 4), *so = skpo_xmalloc((size_t)(N ? N : 1) * 4);
+    int32_t *srow = skpo_xmalloc((size_t)(S ? S : 1) * 4), *stgt = skpo_xmalloc((size_t)(S ? S : 1) * 4);
+    int row = 0, k = 0;
+    for (int i = 0; i < nseq; i++) {
+        ss[i] = row;
+        for (int j = 0; j < seqs[i].n; j++) ids[row + j] = seqs[i].ids[j], pos[row + j] = j, so[row + j] = i;
+        for (int j = seqs[i].start; j < seqs[i].n; j++, k++) srow[k] = row + j - 1, stgt[k] = seqs[i].ids[j];
+        row += seqs[i].n;
+    }
+    ss[nseq] = row;
+    skpo_cuda *cu = m->cuda->cu;
+    skpo_status st = skpo_cuda_h2d(cu, t->ids, ids, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->pos, pos, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->seq_start, ss, (size_t)(nseq + 1) * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->seq_of, so, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->srow, srow, (size_t)S * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->stgt, stgt, (size_t)S * 4, err);
+    free(ids), free(pos), free(ss), free(so), free(srow), free(stgt);
+    return st;
+}
+
+// --- forward ----------------------------------------------------------------------------------
+
+#define W(p) model_cuda_w(m, (p))
+#define G(p) model_cuda_grad(m, (p))
+
+// Layer l from a.xin; full = 0 stops after the MLP input (recomputation in
+// backward needs nothing past gate/up).
+static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, int full, skpo_err *err) {
+    const skpo_config *c = &m->c;
+    const model_layer *L = &m->layers[l];
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
+    int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_norm_eps;
+    TRY(skpo_cuda_rmsnorm(cu, a->ln1, a->rstd1, a->xin, W(L->ln1), N, C, eps, err));
+    TRY(skpo_cuda_linear(cu, a->q, a->ln1, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
+    TRY(skpo_cuda_linear(cu, a->k, a->ln1, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
+    TRY(skpo_cuda_linear(cu, a->v, a->ln1, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
+    TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
+    if (t->flash)
+        TRY(skpo_cuda_flash_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err));
+    else
+        TRY(skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err));
+    TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
+    TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
+    TRY(skpo_cuda_rmsnorm(cu, a->ln2, a->rstd2, a->xmid, W(L->ln2), N, C, eps, err));
+    TRY(skpo_cuda_linear(cu, a->gate, a->ln2, W(L->wg), NULL, N, C, F, 0.f, err));
+    TRY(skpo_cuda_linear(cu, a->up, a->ln2, W(L->wu), NULL, N, C, F, 0.f, err));
+    if (!full) return SKPO_OK;
+    TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
+    TRY(skpo_cuda_d2d(cu, a->xout, a->xmid, (size_t)N * C * 2, err));   // xout may be xin (scoring)
+    return skpo_cuda_linear(cu, a->xout, t->h, W(L->wd), NULL, N, F, C, 1.f, err);
+}
+
+static skpo_status head_fwd(skpo_model *m, cutrain *t, skpo_err *err) {
+    skpo_cuda *cu = m->cuda->cu;
+    int C = m->c.hidden_size, V = m->c.vocab_size;
+    for (int s0 = 0; s0 < t->S; s0 += t->R) {
+        int n = t->S - s0 < t->R ? t->S - s0 : t->R;
+        TRY(skpo_cuda_rows_gather(cu, t->g, t->lnf, t->srow + s0, n, C, err));
+        TRY(skpo_cuda_linear(cu, t->logits, t->g, W(m->lm_head), NULL, n, C, V, 0.f, err));
+        TRY(skpo_cuda_logprob(cu, t->logp + s0, t->ent + s0, t->logits, t->stgt + s0, n, V, t->temperature, err));
+    }
+    return SKPO_OK;
+}
+
+static skpo_status forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save, float *logp,
+                           float *entropy, skpo_err *err) {
+    cutrain *t = tr(m);
+    if (t->pending) {
+        t->pending = SKPO_OK;
+        *err = t->pending_err;
+        return SKPO_EDEVICE;
+    }
+    t->have_acts = 0;
+    TRY(check_seqs(m, seqs, nseq, temperature, err));
+    TRY(batch_upload(m, t, seqs, nseq, save, err));
+    t->temperature = temperature;
+    if (t->N == 0) {
+        t->have_acts = save;
+        return SKPO_OK;
+    }
+    const skpo_config *c = &m->c;
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = c->hidden_size;
+    TRY(skpo_cuda_embed(cu, t->x, W(m->wte), t->ids, N, C, err));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        ct_layer a = layer_of(m, t, l);
+        TRY(layer_fwd(m, t, l, &a, 1, err));
+    }
+    bf *xl = t->x + (save ? (size_t)c->num_hidden_layers * N * C : 0);
+    TRY(skpo_cuda_rmsnorm(cu, t->lnf, t->rstdf, xl, W(m->normf), N, C, (float)c->rms_norm_eps, err));
+    TRY(head_fwd(m, t, err));
+    float *ent = skpo_xmalloc((size_t)(t->S ? t->S : 1) * 4);
+    skpo_status st = skpo_cuda_d2h(cu, logp, t->logp, (size_t)t->S * 4, err);
+    if (!st) st = skpo_cuda_d2h(cu, ent, t->ent, (size_t)t->S * 4, err);
+    for (int i = 0; !st && i < t->S; i++)
+        if (!isfinite(logp[i]) || !isfinite(ent[i]))
+            st = skpo_err_set(err, SKPO_ENUMERIC, "non-finite log-prob at scored token %d", i);
+    if (!st && entropy) memcpy(entropy, ent, (size_t)t->S * 4);
+    free(ent);
+    if (!st && save) t->have_acts = 1;
+    return st;
+}
+
+skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                float *entropy, skpo_err *err) {
+    return forward(m, seqs, nseq, temperature, 0, logp, entropy, err);
+}
+
+skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                     float *entropy, skpo_err *err) {
+    if (!m->cuda->grad)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
+    return forward(m, seqs, nseq, temperature, 1, logp, entropy, err);
+}
+
+// --- backward ---------------------------------------------------------------------------------
+
+// dlnf (N, C) from the head, logits recomputed chunk by chunk; dW of the lm_head.
+static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *err) {
+    skpo_cuda *cu = m->cuda->cu;
+    int C = m->c.hidden_size, V = m->c.vocab_size;
+    TRY(skpo_cuda_memset0(cu, t->dlnf, (size_t)t->N * C * 2, err));
+    for (int s0 = 0; s0 < t->S; s0 += t->R) {
+        int n = t->S - s0 < t->R ? t->S - s0 : t->R;
+        TRY(skpo_cuda_rows_gather(cu, t->g, t->lnf, t->srow + s0, n, C, err));
+        TRY(skpo_cuda_linear(cu, t->logits, t->g, W(m->lm_head), NULL, n, C, V, 0.f, err));
+        // In place: each row's log-normaliser is reduced before any element is overwritten.
+        TRY(skpo_cuda_logprob_backward(cu, t->logits, t->logits, t->stgt + s0, t->dlogp + s0,
+                                       with_dent ? t->dent + s0 : NULL, n, V, t->temperature, err));
+        TRY(skpo_cuda_linear_backward(cu, t->dg, G(m->lm_head), NULL, t->logits, t->g, W(m->lm_head), n, C, V, err));
+        TRY(skpo_cuda_rows_scatter(cu, t->dlnf, t->dg, t->srow + s0, n, C, err));
+    }
+    return SKPO_OK;
+}
+
+// Backward of y = x W^T (+ b) for y (N, O), x (N, K): dW and db accumulate;
+// dx (nullable) is overwritten, or accumulated into when acc.
+static skpo_status proj_bwd(skpo_model *m, cutrain *t, bf *dx, int acc, const bf *dy, const bf *x, const float *w,
+                            const float *b, int N, int K, int O, skpo_err *err) {
+    skpo_cuda *cu = m->cuda->cu;
+    TRY(skpo_cuda_linear_backward(cu, NULL, G(w), NULL, dy, x, W(w), N, K, O, err));
+    if (dx) TRY(skpo_cuda_linear_dx(cu, dx, dy, W(w), N, K, O, acc ? 1.f : 0.f, err));
+    if (b) TRY(skpo_cuda_colsum(cu, G(b), dy, NULL, NULL, N, O, t->colpart, err));
+    return SKPO_OK;
+}
+
+// RMSNorm backward: t->dx += through the norm of dy; the weight's gradient.
+static skpo_status norm_bwd(skpo_model *m, cutrain *t, const bf *dy, const bf *x, const float *w, const float *rstd,
+                            skpo_err *err) {
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = m->c.hidden_size;
+    TRY(skpo_cuda_rmsnorm_backward_acc(cu, t->dx, dy, x, W(w), rstd, N, C, err));
+    return skpo_cuda_colsum(cu, G(w), dy, x, rstd, N, C, t->colpart, err);
+}
+
+// t->dx holds d/dxout on entry and d/dxin on return.
+static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, skpo_err *err) {
+    const skpo_config *c = &m->c;
+    const model_layer *L = &m->layers[l];
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
+    int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
+    TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
+    TRY(proj_bwd(m, t, t->dh, 0, t->dx, t->h, L->wd, NULL, N, F, C, err));
+    TRY(skpo_cuda_swiglu_backward(cu, t->dgate, t->dup, t->dh, a->gate, a->up, (size_t)N * F, err));
+    TRY(proj_bwd(m, t, t->dln, 0, t->dgate, a->ln2, L->wg, NULL, N, C, F, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dup, a->ln2, L->wu, NULL, N, C, F, err));
+    TRY(norm_bwd(m, t, t->dln, a->xmid, L->ln2, a->rstd2, err));   // dx is now d/dxmid
+    // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
+    TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
+    if (t->flash) {
+        TRY(skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                               t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err));
+    } else {
+        TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                         t->seq_start, t->nseq, N, NH, NKV, HS, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
+    }
+    TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
+    TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
+    TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
+    return norm_bwd(m, t, t->dln, a->xin, L->ln1, a->rstd1, err);   // dx is now d/dxin
+}
+
+static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const float *dent, skpo_err *err) {
+    const skpo_config *c = &m->c;
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, C = c->hidden_size;
+    TRY(skpo_cuda_h2d(cu, t->dlogp, dlogp, (size_t)t->S * 4, err));
+    if (dent) TRY(skpo_cuda_h2d(cu, t->dent, dent, (size_t)t->S * 4, err));
+    TRY(head_bwd(m, t, dent != NULL, err));
+    bf *xl = t->x + (size_t)c->num_hidden_layers * N * C;
+    TRY(skpo_cuda_memset0(cu, t->dx, (size_t)N * C * 2, err));
+    TRY(norm_bwd(m, t, t->dlnf, xl, m->normf, t->rstdf, err));
+    for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        ct_layer a = layer_of(m, t, l);
+        if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
+        TRY(layer_bwd(m, t, l, &a, err));
+    }
+    TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err));
+    return skpo_cuda_sync(cu, err);
+}
+
+skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
+    cutrain *t = tr(m);
+    if (!t->have_acts) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_backward without a train_forward before it");
+    for (int i = 0; i < t->S; i++)
+        if (!isfinite(dlogp[i]) || (dentropy && !isfinite(dentropy[i])))
+            return skpo_err_set(err, SKPO_ENUMERIC, "non-finite loss gradient at scored token %d", i);
+    t->have_acts = 0;
+    return t->N ? backward(m, t, dlogp, dentropy, err) : SKPO_OK;
+}
+
+skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) {
+    if (!m->cuda->grad) return SKPO_OK;
+    skpo_status st = skpo_cuda_memset0(m->cuda->cu, m->cuda->grad, m->numel * sizeof(float), err);
+    if (st) {
+        cutrain *t = tr(m);
+        t->pending = st;
+        t->pending_err = *err;
+    }
+    return st;
+}
+#endif

@@ -1,0 +1,231 @@
+/*
+ * optim_dev.c - the optimizer's device path (optim.h, "Device path"): moments
+ * on the GPU, gradient reduction (all-reduce or ZeRO-1 reduce-scatter /
+ * all-gather), norm, clipping and the fused AdamW kernel. Without CUDA only
+ * the refusal is compiled.
+ */
+#include "comm.h"
+#include "optim_dev.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SKPO_HAVE_CUDA
+
+void optim_dev_free(struct skpo_optim_dev *d) { (void)d; }
+
+skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
+}
+
+skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
+                                 struct skpo_comm *comm, int zero, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the device optimizer needs a CUDA build (nvcc at build time)");
+}
+
+skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) { return SKPO_OK; }
+
+#else
+#include "cuda_train.h"
+
+// Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
+// [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)
+// (moments at shard) that every rank keeps whole.
+struct skpo_optim_dev {
+    skpo_dev_params d;
+    skpo_comm *comm;
+    int zero;
+    size_t *off;
+    int *decay;
+    size_t shard, lo, tail0;
+    float *m, *v;
+};
+
+void optim_dev_free(struct skpo_optim_dev *d) {
+    if (!d) return;
+    skpo_cuda_dfree(d->m);
+    skpo_cuda_dfree(d->v);
+    free(d->off);
+    free(d->decay);
+    free(d);
+}
+
+// Copy flat elements [a, a + len) between the per-param host arrays hs and
+// the flat device buffer dev (element a of the flat space at dev[0]).
+static skpo_status host_dev(const struct skpo_optim_dev *D, int n, float **hs, float *dev, size_t a, size_t len,
+                            int to_device, skpo_err *err) {
+    size_t b = a + len;
+    for (int i = 0; i < n; i++) {
+        size_t x = D->off[i] > a ? D->off[i] : a, y = D->off[i + 1] < b ? D->off[i + 1] : b;
+        if (x >= y) continue;
+        float *h = hs[i] + (x - D->off[i]);
+        float *dv = dev + (x - a);
+        skpo_status st = to_device ? skpo_cuda_h2d(D->d.cu, dv, h, (y - x) * 4, err)
+                                   : skpo_cuda_d2h(D->d.cu, h, dv, (y - x) * 4, err);
+        if (st) return st;
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
+                                 struct skpo_comm *comm, int zero, skpo_err *err) {
+    SKPO_ASSERT(n == o->n && !o->dev);
+    if (comm->size > 1 && strcmp(comm->ops->name, "nccl"))
+        return skpo_err_set(err, SKPO_EUNSUPPORTED,
+                            "training on cuda over %d ranks needs the NCCL communicator (got '%s')", comm->size,
+                            comm->ops->name);
+    struct skpo_optim_dev *D = skpo_xcalloc(1, sizeof *D);
+    D->d = *d;
+    D->comm = comm;
+    D->zero = zero && comm->size > 1;
+    D->off = skpo_xcalloc((size_t)n + 1, sizeof *D->off);
+    D->decay = skpo_xcalloc((size_t)n + 1, sizeof *D->decay);
+    for (int i = 0; i < n; i++) {
+        SKPO_ASSERT(params[i].numel == o->numel[i]);
+        D->off[i + 1] = D->off[i] + params[i].numel;
+        D->decay[i] = o->cfg.weight_decay != 0 && (!o->cfg.decay_matrices_only || params[i].ndim >= 2);
+    }
+    size_t total = D->off[n];
+    if (total != d->numel) {
+        optim_dev_free(D);
+        return skpo_err_set(err, SKPO_ERANGE, "device buffers hold %zu parameters, the optimizer %zu", d->numel, total);
+    }
+    if (D->zero) {
+        D->shard = d->numel / (size_t)comm->size;
+        D->lo = (size_t)comm->rank * D->shard;
+        D->tail0 = D->shard * (size_t)comm->size;
+    } else {
+        D->shard = d->numel;
+        D->tail0 = d->numel;
+    }
+    size_t tail = d->numel - D->tail0, k = D->shard + tail;
+    skpo_status st = skpo_cuda_malloc(d->cu, (void **)&D->m, k * 4, "AdamW first moments", err);
+    if (!st) st = skpo_cuda_malloc(d->cu, (void **)&D->v, k * 4, "AdamW second moments", err);
+    if (!st) st = host_dev(D, n, o->m, D->m, D->lo, D->shard, 1, err);
+    if (!st) st = host_dev(D, n, o->v, D->v, D->lo, D->shard, 1, err);
+    if (!st && tail) st = host_dev(D, n, o->m, D->m + D->shard, D->tail0, tail, 1, err);
+    if (!st && tail) st = host_dev(D, n, o->v, D->v + D->shard, D->tail0, tail, 1, err);
+    if (st) {
+        optim_dev_free(D);
+        return st;
+    }
+    // Only rank 0 writes the state file: the others need no host moments (8
+    // bytes per parameter each).
+    for (int i = 0; comm->rank != 0 && i < n; i++) {
+        free(o->m[i]), free(o->v[i]);
+        o->m[i] = o->v[i] = NULL;
+    }
+    o->dev = D;
+    return SKPO_OK;
+}
+
+// Gradients summed over ranks where this rank needs them.
+static skpo_status reduce_grads(struct skpo_optim_dev *D, skpo_err *err) {
+    skpo_comm *c = D->comm;
+    if (c->size == 1) return SKPO_OK;
+    if (!D->zero) return skpo_comm_allreduce_f32(c, D->d.grad, D->d.numel, err);
+    skpo_status st = skpo_comm_reduce_scatter_f32(c, D->d.grad, D->shard, err);
+    if (!st && D->d.numel > D->tail0) st = skpo_comm_allreduce_f32(c, D->d.grad + D->tail0, D->d.numel - D->tail0, err);
+    return st;
+}
+
+static skpo_status global_norm(struct skpo_optim_dev *D, double *norm, skpo_err *err) {
+    double ss = 0, t = 0;
+    skpo_status st = skpo_cuda_sumsq_f64(D->d.cu, &ss, D->d.grad + D->lo, D->shard, err);
+    // The tail is identical on every rank: rank 0 counts it once.
+    if (!st && D->d.numel > D->tail0 && D->comm->rank == 0)
+        st = skpo_cuda_sumsq_f64(D->d.cu, &t, D->d.grad + D->tail0, D->d.numel - D->tail0, err);
+    ss += t;
+    if (!st && D->zero) st = skpo_comm_allreduce_f64(D->comm, &ss, 1, err);
+    *norm = sqrt(ss);
+    return st;
+}
+
+// AdamW over flat [a, b) whose moments start at moment index mo.
+static skpo_status step_range(const skpo_optim *o, size_t a, size_t b, size_t mo, float lr, float coef, skpo_err *err) {
+    const struct skpo_optim_dev *D = o->dev;
+    const skpo_adamw_cfg *c = &o->cfg;
+    for (int i = 0; i < o->n; i++) {
+        size_t x = D->off[i] > a ? D->off[i] : a, y = D->off[i + 1] < b ? D->off[i + 1] : b;
+        if (x >= y) continue;
+        float wd = D->decay[i] ? (float)c->weight_decay : 0.f;
+        size_t k = mo + (x - a);
+        skpo_status st = skpo_cuda_adamw(D->d.cu, D->d.master + x, D->d.w + x, D->m + k, D->v + k, D->d.grad + x, y - x,
+                                         lr, (float)c->beta1, (float)c->beta2, (float)c->eps, wd, (int)o->t, coef, err);
+        if (st) return st;
+    }
+    return SKPO_OK;
+}
+
+skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    // The communicator may run on another stream than the model (the
+    // shared-file bootstrap opens its own context): collectives start only
+    // after the model's stream is idle.
+    skpo_status st = skpo_cuda_sync(D->d.cu, err);
+    if (!st) st = reduce_grads(D, err);
+    double norm = 0;
+    if (!st) st = global_norm(D, &norm, err);
+    if (st) return st;
+    if (grad_norm) *grad_norm = norm;
+    if (!isfinite(norm)) return skpo_err_set(err, SKPO_ENUMERIC, "gradient norm is %g", norm);
+    float coef = 1.0f;
+    if (o->cfg.max_grad_norm > 0) {
+        float cf = (float)o->cfg.max_grad_norm / ((float)norm + 1e-6f);
+        if (cf < 1.0f) coef = cf;
+    }
+    o->t++;
+    st = step_range(o, D->lo, D->lo + D->shard, 0, (float)lr, coef, err);
+    if (!st && D->d.numel > D->tail0) st = step_range(o, D->tail0, D->d.numel, D->shard, (float)lr, coef, err);
+    if (!st && D->zero) {
+        st = skpo_cuda_sync(D->d.cu, err);
+        if (!st) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
+        if (!st) st = skpo_cuda_f32_to_bf16(D->d.cu, D->d.w, D->d.master, D->tail0, err);
+    }
+    if (!st) st = skpo_cuda_sync(D->d.cu, err);
+    return st;
+}
+
+// ZeRO: every rank's slice of one moment buffer, in chunks through a device
+// buffer of size * K floats, lands in rank 0's host arrays.
+#define GATHER_CHUNK ((size_t)1 << 24)
+
+static skpo_status gather_moments(skpo_optim *o, float *dm, float **host, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    skpo_comm *c = D->comm;
+    size_t K = D->shard < GATHER_CHUNK ? D->shard : GATHER_CHUNK, R = (size_t)c->size;
+    float *tmp = NULL;
+    skpo_status st = skpo_cuda_malloc(D->d.cu, (void **)&tmp, (K ? K : 1) * R * 4, "optimizer state gather", err);
+    for (size_t c0 = 0; !st && c0 < D->shard; c0 += K) {
+        size_t len = D->shard - c0 < K ? D->shard - c0 : K;
+        st = skpo_cuda_d2d(D->d.cu, tmp + (size_t)c->rank * len, dm + c0, len * 4, err);
+        if (!st) st = skpo_cuda_sync(D->d.cu, err);
+        if (!st) st = skpo_comm_allgather_f32(c, tmp, len, err);
+        for (size_t r = 0; !st && c->rank == 0 && r < R; r++)
+            st = host_dev(D, o->n, host, tmp + r * len, r * D->shard + c0, len, 0, err);
+    }
+    skpo_cuda_dfree(tmp);
+    return st;
+}
+
+skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    if (!D) return SKPO_OK;
+    skpo_status st = SKPO_OK;
+    if (D->zero) {
+        st = gather_moments(o, D->m, o->m, err);
+        if (!st) st = gather_moments(o, D->v, o->v, err);
+    }
+    if (D->comm->rank != 0 || st) return st;
+    if (!D->zero) {
+        st = host_dev(D, o->n, o->m, D->m, 0, D->d.numel, 0, err);
+        if (!st) st = host_dev(D, o->n, o->v, D->v, 0, D->d.numel, 0, err);
+    } else if (D->d.numel > D->tail0) {
+        size_t tail = D->d.numel - D->tail0;
+        st = host_dev(D, o->n, o->m, D->m + D->shard, D->tail0, tail, 0, err);
+        if (!st) st = host_dev(D, o->n, o->v, D->v + D->shard, D->tail0, tail, 0, err);
+    }
+    return st;
+}
+#endif

@@ -1,0 +1,33 @@
+#!/bin/sh
+# Run HERE (a Debian machine with apt), before the one device call: fetches
+# the .deb files of every library the build links (dev packages and their
+# runtime libraries) into .gpudeps/ (ignored by git), which the device call
+# carries (`carry: [".gpudeps"]`). tests/gpu/run.sh unpacks them with dpkg -x
+# into /tmp/gpudeps on the GPU machine, which has the CUDA toolkit and PyTorch
+# but none of these libraries and no network.
+#
+# OpenMPI is left out on purpose: it pulls tens of MB of dependencies
+# (hwloc, pmix, libfabric, ucx ...) and the GPU checks run one rank; without
+# pkg-config's ompi-c the Makefile builds core/comm.c without MPI.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+dir="$top/.gpudeps"
+pkgs="libmsgpack-dev libmsgpackc2 libzstd-dev libzstd1
+      libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0
+      libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libjansson-dev libjansson4"
+command -v apt-get >/dev/null || { echo "prepare.sh: needs apt-get (a Debian/Ubuntu machine)" >&2; exit 1; }
+rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+# apt's _apt user cannot write into a root-owned folder; download as root into it
+(cd "$dir.tmp" && apt-get download $pkgs 2>&1 | grep -v '^Get:\|unsandboxed' || true)
+n=$(ls "$dir.tmp"/*.deb 2>/dev/null | wc -l)
+want=$(echo $pkgs | wc -w)
+if [ "$n" -ne "$want" ]; then
+  echo "prepare.sh: got $n of $want packages (run apt-get update?)" >&2
+  exit 1
+fi
+rm -rf "$dir" && mv "$dir.tmp" "$dir"
+ls "$dir" > "$dir/MANIFEST"
+echo "prepare.sh: $n packages in .gpudeps: $(du -sh "$dir" | cut -f1)"
+tracked=$(cd "$top" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+echo "prepare.sh: tracked tree $((tracked / 1048576)) MiB + .gpudeps $(( $(du -sb "$dir" | cut -f1) / 1048576 )) MiB (device limit 64 MiB)"
+echo "device call: command 'sh tests/gpu/run.sh', carry [\".gpudeps\"], timeout_s 480"

@@ -1,0 +1,45 @@
+# summary.awk - reads the BENCH lines of tests/gpu/run.sh's programs
+#   BENCH <who> <kind> model=M [batch=B|tokens=T] key=value ...
+# (who = ours | torch) and prints one comparison line per shape, then the
+# targets of issues #9 and #10 as PASS/FAIL lines.
+function kv(s,   a, i, n, p) {
+  delete V
+  n = split(s, a, " ")
+  for (i = 1; i <= n; i++) if ((p = index(a[i], "=")) > 0) V[substr(a[i], 1, p - 1)] = substr(a[i], p + 1)
+}
+/^BENCH / {
+  kv($0)
+  who = $2; kind = $3
+  shape = (kind == "decode") ? "batch=" V["batch"] : "tokens=" V["tokens"]
+  key = kind SUBSEP V["model"] SUBSEP shape
+  if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
+  rate[key, who] = (kind == "prefill") ? V["tflops"] : V["tok_s"]
+  frac[key, who] = (kind == "update") ? V["mfu"] : V["frac"]
+}
+END {
+  unit["decode"] = "tok/s"; unit["prefill"] = "TFLOP/s"; unit["update"] = "tok/s"
+  what["decode"] = "roofline"; what["prefill"] = "of GEMM peak"; what["update"] = "MFU"
+  for (i = 1; i <= nk; i++) {
+    split(order[i], k, SUBSEP)
+    o = rate[order[i], "ours"]; t = rate[order[i], "torch"]
+    line = sprintf("%-8s %-5s %-12s ours %10s %s", k[1], k[2], k[3], o == "" ? "-" : o, unit[k[1]])
+    if (frac[order[i], "ours"] != "") line = line sprintf(" (%.1f%% %s)", 100 * frac[order[i], "ours"], what[k[1]])
+    line = line sprintf("  torch %10s", t == "" ? "-" : t)
+    if (frac[order[i], "torch"] != "") line = line sprintf(" (%.1f%%)", 100 * frac[order[i], "torch"])
+    if (o != "" && t != "" && t + 0 > 0) line = line sprintf("  ratio %.2f", o / t)
+    print line
+  }
+  # targets
+  for (i = 1; i <= nk; i++) {
+    split(order[i], k, SUBSEP)
+    o = rate[order[i], "ours"]; t = rate[order[i], "torch"]; f = frac[order[i], "ours"]
+    if (k[1] == "decode" && k[3] == "batch=64" && f != "")
+      printf("%s target decode %s batch 64 >= 70%% of roofline: %.1f%%\n", (f + 0 >= 0.70) ? "PASS" : "FAIL", k[2], 100 * f)
+    if (k[1] == "update" && f != "")
+      printf("%s target update %s MFU >= 40%%: %.1f%%\n", (f + 0 >= 0.40) ? "PASS" : "FAIL", k[2], 100 * f)
+    if ((k[1] == "decode" || k[1] == "update") && o != "" && t != "")
+      printf("%s target %s %s %s faster than torch eager: ratio %.2f\n", (o + 0 > t + 0) ? "PASS" : "FAIL", k[1], k[2], k[3], (t + 0 > 0) ? o / t : 0)
+    else if ((k[1] == "decode" || k[1] == "update") && t == "")
+      printf("SKIP target %s %s %s faster than torch eager: no torch number\n", k[1], k[2], k[3])
+  }
+}

@@ -1,0 +1,354 @@
+// fake_cuda.h - a host-memory stand-in for the CUDA backend (cuda.h and
+// cuda_infer.h), for test_cuda_model_fake.c only: "device" memory is malloc,
+// every kernel is a plain loop with bf16 storage (round to nearest even) and
+// fp32 math, written from the kernels' contracts and not from the CPU model.
+// It lets CI (no GPU) run core/model_cuda.c's host side for real: parameter
+// offsets, staging of tokens/positions/slots/block tables, the device KV pool
+// and its copy-on-write, scratch growth, sync to and from the host, errors.
+// Graphs record the kernels' arguments at capture and replay them.
+// Include once, from a test that defines SKPO_HAVE_CUDA before any header.
+#include "cuda.h"
+#include "cuda_infer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct skpo_cuda {
+    int device;
+};
+
+static size_t fake_free_bytes = (size_t)8 << 30;  // what mem_free reports
+static long fake_live_allocs;                     // device allocations not yet freed
+
+int skpo_cuda_device_count(void) { return 1; }
+skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err) {
+    if (device != 0) return skpo_err_set(err, SKPO_EDEVICE, "no CUDA device %d (fake backend)", device);
+    *out = skpo_xcalloc(1, sizeof **out);
+    return SKPO_OK;
+}
+void skpo_cuda_free_ctx(skpo_cuda *c) { free(c); }
+size_t skpo_cuda_mem_free(skpo_cuda *c) { return fake_free_bytes; }
+size_t skpo_cuda_mem_total(skpo_cuda *c) { return (size_t)16 << 30; }
+skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err) {
+    if (bytes > fake_free_bytes)
+        return skpo_err_set(err, SKPO_ENOMEM, "out of GPU memory allocating %zu MiB for %s", bytes >> 20, what);
+    *p = malloc(bytes ? bytes : 1);
+    memset(*p, 0xA5, bytes);  // garbage, like fresh device memory
+    fake_live_allocs++;
+    return SKPO_OK;
+}
+void skpo_cuda_dfree(void *p) {
+    if (p) fake_live_allocs--;
+    free(p);
+}
+skpo_status skpo_cuda_h2d(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2h(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memmove(d, s, n); return SKPO_OK; }
+skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t n, skpo_err *e) { memset(p, 0, n); return SKPO_OK; }
+skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *e) { return SKPO_OK; }
+skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) { *p = skpo_xmalloc(bytes ? bytes : 1); return SKPO_OK; }
+void skpo_cuda_host_free(void *p) { free(p); }
+
+void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (skpo_bf16)((u >> 16) | 0x40);
+        else dst[i] = (skpo_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+static float fk_ld(const skpo_bf16 *p, size_t i) { float f; skpo_bf16_to_f32_host(&f, p + i, 1); return f; }
+static void fk_st(skpo_bf16 *p, size_t i, float v) { skpo_f32_to_bf16_host(p + i, &v, 1); }
+
+skpo_status skpo_cuda_f32_to_bf16(skpo_cuda *c, skpo_bf16 *d, const float *s, size_t n, skpo_err *e) {
+    skpo_f32_to_bf16_host(d, s, n);
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *d, const skpo_bf16 *s, size_t n, skpo_err *e) {
+    skpo_bf16_to_f32_host(d, s, n);
+    return SKPO_OK;
+}
+
+// y(T,N) = x W^T in fp32 from bf16 inputs (widened once per call).
+static float *fk_gemm(const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N) {
+    float *xf = skpo_xmalloc((size_t)T * K * sizeof *xf), *wf = skpo_xmalloc((size_t)N * K * sizeof *wf);
+    float *y = skpo_xmalloc((size_t)T * N * sizeof *y);
+    skpo_bf16_to_f32_host(xf, x, (size_t)T * K);
+    skpo_bf16_to_f32_host(wf, w, (size_t)N * K);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            float a = 0.f;
+            const float *xr = xf + (size_t)t * K, *wr = wf + (size_t)n * K;
+            for (int k = 0; k < K; k++) a += xr[k] * wr[k];
+            y[(size_t)t * N + n] = a;
+        }
+    free(xf);
+    free(wf);
+    return y;
+}
+static skpo_status fk_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    float *a = fk_gemm(x, w, T, K, N);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)t * N + n;
+            float v = a[i] + (beta != 0.f ? beta * fk_ld(y, i) : 0.f);
+            fk_st(y, i, v);
+            if (bias) fk_st(y, i, fk_ld(y, i) + fk_ld(bias, n));
+        }
+    free(a);
+    return SKPO_OK;
+}
+static skpo_status fk_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
+                                    skpo_err *err) {
+    float *a = fk_gemm(x, w, T, K, N);
+    memcpy(y, a, (size_t)T * N * sizeof *y);
+    free(a);
+    return SKPO_OK;
+}
+static skpo_status fk_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
+                            skpo_err *err) {
+    for (int t = 0; t < T; t++) memmove(out + (size_t)t * C, wte + (size_t)ids[t] * C, (size_t)C * sizeof *out);
+    return SKPO_OK;
+}
+static skpo_status fk_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                              int C, float eps, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        float ss = 0.f;
+        for (int i = 0; i < C; i++) ss += fk_ld(x, (size_t)t * C + i) * fk_ld(x, (size_t)t * C + i);
+        float r = 1.f / sqrtf(ss / (float)C + eps);
+        if (rstd) rstd[t] = r;
+        for (int i = 0; i < C; i++) fk_st(out, (size_t)t * C + i, fk_ld(x, (size_t)t * C + i) * r * fk_ld(w, i));
+    }
+    return SKPO_OK;
+}
+static void fk_rope(skpo_bf16 *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hs, float sign) {
+    int half = hs / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            for (int d = 0; d < half; d++) {
+                float ang = (float)pos[t] * inv_freq[d], s = sinf(ang) * sign, co = cosf(ang);
+                size_t o = ((size_t)t * nh + h) * hs;
+                float a = fk_ld(x, o + d), b = fk_ld(x, o + d + half);
+                fk_st(x, o + d, a * co - b * s);
+                fk_st(x, o + d + half, b * co + a * s);
+            }
+}
+skpo_status skpo_cuda_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, const int32_t *pos, const float *inv_freq, int T,
+                           int nh, int nkv, int hs, int inverse, skpo_err *err) {
+    if (q) fk_rope(q, pos, inv_freq, T, nh, hs, inverse ? -1.f : 1.f);
+    if (k) fk_rope(k, pos, inv_freq, T, nkv, hs, inverse ? -1.f : 1.f);
+    return SKPO_OK;
+}
+static skpo_status fk_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
+    for (size_t i = 0; i < n; i++) {
+        float a = fk_ld(g, i);
+        fk_st(out, i, a / (1.f + expf(-a)) * fk_ld(u, i));
+    }
+    return SKPO_OK;
+}
+static skpo_status fk_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            float a = fk_ld(gu, (size_t)t * 2 * F + f);
+            fk_st(out, (size_t)t * F + f, a / (1.f + expf(-a)) * fk_ld(gu, (size_t)t * 2 * F + F + f));
+        }
+    return SKPO_OK;
+}
+static skpo_status fk_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
+                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
+    int half = hs / 2, kd = nkv * hs;
+    for (int t = 0; t < T; t++) {
+        size_t o = (((size_t)sb[t] * n_layers + layer) * bs + sr[t]) * kd;
+        for (int h = 0; h < nh + nkv; h++)
+            for (int d = 0; d < half; d++) {
+                int isk = h >= nh, e0 = (isk ? h - nh : h) * hs + d, e1 = e0 + half;
+                const skpo_bf16 *src = isk ? k + (size_t)t * kd : q + (size_t)t * nh * hs, *b = isk ? bk : bq;
+                float a = fk_ld(src, e0) + (b ? fk_ld(b, e0) : 0.f), bb = fk_ld(src, e1) + (b ? fk_ld(b, e1) : 0.f);
+                float ang = (float)pos[t] * inv_freq[d], s = sinf(ang), co = cosf(ang);
+                skpo_bf16 *dst = isk ? pk + o : q + (size_t)t * nh * hs;
+                fk_st(dst, e0, a * co - bb * s);
+                fk_st(dst, e1, bb * co + a * s);
+            }
+        for (int i = 0; i < kd; i++) fk_st(pv + o, i, fk_ld(v, (size_t)t * kd + i) + (bv ? fk_ld(bv, i) : 0.f));
+    }
+    return SKPO_OK;
+}
+static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
+    return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
+}
+skpo_status skpo_cuda_kv_store(skpo_cuda *c, skpo_bf16 *pk, skpo_bf16 *pv, const skpo_bf16 *k, const skpo_bf16 *v,
+                               const int32_t *sb, const int32_t *sr, int T, int n_layers, int layer, int bs, int kv_dim,
+                               skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        size_t o = fk_row(sb[t], n_layers, layer, bs, sr[t], kv_dim);
+        memcpy(pk + o, k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof *pk);
+        memcpy(pv + o, v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof *pv);
+    }
+    return SKPO_OK;
+}
+static skpo_status fk_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+                                      const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                      const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
+                                      int hs, float *work, size_t work_bytes, skpo_err *err) {
+    int kd = nkv * hs, G = nh / nkv;
+    float scale = 1.f / sqrtf((float)hs);
+    for (int r = 0; r < N; r++) {
+        const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
+        int len = row_pos[r] + 1;
+        float *s = skpo_xmalloc((size_t)len * sizeof *s);
+        for (int h = 0; h < nh; h++) {
+            int hk = h / G;
+            float m = -INFINITY, l = 0.f;
+            for (int j = 0; j < len; j++) {
+                size_t o = fk_row(table[j / bs], n_layers, layer, bs, j % bs, kd) + (size_t)hk * hs;
+                float d = 0.f;
+                for (int e = 0; e < hs; e++) d += fk_ld(q, (size_t)r * nh * hs + (size_t)h * hs + e) * fk_ld(pk, o + e);
+                s[j] = d * scale;
+                if (s[j] > m) m = s[j];
+            }
+            for (int j = 0; j < len; j++) l += (s[j] = expf(s[j] - m));
+            for (int e = 0; e < hs; e++) {
+                float a = 0.f;
+                for (int j = 0; j < len; j++)
+                    a += s[j] * fk_ld(pv, fk_row(table[j / bs], n_layers, layer, bs, j % bs, kd) + (size_t)hk * hs + e);
+                fk_st(out, (size_t)r * nh * hs + (size_t)h * hs + e, a / l);
+            }
+        }
+        free(s);
+    }
+    return SKPO_OK;
+}
+
+size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) { return 1024; }
+
+// --- graphs: while capturing, kernels are recorded (arguments by value, like
+// CUDA kernel nodes) and a launch replays them, so stale-argument bugs show.
+
+typedef struct fk_op {
+    int kind;
+    void *p[12];
+    long n[12];
+    float f;
+} fk_op;
+enum { FK_LINEAR, FK_LINEAR32, FK_EMBED, FK_RMSNORM, FK_SWIGLU, FK_SWIGLU_F, FK_QKV, FK_ATTN };
+struct skpo_cuda_graph {
+    fk_op *ops;
+    int n;
+};
+static fk_op *fk_rec;  // ops being captured (one capture at a time)
+static int fk_nrec, fk_caprec, fk_capturing;
+static long fk_graph_launches;
+
+static skpo_status fk_run(const fk_op *o) {
+    void *const *p = o->p;
+    const long *n = o->n;
+    switch (o->kind) {
+    case FK_LINEAR: return fk_linear(NULL, p[0], p[1], p[2], p[3], (int)n[0], (int)n[1], (int)n[2], o->f, NULL);
+    case FK_LINEAR32: return fk_linear_f32out(NULL, p[0], p[1], p[2], (int)n[0], (int)n[1], (int)n[2], NULL);
+    case FK_EMBED: return fk_embed(NULL, p[0], p[1], p[2], (int)n[0], (int)n[1], NULL);
+    case FK_RMSNORM: return fk_rmsnorm(NULL, p[0], p[1], p[2], p[3], (int)n[0], (int)n[1], o->f, NULL);
+    case FK_SWIGLU: return fk_swiglu(NULL, p[0], p[1], p[2], (size_t)n[0], NULL);
+    case FK_SWIGLU_F: return fk_swiglu_fused(NULL, p[0], p[1], (int)n[0], (int)n[1], NULL);
+    case FK_QKV:
+        return fk_qkv_finish(NULL, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], (int)n[0],
+                             (int)n[1], (int)n[2], (int)n[3], (int)n[4], (int)n[5], (int)n[6], NULL);
+    case FK_ATTN:
+        return fk_attention_paged(NULL, p[0], p[1], p[2], p[3], p[4], (int)n[0], p[5], p[6], (int)n[1], (int)n[2],
+                                  (int)n[3], (int)n[4], (int)n[5], (int)n[6], (int)n[7], p[7], (size_t)n[8], NULL);
+    }
+    return SKPO_EUNSUPPORTED;
+}
+
+static skpo_status fk_exec(fk_op o) {
+    if (!fk_capturing) return fk_run(&o);
+    if (fk_nrec == fk_caprec) {
+        fk_caprec = fk_caprec ? 2 * fk_caprec : 64;
+        fk_rec = skpo_xrealloc(fk_rec, (size_t)fk_caprec * sizeof *fk_rec);
+    }
+    fk_rec[fk_nrec++] = o;
+    return SKPO_OK;
+}
+#define FKP(x) ((void *)(uintptr_t)(x))
+
+skpo_status skpo_cuda_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    return fk_exec((fk_op){FK_LINEAR, {y, FKP(x), FKP(w), FKP(bias)}, {T, K, N}, beta});
+}
+skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
+                                    skpo_err *err) {
+    return fk_exec((fk_op){FK_LINEAR32, {y, FKP(x), FKP(w)}, {T, K, N}, 0});
+}
+skpo_status skpo_cuda_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
+                            skpo_err *err) {
+    return fk_exec((fk_op){FK_EMBED, {out, FKP(wte), FKP(ids)}, {T, C}, 0});
+}
+skpo_status skpo_cuda_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                              int C, float eps, skpo_err *err) {
+    return fk_exec((fk_op){FK_RMSNORM, {out, rstd, FKP(x), FKP(w)}, {T, C}, eps});
+}
+skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
+    return fk_exec((fk_op){FK_SWIGLU, {out, FKP(g), FKP(u)}, {(long)n}, 0});
+}
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+    return fk_exec((fk_op){FK_SWIGLU_F, {out, FKP(gu)}, {T, F}, 0});
+}
+skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
+                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
+    return fk_exec((fk_op){FK_QKV,
+                           {q, FKP(k), FKP(v), FKP(bq), FKP(bk), FKP(bv), FKP(pos), FKP(inv_freq), pk, pv, FKP(sb), FKP(sr)},
+                           {T, nh, nkv, hs, n_layers, layer, bs}, 0});
+}
+skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+                                      const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                      const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
+                                      int hs, float *work, size_t work_bytes, skpo_err *err) {
+    return fk_exec((fk_op){FK_ATTN, {out, FKP(q), FKP(pk), FKP(pv), FKP(bt), FKP(row_seq), FKP(row_pos), work},
+                           {max_blocks, N, n_layers, layer, bs, nh, nkv, hs, (long)work_bytes}, 0});
+}
+
+skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
+    SKPO_ASSERT(!fk_capturing);
+    fk_capturing = 1;
+    fk_nrec = 0;
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err) {
+    SKPO_ASSERT(fk_capturing);
+    fk_capturing = 0;
+    skpo_cuda_graph *g = skpo_xcalloc(1, sizeof *g);
+    g->n = fk_nrec;
+    g->ops = skpo_xmalloc((size_t)(fk_nrec ? fk_nrec : 1) * sizeof *g->ops);
+    memcpy(g->ops, fk_rec, (size_t)fk_nrec * sizeof *g->ops);
+    free(fk_rec);
+    fk_rec = NULL;
+    fk_nrec = fk_caprec = 0;
+    *out = g;
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err) {
+    fk_graph_launches++;
+    for (int i = 0; i < g->n; i++) {
+        skpo_status s = fk_run(&g->ops[i]);
+        if (s) return skpo_err_set(err, s, "fake graph node %d failed", i);
+    }
+    return SKPO_OK;
+}
+void skpo_cuda_graph_free(skpo_cuda_graph *g) {
+    if (!g) return;
+    free(g->ops);
+    free(g);
+}

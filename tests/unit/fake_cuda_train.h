@@ -1,0 +1,284 @@
+// fake_cuda_train.h - host-memory stand-ins for the training kernels of
+// cuda.h and cuda_train.h (backward ops, chunked log-prob, AdamW, sums of
+// squares, row gather/scatter), for test_cuda_train_fake.c only. Written
+// from each kernel's contract as core/cuda/*.cu implements it, including
+// which outputs are overwritten (dx of linear/rmsnorm backward, dq) and which
+// accumulate (dW, dbias, dK/dV, embedding rows): that is what the host side
+// of core/model_cuda_train.c must get right. bf16 storage, fp32 math.
+// Include after fake_cuda.h.
+#include "cuda_train.h"
+
+skpo_status skpo_cuda_add(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, size_t n, skpo_err *err) {
+    for (size_t i = 0; i < n; i++) fk_st(y, i, fk_ld(y, i) + fk_ld(x, i));
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_d2d(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
+    memmove(dst, src, bytes);
+    return SKPO_OK;
+}
+
+// The sequence of each row, from the offsets.
+static int fk_seq_start(const int32_t *ss, int nseq, int t) {
+    int s = 0;
+    while (s + 1 < nseq && ss[s + 1] <= t) s++;
+    return ss[s];
+}
+
+skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv, int hs,
+                                skpo_err *err) {
+    int qd = nh * hs, kd = nkv * hs;
+    float scale = 1.f / sqrtf((float)hs);
+    float *s = skpo_xmalloc((size_t)(T ? T : 1) * sizeof *s);
+    for (int t = 0; t < T; t++) {
+        int s0 = fk_seq_start(seq_start, nseq, t);
+        for (int h = 0; h < nh; h++) {
+            int hk = h / (nh / nkv);
+            float m = -INFINITY, l = 0.f;
+            for (int j = s0; j <= t; j++) {
+                float d = 0.f;
+                for (int e = 0; e < hs; e++)
+                    d += fk_ld(q, (size_t)t * qd + h * hs + e) * scale * fk_ld(k, (size_t)j * kd + hk * hs + e);
+                s[j] = d;
+                m = fmaxf(m, d);
+            }
+            for (int j = s0; j <= t; j++) l += (s[j] = expf(s[j] - m));
+            for (int e = 0; e < hs; e++) {
+                float a = 0.f;
+                for (int j = s0; j <= t; j++) a += s[j] * fk_ld(v, (size_t)j * kd + hk * hs + e);
+                fk_st(out, (size_t)t * qd + h * hs + e, a / l);
+            }
+            if (lse) lse[(size_t)t * nh + h] = m + logf(l);
+        }
+    }
+    free(s);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
+                                         const skpo_bf16 *out, const float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                         const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv,
+                                         int hs, skpo_err *err) {
+    int qd = nh * hs, kd = nkv * hs;
+    float scale = 1.f / sqrtf((float)hs);
+    float *dqr = skpo_xmalloc((size_t)hs * sizeof *dqr);
+    for (int t = 0; t < T; t++) {
+        int s0 = fk_seq_start(seq_start, nseq, t);
+        for (int h = 0; h < nh; h++) {
+            int hk = h / (nh / nkv);
+            size_t o = (size_t)t * qd + (size_t)h * hs;
+            float D = 0.f, L = lse[(size_t)t * nh + h];
+            for (int e = 0; e < hs; e++) D += fk_ld(dout, o + e) * fk_ld(out, o + e), dqr[e] = 0.f;
+            for (int j = s0; j <= t; j++) {
+                size_t kr = (size_t)j * kd + (size_t)hk * hs;
+                float sc = 0.f, dp = 0.f;
+                for (int e = 0; e < hs; e++) sc += fk_ld(q, o + e) * fk_ld(k, kr + e), dp += fk_ld(dout, o + e) * fk_ld(v, kr + e);
+                float p = expf(sc * scale - L), ds = p * (dp - D);
+                for (int e = 0; e < hs; e++) {
+                    dqr[e] += ds * fk_ld(k, kr + e) * scale;
+                    dk[kr + e] += ds * fk_ld(q, o + e) * scale;
+                    dv[kr + e] += p * fk_ld(dout, o + e);
+                }
+            }
+            for (int e = 0; e < hs; e++) fk_st(dq, o + e, dqr[e]);
+        }
+    }
+    free(dqr);
+    return SKPO_OK;
+}
+
+// Row statistics of z = logits / temp: logZ and E[z].
+static void fk_row_lse(const skpo_bf16 *z, int V, float inv_t, float *logz, float *ez) {
+    float m = -INFINITY, s = 0.f, w = 0.f;
+    for (int i = 0; i < V; i++) m = fmaxf(m, fk_ld(z, i) * inv_t);
+    for (int i = 0; i < V; i++) {
+        float zi = fk_ld(z, i) * inv_t, e = expf(zi - m);
+        s += e, w += e * zi;
+    }
+    *logz = m + logf(s);
+    *ez = w / s;
+}
+
+skpo_status skpo_cuda_logprob(skpo_cuda *c, float *logp, float *entropy, const skpo_bf16 *logits, const int32_t *target,
+                              int T, int V, float temp, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        const skpo_bf16 *z = logits + (size_t)t * V;
+        float logz, ez;
+        fk_row_lse(z, V, 1.f / temp, &logz, &ez);
+        logp[t] = fk_ld(z, target[t]) / temp - logz;
+        if (entropy) entropy[t] = logz - ez;
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_logprob_backward(skpo_cuda *c, skpo_bf16 *dlogits, const skpo_bf16 *logits, const int32_t *target,
+                                       const float *dlogp, const float *dent, int T, int V, float temp, skpo_err *err) {
+    float inv_t = 1.f / temp;
+    for (int t = 0; t < T; t++) {
+        const skpo_bf16 *z = logits + (size_t)t * V;
+        float logz, ez, gl = dlogp ? dlogp[t] : 0.f, ge = dent ? dent[t] : 0.f;
+        fk_row_lse(z, V, inv_t, &logz, &ez);   // before the row is overwritten (in place is allowed)
+        for (int i = 0; i < V; i++) {
+            float zi = fk_ld(z, i) * inv_t, p = expf(zi - logz);
+            float d = gl * ((i == target[t] ? 1.f : 0.f) - p) - ge * p * (zi - ez);
+            fk_st(dlogits, (size_t)t * V + i, d * inv_t);
+        }
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_linear_dx(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *w, int T, int K, int N,
+                                float beta, skpo_err *err) {
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            float a = 0.f;
+            for (int n = 0; n < N; n++) a += fk_ld(dy, (size_t)t * N + n) * fk_ld(w, (size_t)n * K + k);
+            if (beta != 0.f) a += beta * fk_ld(dx, (size_t)t * K + k);
+            fk_st(dx, (size_t)t * K + k, a);
+        }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_linear_backward(skpo_cuda *c, skpo_bf16 *dx, float *dw, float *dbias, const skpo_bf16 *dy,
+                                      const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N, skpo_err *err) {
+    if (dx) skpo_cuda_linear_dx(c, dx, dy, w, T, K, N, 0.f, err);   // overwritten
+    if (dw)
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++) {
+                float a = 0.f;
+                for (int t = 0; t < T; t++) a += fk_ld(dy, (size_t)t * N + n) * fk_ld(x, (size_t)t * K + k);
+                dw[(size_t)n * K + k] += a;
+            }
+    if (dbias)
+        for (int n = 0; n < N; n++) {
+            float a = 0.f;
+            for (int t = 0; t < T; t++) a += fk_ld(dy, (size_t)t * N + n);
+            dbias[n] += a;
+        }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rmsnorm_backward(skpo_cuda *c, skpo_bf16 *dx, float *dw, const skpo_bf16 *dy, const skpo_bf16 *x,
+                                       const skpo_bf16 *w, const float *rstd, int T, int C, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        size_t row = (size_t)t * C;
+        float r = rstd[t], dot = 0.f;
+        for (int i = 0; i < C; i++) dot += fk_ld(dy, row + i) * fk_ld(w, i) * fk_ld(x, row + i);
+        dot /= (float)C;
+        for (int i = 0; i < C; i++) {
+            float xi = fk_ld(x, row + i), gi = fk_ld(dy, row + i);
+            fk_st(dx, row + i, r * fk_ld(w, i) * gi - r * r * r * xi * dot);
+            dw[i] += gi * xi * r;
+        }
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_swiglu_backward(skpo_cuda *c, skpo_bf16 *dgate, skpo_bf16 *dup, const skpo_bf16 *dout,
+                                      const skpo_bf16 *gate, const skpo_bf16 *up, size_t n, skpo_err *err) {
+    for (size_t i = 0; i < n; i++) {
+        float a = fk_ld(gate, i), b = fk_ld(up, i), d = fk_ld(dout, i), s = 1.f / (1.f + expf(-a));
+        fk_st(dgate, i, d * b * s * (1.f + a * (1.f - s)));
+        fk_st(dup, i, d * a * s);
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_embed_backward(skpo_cuda *c, float *dwte, const skpo_bf16 *dout, const int32_t *ids, int T, int C,
+                                     skpo_err *err) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < C; i++) dwte[(size_t)ids[t] * C + i] += fk_ld(dout, (size_t)t * C + i);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, float *v, const float *g, size_t n, float lr,
+                            float b1, float b2, float eps, float wd, int step, float gscale, skpo_err *err) {
+    float bc1 = 1.f - powf(b1, (float)step), bc2 = 1.f - powf(b2, (float)step);
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale, wi = w[i] * (1.f - lr * wd);
+        float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
+        wi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        m[i] = mi, v[i] = vi, w[i] = wi;
+        if (wb) fk_st(wb, i, wi);
+    }
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_sumsq_f64(skpo_cuda *c, double *host_out, const float *g, size_t n, skpo_err *err) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    *host_out = s;
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rows_gather(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
+                                  skpo_err *err) {
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof *dst);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
+                                   skpo_err *err) {
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_colsum(skpo_cuda *c, float *dst, const skpo_bf16 *a, const skpo_bf16 *b, const float *r, int T,
+                             int N, float *scratch, skpo_err *err) {
+    for (int n = 0; n < N; n++) {
+        float s = 0.f;
+        for (int t = 0; t < T; t++) {
+            float v = fk_ld(a, (size_t)t * N + n);
+            if (b) v *= fk_ld(b, (size_t)t * N + n) * r[t];
+            s += v;
+        }
+        dst[n] += s;
+    }
+    for (size_t i = 0; i < (size_t)SKPO_COL_PARTS * N; i++) scratch[i] = NAN;   // scratch only: clobbered
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *x,
+                                           const skpo_bf16 *w, const float *rstd, int T, int C, skpo_err *err) {
+    for (int t = 0; t < T; t++) {
+        size_t row = (size_t)t * C;
+        float r = rstd[t], dot = 0.f;
+        for (int i = 0; i < C; i++) dot += fk_ld(dy, row + i) * fk_ld(w, i) * fk_ld(x, row + i);
+        dot /= (float)C;
+        for (int i = 0; i < C; i++)
+            fk_st(dx, row + i, fk_ld(dx, row + i) + r * fk_ld(w, i) * fk_ld(dy, row + i) - r * r * r * fk_ld(x, row + i) * dot);
+    }
+    return SKPO_OK;
+}
+
+// The flash kernels' contract on the same loops (so the fake run covers the
+// host wiring of SKPO_ATTN=flash): dk / dv come out in bf16, overwritten.
+skpo_status skpo_cuda_flash_seq_of(skpo_cuda *c, int32_t *seq_of, const int32_t *seq_start, int nseq, skpo_err *err) {
+    for (int s = 0; s < nseq; s++)
+        for (int t = seq_start[s]; t < seq_start[s + 1]; t++) seq_of[t] = s;
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_flash_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                      const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
+                                      int nkv, int hs, skpo_err *err) {
+    int nseq = T ? seq_of[T - 1] + 1 : 0;
+    return skpo_cuda_attention(c, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
+}
+
+skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                               const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                               const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                               const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
+                                               int hs, float *work, skpo_err *err) {
+    int nseq = T ? seq_of[T - 1] + 1 : 0;
+    size_t n = (size_t)T * nkv * hs;
+    float *k32 = calloc(n ? n : 1, 4), *v32 = calloc(n ? n : 1, 4);
+    skpo_cuda_attention_backward(c, dq, k32, v32, dout, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
+    skpo_f32_to_bf16_host(dk, k32, n);
+    skpo_f32_to_bf16_host(dv, v32, n);
+    free(k32), free(v32);
+    for (size_t i = 0; i < (size_t)T * nh * (1 + hs); i++) work[i] = NAN;   // scratch only
+    return SKPO_OK;
+}
