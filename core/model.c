@@ -84,6 +84,51 @@ static void compute_inv_freq(skpo_model *m) {
     }
 }
 
+// --- packed inference weights --------------------------------------------------------------
+//
+// A non-trainable model keeps the backend's packed copy of every matrix
+// (ops.h pack), made at its first step: batched decode then streams weights
+// already laid out for the kernel instead of re-laying them out every step.
+// Trainable models, whose weights change under the optimizer, use
+// matmul_invariant on the weights as they are (bit-identical results).
+enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
+
+static void model_unpack(skpo_model *m) {
+    if (!m->packed) return;
+    for (int i = 0; i < m->c.num_hidden_layers * PK_PER_LAYER + 1; i++) m->ops->pack_free(m->packed[i]);
+    free(m->packed);
+    m->packed = NULL;
+}
+
+static void model_pack(skpo_model *m) {
+    const skpo_config *c = &m->c;
+    if (m->packed || m->o.trainable || !m->ops->pack || !m->ops->matmul_packed) return;
+    int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
+    int KVD = c->num_key_value_heads * c->head_dim, nl = c->num_hidden_layers;
+    void **pk = skpo_xmalloc(((size_t)nl * PK_PER_LAYER + 1) * sizeof *pk);
+    for (int l = 0; l < nl; l++) {
+        const model_layer *L = &m->layers[l];
+        void **p = pk + (size_t)l * PK_PER_LAYER;
+        p[PK_Q] = m->ops->pack(L->wq, C, QD);
+        p[PK_K] = m->ops->pack(L->wk, C, KVD);
+        p[PK_V] = m->ops->pack(L->wv, C, KVD);
+        p[PK_O] = m->ops->pack(L->wo, QD, C);
+        p[PK_G] = m->ops->pack(L->wg, C, F);
+        p[PK_U] = m->ops->pack(L->wu, C, F);
+        p[PK_D] = m->ops->pack(L->wd, F, C);
+    }
+    pk[(size_t)nl * PK_PER_LAYER] = m->ops->pack(m->lm_head, C, c->vocab_size);
+    m->packed = pk;
+}
+
+// out (N, O) (+)= in (N, K) @ w^T + bias, batch-invariant; slot names w's packed copy.
+static void model_linear(const skpo_model *m, int slot, float *out, const float *in, const float *w,
+                         const float *bias, int N, int K, int O, int acc) {
+    const skpo_ops *op = m->ops;
+    if (m->packed) op->matmul_packed(out, in, m->packed[slot], bias, N, K, O, acc);
+    else (op->matmul_invariant ? op->matmul_invariant : op->matmul)(out, in, w, bias, N, K, O, acc);
+}
+
 // Allocate a model for config c with uninitialised weights (NULL, err set, on failure).
 static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_status *st, skpo_err *err) {
     *st = SKPO_OK;
@@ -144,6 +189,7 @@ void skpo_model_free(skpo_model *m) {
     free(m->grad);
     free(m->layers);
     free(m->inv_freq);
+    model_unpack(m);
     model_acts_free(&m->acts);
     free(m);
 }
@@ -152,6 +198,7 @@ const skpo_config *skpo_model_config(const skpo_model *m) { return &m->c; }
 skpo_dtype skpo_model_src_dtype(const skpo_model *m) { return m->src_dtype; }
 
 int skpo_model_params(skpo_model *m, skpo_param **params) {
+    model_unpack(m); // the caller may write the weights: packed copies would go stale
     *params = m->params;
     return m->nparams;
 }
@@ -331,14 +378,12 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     const skpo_config *c = &m->c;
     const skpo_ops *op = m->ops;
     const model_layer *L = &m->layers[l];
-    void (*mm)(float *, const float *, const float *, const float *, int, int, int, int) =
-        op->matmul_invariant ? op->matmul_invariant : op->matmul;
     int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
-    int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS, pw = l * PK_PER_LAYER;
     op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
-    mm(q, ln, L->wq, L->bq, N, C, QD, 0);
-    mm(k, ln, L->wk, L->bk, N, C, KVD, 0);
-    mm(v, ln, L->wv, L->bv, N, C, KVD, 0);
+    model_linear(m, pw + PK_Q, q, ln, L->wq, L->bq, N, C, QD, 0);
+    model_linear(m, pw + PK_K, k, ln, L->wk, L->bk, N, C, KVD, 0);
+    model_linear(m, pw + PK_V, v, ln, L->wv, L->bv, N, C, KVD, 0);
     op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
     op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
@@ -353,12 +398,12 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     }
     skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
     op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
-    mm(x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    model_linear(m, pw + PK_O, x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
     op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
-    mm(gate, ln, L->wg, NULL, N, C, F, 0);
-    mm(up, ln, L->wu, NULL, N, C, F, 0);
+    model_linear(m, pw + PK_G, gate, ln, L->wg, NULL, N, C, F, 0);
+    model_linear(m, pw + PK_U, up, ln, L->wu, NULL, N, C, F, 0);
     op->swiglu(gate, gate, up, (size_t)N * F);
-    mm(x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    model_linear(m, pw + PK_D, x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
 }
 
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
@@ -368,6 +413,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
         return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
     skpo_status s = step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
+    model_pack(m);
     const skpo_config *c = &m->c;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     int N = off[nseq], C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
@@ -389,7 +435,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     // Only the last new row of each sequence needs logits.
     for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
     m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
-    (m->ops->matmul_invariant ? m->ops->matmul_invariant : m->ops->matmul)(logits, x, m->lm_head, NULL, nseq, C, V, 0);
+    model_linear(m, c->num_hidden_layers * PK_PER_LAYER, logits, x, m->lm_head, NULL, nseq, C, V, 0);
     free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
     free(pos);
     free(blocks);

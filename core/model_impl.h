@@ -51,6 +51,8 @@ struct skpo_model {
     skpo_config c;
     skpo_model_opts o;
     const skpo_ops *ops;
+    void **packed;            // (L * 7 + 1) backend copies of the matrices for inference (model.c
+                              // model_pack); NULL until a non-trainable model's first step
     skpo_dtype src_dtype;
     float *mem, *grad;        // all parameters / gradients, contiguous
     size_t numel;

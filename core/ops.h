@@ -92,6 +92,16 @@ typedef struct skpo_ops {
     // (N, nullable), given the lse and ent of the forward (ent nullable iff dent is).
     void (*logprob_backward)(float *logits, const int32_t *tgt, const float *lse, const float *ent, const float *dlogp,
                              const float *dent, int N, int V, float temperature);
+
+    // --- packed weights (optional: all three NULL = matmul_invariant on w as it is) ---
+    // A copy of w (O, K) in the backend's own layout, made once (per model
+    // load) so that inference does not re-layout the weights at every step.
+    // The copy does not follow later writes to w.
+    void *(*pack)(const float *w, int K, int O);
+    void (*pack_free)(void *packed);
+    // matmul_invariant with w given packed: bit-identical to matmul_invariant on w.
+    void (*matmul_packed)(float *out, const float *in, const void *packed, const float *bias, int N, int K, int O,
+                          int accumulate);
 } skpo_ops;
 
 const skpo_ops *skpo_ops_cpu(void);

@@ -133,10 +133,13 @@ static int draw_truncated(skpo_sampler *s, const skpo_sample_params *sp, double 
 // glibc's expf is not vectorised without -ffast-math, and sampling a 32k-152k
 // vocabulary is otherwise as slow as a small model's forward pass. The clamp
 // and rounding use integer bit operations because float compare/convert steps
-// keep GCC from vectorising under the default -ftrapping-math. An AVX2 clone
-// is picked at load time where the CPU has it (no FMA; only the order of the
-// double sum differs).
-__attribute__((target_clones("avx2", "default")))
+// keep GCC from vectorising under the default -ftrapping-math. AVX-512 and
+// AVX2 clones are picked at load time where the CPU has them. The AVX2 and
+// default clones round alike (no FMA) and differ only in the order of the
+// double sum; the AVX-512 one may fuse the polynomial's multiply-adds, so a
+// probability can differ in its last bit between CPUs (never between runs or
+// batch layouts on one CPU).
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static double fill_probs(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
 #pragma omp simd
     for (int i = 0; i < V; i++) {

@@ -11,6 +11,9 @@
  */
 #include "../ops.h"
 #include "../common.h"
+#include "attn_cpu.h"
+#include "gemm_cpu.h"
+#include "simd_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -75,74 +78,22 @@ static void cpu_matmul(float *out, const float *in, const float *w, const float 
     }
 }
 
-// Batch-invariant product for inference: every output element is the same
-// fixed-order sum (8 lanes over K, a fixed reduction tree, then the tail),
-// whatever N is and wherever the row sits, so a sequence decodes bit-for-bit
-// the same alone or in any batch. (sgemm is not: its row tiling changes the
-// rounding of edge rows.) Tiles: 8 weight rows x 4 input rows.
-__attribute__((always_inline)) static inline float reduce8(const float *s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
-
-// One output element: lanes s[0..8) over k < K8, then reduce8, then the tail.
-// The four-row version below performs exactly these operations per element.
-__attribute__((always_inline)) static inline float fixed_dot(const float *a, const float *w, int K, int K8) {
-    float s[8] = {0};
-    for (int k = 0; k < K8; k += 8)
-        for (int l = 0; l < 8; l++) s[l] += a[k + l] * w[k + l];
-    float t = reduce8(s);
-    for (int k = K8; k < K; k++) t += a[k] * w[k];
-    return t;
-}
-
-__attribute__((always_inline)) static inline void fixed_dot4(float t[4], const float *a0, const float *a1, const float *a2, const float *a3,
-                              const float *w, int K, int K8) {
-    float s0[8] = {0}, s1[8] = {0}, s2[8] = {0}, s3[8] = {0};
-    for (int k = 0; k < K8; k += 8)
-        for (int l = 0; l < 8; l++) {
-            float x = w[k + l];
-            s0[l] += a0[k + l] * x;
-            s1[l] += a1[k + l] * x;
-            s2[l] += a2[k + l] * x;
-            s3[l] += a3[k + l] * x;
-        }
-    t[0] = reduce8(s0), t[1] = reduce8(s1), t[2] = reduce8(s2), t[3] = reduce8(s3);
-    for (int k = K8; k < K; k++) {
-        t[0] += a0[k] * w[k], t[1] += a1[k] * w[k], t[2] += a2[k] * w[k], t[3] += a3[k] * w[k];
-    }
-}
-
-SKPO_SIMD_CLONES
-static void matmul_fixed_order(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
-                               int o0, int o1, int acc) {
-    int K8 = K & ~7;
-    for (int ot = o0; ot < o1; ot += 8) {
-        int oe = ot + 8 < o1 ? ot + 8 : o1;
-        for (int n0 = 0; n0 < N; n0 += 4) {
-            const float *a = in + (size_t)n0 * K;
-            for (int o = ot; o < oe; o++) {
-                const float *wr = w + (size_t)o * K;
-                float t[4];
-                int nb = N - n0 < 4 ? N - n0 : 4;
-                if (nb == 4) fixed_dot4(t, a, a + K, a + 2 * (size_t)K, a + 3 * (size_t)K, wr, K, K8);
-                else
-                    for (int r = 0; r < nb; r++) t[r] = fixed_dot(a + (size_t)r * K, wr, K, K8);
-                for (int r = 0; r < nb; r++) {
-                    float *y = out + (size_t)(n0 + r) * O + o;
-                    *y = (acc ? *y : 0.0f) + (bias ? bias[o] : 0.0f) + t[r];
-                }
-            }
-        }
-    }
-}
-
+// Batch-invariant product for inference (gemm_cpu.h): every output element
+// is one fixed-order chain of fused multiply-adds over K, whatever N is and
+// wherever the row sits, so a sequence decodes bit-for-bit the same alone or
+// in any batch. (sgemm is not: its row tiling changes the rounding of edge
+// rows.) The packed variant runs the same kernels on a copy made once.
 static void cpu_matmul_invariant(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
                                  int acc) {
-    if (N == 0) return;
-#pragma omp parallel
-    {
-        int o0, o1;
-        slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
-        if (o1 > o0) matmul_fixed_order(out, in, w, bias, N, K, O, o0, o1, acc);
-    }
+    skpo_gemm_invariant(out, in, w, NULL, bias, N, K, O, acc);
+}
+
+static void *cpu_pack(const float *w, int K, int O) { return skpo_gemm_pack(w, K, O); }
+static void cpu_pack_free(void *p) { skpo_gemm_packed_free(p); }
+
+static void cpu_matmul_packed(float *out, const float *in, const void *wp, const float *bias, int N, int K, int O,
+                              int acc) {
+    skpo_gemm_invariant(out, in, NULL, wp, bias, N, K, O, acc);
 }
 
 static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
@@ -171,9 +122,14 @@ static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float
 }
 
 // --- elementwise ---------------------------------------------------------------------------
+//
+// Below PAR_MIN elements an op runs on the calling thread (the grain size
+// PyTorch uses too): waking the team costs more than the work, and on a busy
+// machine every fork/join waits for a thread the scheduler may have parked.
+enum { PAR_MIN = 1 << 15 };
 
 static void cpu_rmsnorm(float *out, float *rstd, const float *in, const float *w, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -218,7 +174,7 @@ static void cpu_rmsnorm_backward(float *din, float *dw, const float *dout, const
 
 static void cpu_rope(float *x, const int *pos, const float *inv_freq, int N, int nh, int HS, int inverse) {
     int half = HS / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * nh * HS >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         float cs[512], sn[512];
         SKPO_ASSERT(half <= 512);
@@ -238,8 +194,29 @@ static void cpu_rope(float *x, const int *pos, const float *inv_freq, int N, int
     }
 }
 
+#if defined(__x86_64__)
+T512 static void swiglu_avx512(float *h, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u));
+    }
+}
+#endif
+
+// h = silu(gate) * up; with AVX-512 the exponential is simd_cpu.h's (~1 ulp,
+// glibc expf is not vectorised without fast-math).
 static void cpu_swiglu(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static)
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        size_t chunk = 4096; // whole 16-lane vectors per thread
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (size_t c = 0; c < n; c += chunk) swiglu_avx512(h + c, gate + c, up + c, n - c < chunk ? n - c : chunk);
+        return;
+    }
+#endif
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         h[i] = g / (1.0f + expf(-g)) * up[i];
@@ -258,12 +235,12 @@ static void cpu_swiglu_backward(float *dgate, float *dup, const float *dh, const
 }
 
 static void cpu_add(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 static void cpu_embed(float *out, const float *wte, const int32_t *ids, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(float));
 }
 
@@ -436,14 +413,19 @@ static void cpu_attention_paged(float *out, const float *q, int N, const int *po
     for (int r = 0; r < N; r++)
         if (pos[r] + 1 > T) T = pos[r] + 1;
     float scale = 1.0f / sqrtf((float)HS);
+    int fast = skpo_attn_fast_ok(HS);
 #pragma omp parallel
     {
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
         for (long it = 0; it < (long)N * NH; it++) {
             int r = (int)(it / NH), h = (int)(it % NH);
-            attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
-                             scale, p);
+            if (fast)
+                skpo_attn_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS,
+                                    HS, scale, p);
+            else
+                attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
+                                 scale, p);
         }
         free(p);
     }
@@ -510,6 +492,9 @@ static const skpo_ops CPU_OPS = {
     .attention_paged = cpu_attention_paged,
     .logprob = cpu_logprob,
     .logprob_backward = cpu_logprob_backward,
+    .pack = cpu_pack,
+    .pack_free = cpu_pack_free,
+    .matmul_packed = cpu_matmul_packed,
 };
 
 const skpo_ops *skpo_ops_cpu(void) {
