@@ -29,6 +29,17 @@ size_t skpo_cuda_mem_total(skpo_cuda *c);
 skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K,
                                     int N, skpo_err *err);
 
+// After the q/k/v GEMMs (without bias), in one launch: add the biases (any
+// may be NULL), rotate q in place and k (HF rotate-half RoPE at pos[t],
+// inv_freq(hs/2)), and store k, v rows into the paged pool at (slot_block[t],
+// slot_row[t]) of layer `layer` (kvcache.h layout). Math in fp32, one rounding
+// to bf16 per stored value.
+skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pool_k, skpo_bf16 *pool_v, const int32_t *slot_block,
+                                 const int32_t *slot_row, int T, int nh, int nkv, int hs, int n_layers, int layer,
+                                 int block_size, skpo_err *err);
+
 // out(T,F) = silu(gu[:, :F]) * gu[:, F:] for gu(T, 2F) = x [Wg; Wu]^T, the
 // output of one GEMM over the gate and up projections stored back to back.
 skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *err);

@@ -430,12 +430,12 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const model_layer *L = &m->layers[l];
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln1), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
-        TRY(skpo_cuda_rope(cu, b.q, b.k, ix->pos, mc->inv_freq, N, NH, NKV, HS, 0, err));
-        TRY(skpo_cuda_kv_store(cu, pk, pv, b.k, b.v, ix->slot_b, ix->slot_r, N, ks->n_layers, l, ks->block_size, KVD,
-                               err));
+        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), NULL, N, C, QD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), NULL, N, C, KVD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), NULL, N, C, KVD, 0.f, err));
+        // biases, RoPE on q and k, K/V rows into the pool: one launch
+        TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
+                                 ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
         TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
                                       ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
@@ -541,6 +541,9 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
         skpo_kv_seq_blocks(kv, seq[i], &nb);
         if (nb > MB) MB = nb;
     }
+    // Table width in steps of 16 blocks (256 positions): a decode graph keyed
+    // on it then stays valid for 256 tokens instead of 16.
+    MB = (MB + 15) / 16 * 16;
     size_t nints = 5 * (size_t)N + (size_t)nseq + (size_t)nseq * (size_t)MB;
     in->last_nseq = 0;
     // The stream must be idle before the pinned staging is rewritten (the last

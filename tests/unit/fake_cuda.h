@@ -149,6 +149,27 @@ skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16
         }
     return SKPO_OK;
 }
+skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
+                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
+    int half = hs / 2, kd = nkv * hs;
+    for (int t = 0; t < T; t++) {
+        size_t o = (((size_t)sb[t] * n_layers + layer) * bs + sr[t]) * kd;
+        for (int h = 0; h < nh + nkv; h++)
+            for (int d = 0; d < half; d++) {
+                int isk = h >= nh, e0 = (isk ? h - nh : h) * hs + d, e1 = e0 + half;
+                const skpo_bf16 *src = isk ? k + (size_t)t * kd : q + (size_t)t * nh * hs, *b = isk ? bk : bq;
+                float a = fk_ld(src, e0) + (b ? fk_ld(b, e0) : 0.f), bb = fk_ld(src, e1) + (b ? fk_ld(b, e1) : 0.f);
+                float ang = (float)pos[t] * inv_freq[d], s = sinf(ang), co = cosf(ang);
+                skpo_bf16 *dst = isk ? pk + o : q + (size_t)t * nh * hs;
+                fk_st(dst, e0, a * co - bb * s);
+                fk_st(dst, e1, bb * co + a * s);
+            }
+        for (int i = 0; i < kd; i++) fk_st(pv + o, i, fk_ld(v, (size_t)t * kd + i) + (bv ? fk_ld(bv, i) : 0.f));
+    }
+    return SKPO_OK;
+}
 static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
     return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
 }
