@@ -61,8 +61,8 @@ extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *
     k_attn_fwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
                                                                  (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs,
                                                                  1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError();
-    cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
+    if (e == cudaSuccess) e = es;
     cudaFree(seq_of);
     if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention kernel", __FILE__, __LINE__);
     return SKPO_OK;
@@ -129,8 +129,8 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
     k_attn_bwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>(
         (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
         (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError();
-    cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
+    if (e == cudaSuccess) e = es;
     cudaFree(seq_of);
     if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention backward kernel", __FILE__, __LINE__);
     return SKPO_OK;
