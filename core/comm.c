@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__has_include)
 #if __has_include(<mpi.h>)
@@ -132,18 +133,17 @@ static skpo_status mpi_open(skpo_comm *c, skpo_err *err) {
 }
 #endif
 
-// --- NCCL: device all-reduce, the rest over MPI ------------------------------------------
+// --- NCCL: device collectives --------------------------------------------------------------
 
-#if defined(SKPO_HAVE_MPI) && defined(SKPO_HAVE_CUDA)
+#ifdef SKPO_HAVE_CUDA
 #include "cuda.h"
+#include "cuda_train.h"
+
+#include <time.h>
+#include <unistd.h>
 
 static skpo_status nccl_allreduce_f32(skpo_comm *c, float *buf, size_t n, skpo_err *err) {
     return skpo_nccl_allreduce_sum(c->impl, buf, n, err);
-}
-
-static void nccl_destroy(skpo_comm *c) {
-    skpo_nccl_free(c->impl);
-    mpi_destroy(c);
 }
 
 // In place: NCCL allows recvbuff == sendbuff + rank * count for both.
@@ -155,13 +155,65 @@ static skpo_status nccl_allgather_f32(skpo_comm *c, float *buf, size_t shard, sk
     return skpo_nccl_allgather(c->impl, buf, buf + (size_t)c->rank * shard, shard, err);
 }
 
+// Without MPI (shared-file bootstrap) the host collectives ride on NCCL too.
+static skpo_status nf_allreduce_f64(skpo_comm *c, double *buf, size_t n, skpo_err *err) {
+    return skpo_nccl_allreduce_f64_host(c->impl, buf, n, err);
+}
+static skpo_status nf_bcast(skpo_comm *c, void *buf, size_t n, int root, skpo_err *err) {
+    if (root < 0 || root >= c->size) return skpo_err_set(err, SKPO_ERANGE, "broadcast root %d of %d ranks", root, c->size);
+    return skpo_nccl_bcast_host(c->impl, buf, n, root, err);
+}
+static skpo_status nf_barrier(skpo_comm *c, skpo_err *err) {
+    double x = 0;
+    return skpo_nccl_allreduce_f64_host(c->impl, &x, 1, err);
+}
+static void nf_destroy(skpo_comm *c) {
+    skpo_nccl_free(c->impl);
+    free(c);
+}
+
+static const skpo_comm_ops nccl_file_ops = {
+    "nccl", nccl_allreduce_f32, nf_allreduce_f64, nf_bcast, nf_barrier, nf_destroy,
+    nccl_reduce_scatter_f32, nccl_allgather_f32,
+};
+
+static skpo_status nccl_file_open(struct skpo_cuda *cu, const char *path, skpo_comm **out, skpo_err *err) {
+    int rank, size;
+    if (!skpo_comm_file_rank(&rank, &size))
+        return skpo_err_set(err, SKPO_EUNSUPPORTED,
+                            "SKPO_NCCL_ID_FILE is set but no rank / size (SKPO_RANK + SKPO_WORLD_SIZE, or SLURM_PROCID + SLURM_NTASKS)");
+    unsigned char id[128] = {0};
+    skpo_status st = rank == 0 ? skpo_nccl_unique_id(id, err) : SKPO_OK;
+    if (!st) st = skpo_comm_file_id(path, rank, id, 120.0, err);
+    skpo_nccl *nc = NULL;
+    if (!st) st = skpo_nccl_init(cu, id, rank, size, &nc, err);
+    if (st) return st;
+    // Every rank has joined: the id is no longer needed, and a later run with
+    // the same path must not find a stale one.
+    if (rank == 0) unlink(path);
+    skpo_comm *c = skpo_xcalloc(1, sizeof *c);
+    c->rank = rank;
+    c->size = size;
+    c->impl = nc;
+    c->ops = &nccl_file_ops;
+    *out = c;
+    return SKPO_OK;
+}
+#endif
+
+#if defined(SKPO_HAVE_MPI) && defined(SKPO_HAVE_CUDA)
+// Under MPI: NCCL carries the device buffers, MPI the host collectives.
+static void nccl_destroy(skpo_comm *c) {
+    skpo_nccl_free(c->impl);
+    mpi_destroy(c);
+}
+
 static const skpo_comm_ops nccl_ops = {
     "nccl", nccl_allreduce_f32, mpi_allreduce_f64, mpi_bcast, mpi_barrier, nccl_destroy,
     nccl_reduce_scatter_f32, nccl_allgather_f32,
 };
 
-skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
-    *out = NULL;
+static skpo_status nccl_mpi_open(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
     skpo_comm *c = skpo_xcalloc(1, sizeof *c);
     skpo_status st = mpi_open(c, err);
     unsigned char id[128] = {0};
@@ -184,12 +236,57 @@ skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err 
     *out = c;
     return SKPO_OK;
 }
-#else
+#endif
+
 skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err) {
     *out = NULL;
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator needs a build with CUDA and MPI");
-}
+#ifdef SKPO_HAVE_CUDA
+    const char *path = getenv("SKPO_NCCL_ID_FILE");
+    if (path && *path && !skpo_comm_launched_by_mpi()) return nccl_file_open(cu, path, out, err);
 #endif
+#if defined(SKPO_HAVE_MPI) && defined(SKPO_HAVE_CUDA)
+    return nccl_mpi_open(cu, out, err);
+#else
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator needs a build with CUDA (and MPI, or SKPO_NCCL_ID_FILE)");
+#endif
+}
+
+// --- shared-file bootstrap (host side; any build) --------------------------------------------
+
+static int env_int(const char *name, long max, long *out) {
+    const char *v = getenv(name);
+    return v && skpo_parse_long(v, 0, max, out) == 0;
+}
+
+int skpo_comm_file_rank(int *rank, int *size) {
+    long r, n;
+    if ((env_int("SKPO_RANK", INT_MAX, &r) && env_int("SKPO_WORLD_SIZE", INT_MAX, &n)) ||
+        (env_int("SLURM_PROCID", INT_MAX, &r) && env_int("SLURM_NTASKS", INT_MAX, &n))) {
+        if (n < 1 || r >= n) return 0;
+        *rank = (int)r;
+        *size = (int)n;
+        return 1;
+    }
+    return 0;
+}
+
+skpo_status skpo_comm_file_id(const char *path, int rank, unsigned char id[128], double timeout_s, skpo_err *err) {
+    if (rank == 0) return skpo_write_file_atomic(path, id, 128, err);
+    double t0 = skpo_now();
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(id, 1, 128, f);
+            fclose(f);
+            if (got == 128) return SKPO_OK;   // written atomically: all or nothing
+        }
+        if (skpo_now() - t0 > timeout_s)
+            return skpo_err_set(err, SKPO_EIO, "rank %d: no NCCL id in '%s' after %.0f s (is rank 0 running, and is the path on a filesystem all ranks share?)",
+                                rank, path, timeout_s);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
 
 // --- open / close -----------------------------------------------------------------------
 

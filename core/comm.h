@@ -10,7 +10,8 @@
  *   nccl   allreduce_f32 sums DEVICE buffers over NCCL (one rank per GPU);
  *          the f64 all-reduce, broadcast and barrier stay on MPI with host
  *          buffers (counts, metrics, error agreement). Bootstrapped through
- *          MPI (rank 0's NCCL unique id is broadcast). Needs a CUDA build and
+ *          MPI (rank 0's NCCL unique id is broadcast) or a shared file (then
+ *          NCCL carries the host collectives as well). Needs a CUDA build and
  *          a device context: skpo_comm_init_nccl(). reduce_scatter_f32 and
  *          allgather_f32 (in place, device buffers) serve ZeRO-1 (optim.h).
  *          Compiled in CUDA builds but never run yet (no GPU where written).
@@ -69,11 +70,17 @@ struct skpo_comm {
 // kind NCCL is refused here: it needs a device, see skpo_comm_init_nccl.
 skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err);
 struct skpo_cuda;
-// The NCCL communicator over the GPU of context cu (one rank per GPU):
-// rank 0's NCCL unique id is broadcast over MPI, so the process must be started
-// by an MPI launcher (mpirun, or srun --mpi=pmix) or be a single rank (MPI
-// then runs as a singleton). No shared-file bootstrap yet. SKPO_EUNSUPPORTED
-// in builds without CUDA or MPI.
+// The NCCL communicator over the GPU of context cu (one rank per GPU).
+// Bootstrap: under an MPI launcher (mpirun, srun --mpi=pmix) rank 0's NCCL
+// unique id is broadcast over MPI, which also carries the host collectives.
+// Otherwise, when SKPO_NCCL_ID_FILE names a path on a filesystem every rank
+// sees (unique to the job, e.g. /shared/nccl.$SLURM_JOB_ID), rank and size
+// come from SKPO_RANK / SKPO_WORLD_SIZE (else SLURM_PROCID / SLURM_NTASKS):
+// rank 0 writes the id there atomically, the others poll for it (120 s), and
+// rank 0 removes it once all have joined; the host collectives (counts,
+// metrics, broadcasts, error agreement) then go over NCCL too, staged
+// through device memory. Neither: a single rank (MPI as a singleton).
+// SKPO_EUNSUPPORTED in builds without CUDA (or without MPI and the file).
 skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err);
 void skpo_comm_free(skpo_comm *c);
 // True when the environment says an MPI launcher started this process.
@@ -90,6 +97,12 @@ skpo_status skpo_comm_barrier(skpo_comm *c, skpo_err *err);
 // See skpo_comm_ops; identity on one rank.
 skpo_status skpo_comm_reduce_scatter_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
 skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo_err *err);
+// Shared-file bootstrap pieces (any build, so they are testable without a GPU):
+// rank and size from SKPO_RANK / SKPO_WORLD_SIZE or SLURM_PROCID /
+// SLURM_NTASKS (0 when absent or inconsistent); the 128-byte id written by
+// rank 0 (atomically) or read by the others (polling up to timeout_s).
+int skpo_comm_file_rank(int *rank, int *size);
+skpo_status skpo_comm_file_id(const char *path, int rank, unsigned char id[128], double timeout_s, skpo_err *err);
 // This process's rank on its node as the launcher says
 // (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK);
 // -1 when none is set. Picks the GPU of a rank without starting MPI.

@@ -39,6 +39,27 @@ skpo_status skpo_cuda_rmsnorm_backward_acc(skpo_cuda *c, skpo_bf16 *dx, const sk
 // (fixed grid, fixed order); synchronises the stream.
 skpo_status skpo_cuda_sumsq_f64(skpo_cuda *c, double *host_out, const float *g, size_t n, skpo_err *err);
 
+// Tensor-core causal attention over packed sequences (flash.cu), the
+// contract of skpo_cuda_attention / _backward with two differences: seq_of
+// (T) gives each row's sequence (skpo_cuda_flash_seq_of fills it from
+// seq_start), and the backward writes dk, dv in bf16 (overwritten, no fp32
+// accumulation buffers) using work: T * nh * (1 + hs) floats. head_dim 64 or
+// 128, else SKPO_EUNSUPPORTED (the caller falls back to the simple kernels).
+skpo_status skpo_cuda_flash_seq_of(skpo_cuda *c, int32_t *seq_of, const int32_t *seq_start, int nseq, skpo_err *err);
+skpo_status skpo_cuda_flash_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                      const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
+                                      int nkv, int hs, skpo_err *err);
+skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                               const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                               const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                               const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
+                                               int hs, float *work, skpo_err *err);
+
+// Collectives on host buffers over NCCL (staged through device memory), for
+// a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
+skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);
+skpo_status skpo_nccl_bcast_host(skpo_nccl *n, void *buf, size_t bytes, int root, skpo_err *err);
+
 #ifdef __cplusplus
 }
 #endif

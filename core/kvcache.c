@@ -77,14 +77,15 @@ skpo_kv *skpo_kv_new(const skpo_kv_shape *shape, skpo_err *err) {
 skpo_kv *skpo_kv_new_ext(const skpo_kv_shape *shape, const skpo_kv_pool_ops *ops, void *ctx, skpo_err *err) {
     SKPO_ASSERT(ops && ops->elem_bytes > 0 && ops->alloc && ops->release && ops->copy_block);
     if (!shape_ok(shape, ops->elem_bytes, err)) return NULL;
+    // The pool first: a pool that does not fit fails before the bookkeeping is built.
+    size_t bf = (size_t)shape->n_layers * (size_t)shape->block_size * (size_t)shape->kv_dim;
+    void *k, *v;
+    if (ops->alloc(ctx, bf * shape->n_blocks * ops->elem_bytes, &k, &v, err) != SKPO_OK) return NULL;
     skpo_kv *kv = kv_alloc(shape);
     kv->ext = ops;
     kv->ext_ctx = ctx;
-    if (ops->alloc(ctx, kv->block_floats * shape->n_blocks * ops->elem_bytes, &kv->xk, &kv->xv, err) != SKPO_OK) {
-        kv->ext = NULL;  // nothing to release
-        skpo_kv_free(kv);
-        return NULL;
-    }
+    kv->xk = k;
+    kv->xv = v;
     return kv;
 }
 

@@ -364,6 +364,8 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, float *logits, skpo_err *err) {
     if (m->cuda) return model_cuda_step(m, kv, seq, nseq, toks, off, logits, err);
+    if (skpo_kv_pool_ctx(kv))
+        return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
     skpo_status s = step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
     const skpo_config *c = &m->c;

@@ -72,6 +72,9 @@ skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int 
 
 // The device the model computes on.
 skpo_device skpo_model_device(const skpo_model *m);
+// The model's CUDA context (cuda.h; its stream is the one the step runs on),
+// for device-side work on skpo_model_step_dev's logits; NULL on CPU.
+struct skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m);
 // Parse a --device value: "cuda" or "cpu"; NULL means cuda when a GPU is
 // visible, else cpu. "cuda" in a build without CUDA or on a machine without a
 // visible device fails with a one-line message naming the reason.

@@ -25,6 +25,7 @@
 #define NO_CUDA "this build has no CUDA (rebuild with nvcc on the PATH)"
 
 skpo_device skpo_model_device(const skpo_model *m) { return m->cuda ? SKPO_DEV_CUDA : SKPO_DEV_CPU; }
+skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return model_cuda_ctx(m); }
 
 #ifndef SKPO_HAVE_CUDA
 
@@ -50,9 +51,9 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
                             const int *off, float *logits, skpo_err *err) {
     return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
 }
-const float *model_cuda_last_logits(const skpo_model *m, int *nseq) {
-    if (nseq) *nseq = 0;
-    return NULL;
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
+    *dev_logits = NULL;
+    return 0;
 }
 
 #else
@@ -563,10 +564,10 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     return s;
 }
 
-const float *model_cuda_last_logits(const skpo_model *m, int *nseq) {
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
     infer_state *in = m->cuda ? m->cuda->infer : NULL;
-    if (nseq) *nseq = in ? in->last_nseq : 0;
-    return in && in->last_nseq ? in->logits : NULL;
+    *dev_logits = in && in->last_nseq ? in->logits : NULL;
+    return *dev_logits ? in->last_nseq : 0;
 }
 
 #endif /* SKPO_HAVE_CUDA */
@@ -577,7 +578,7 @@ skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int 
     if (!m->cuda)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "skpo_model_step_dev: the model is on the cpu (use skpo_model_step)");
     skpo_status s = model_cuda_step(m, kv, seq, nseq, toks, off, NULL, err);
-    if (!s) *dev_logits = model_cuda_last_logits(m, NULL);
+    if (!s) model_cuda_last_logits(m, dev_logits);
     return s;
 }
 

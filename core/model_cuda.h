@@ -21,7 +21,8 @@
  * call skpo_model_step_dev() (model.h), or model_cuda_step() with logits ==
  * NULL followed by model_cuda_last_logits(): the float32 logits (nseq, vocab)
  * of the last step stay on the device, on the model's stream, valid until the
- * next step. Pass them to skpo_cuda_sample() with model_cuda_ctx(m).
+ * next step. Pass them to skpo_cuda_sample() with skpo_model_cuda_ctx(m)
+ * (model.h; the same as model_cuda_ctx here).
  */
 #ifndef SKPO_MODEL_CUDA_H
 #define SKPO_MODEL_CUDA_H
@@ -80,8 +81,9 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
 // the device only (see model_cuda_last_logits).
 skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, float *logits, skpo_err *err);
-// Device pointer to the float32 logits (nseq, vocab) of the last step (NULL
-// before any); *nseq gets the row count (nullable). Valid until the next step.
-const float *model_cuda_last_logits(const skpo_model *m, int *nseq);
+// *dev_logits = device pointer to the float32 logits (nseq, vocab) of the last
+// successful step (NULL before any or after a failed one); returns nseq (0
+// then). Valid until the next step.
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits);
 
 #endif

@@ -63,9 +63,10 @@ typedef struct cutrain {
     // the batch
     int N, S, nseq, R, saved, nl;   // nl: layers with their own activation buffers
     int recomputing;                // this pass saved layer inputs only
+    int flash;                      // tensor-core attention (SKPO_ATTN=flash, head_dim 64 / 128)
     float temperature;
     int have_acts;
-    int32_t *ids, *pos, *seq_start, *srow, *stgt;
+    int32_t *ids, *pos, *seq_start, *seq_of, *srow, *stgt;
     // activations
     bf *x;                    // (L + 1 when saved, else 1; N, C)
     bf *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;   // (nl, N, *)
@@ -74,7 +75,7 @@ typedef struct cutrain {
     float *rstdf, *logp, *ent;
     // backward scratch (saved passes only)
     bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
-    float *dk, *dv, *dlogp, *dent, *colpart;
+    float *dk, *dv, *dlogp, *dent, *colpart, *fwork;
 } cutrain;
 
 // model_cuda_close calls it through mc->train_free.
@@ -133,6 +134,7 @@ static dims dims_of(const skpo_model *m, const cutrain *t) {
 static size_t layout(cutrain *t, const dims *d, char *base) {
     size_t off = 0, N = d->N, nl = (size_t)t->nl, nx = t->saved ? d->L + 1 : 1;
     TAKE(t->ids, N, int32_t); TAKE(t->pos, N, int32_t); TAKE(t->seq_start, d->nseq + 1, int32_t);
+    TAKE(t->seq_of, N, int32_t);
     TAKE(t->srow, d->S, int32_t); TAKE(t->stgt, d->S, int32_t);
     TAKE(t->x, nx * N * d->C, bf);
     TAKE(t->ln1, nl * N * d->C, bf); TAKE(t->q, nl * N * d->QD, bf);
@@ -147,6 +149,7 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
         size_t widest = d->C > d->QD ? d->C : d->QD;
         TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
         TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
+        if (t->flash) TAKE(t->fwork, N * d->NH + N * d->QD, float);
         TAKE(t->dq, N * d->QD, bf); TAKE(t->datt, N * d->QD, bf);
         TAKE(t->dkb, N * d->KVD, bf); TAKE(t->dvb, N * d->KVD, bf);
         TAKE(t->dk, N * d->KVD, float); TAKE(t->dv, N * d->KVD, float);
@@ -213,17 +216,19 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
     t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
     t->recomputing = save && t->recompute;
+    const char *attn = getenv("SKPO_ATTN");
+    t->flash = attn && !strcmp(attn, "flash") && (m->c.head_dim == 64 || m->c.head_dim == 128);
     size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
     t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
     if (t->R > t->S) t->R = t->S ? t->S : 1;
     TRY(arena_fit(m, t, err));
     int32_t *ids = skpo_xmalloc((size_t)(N ? N : 1) * 4), *pos = skpo_xmalloc((size_t)(N ? N : 1) * 4);
-    int32_t *ss = skpo_xmalloc((size_t)(nseq + 1) * 4);
+    int32_t *ss = skpo_xmalloc((size_t)(nseq + 1) * 4), *so = skpo_xmalloc((size_t)(N ? N : 1) * 4);
     int32_t *srow = skpo_xmalloc((size_t)(S ? S : 1) * 4), *stgt = skpo_xmalloc((size_t)(S ? S : 1) * 4);
     int row = 0, k = 0;
     for (int i = 0; i < nseq; i++) {
         ss[i] = row;
-        for (int j = 0; j < seqs[i].n; j++) ids[row + j] = seqs[i].ids[j], pos[row + j] = j;
+        for (int j = 0; j < seqs[i].n; j++) ids[row + j] = seqs[i].ids[j], pos[row + j] = j, so[row + j] = i;
         for (int j = seqs[i].start; j < seqs[i].n; j++, k++) srow[k] = row + j - 1, stgt[k] = seqs[i].ids[j];
         row += seqs[i].n;
     }
@@ -232,9 +237,10 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     skpo_status st = skpo_cuda_h2d(cu, t->ids, ids, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->pos, pos, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->seq_start, ss, (size_t)(nseq + 1) * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->seq_of, so, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->srow, srow, (size_t)S * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->stgt, stgt, (size_t)S * 4, err);
-    free(ids), free(pos), free(ss), free(srow), free(stgt);
+    free(ids), free(pos), free(ss), free(so), free(srow), free(stgt);
     return st;
 }
 
@@ -257,7 +263,10 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     TRY(skpo_cuda_linear(cu, a->k, a->ln1, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
     TRY(skpo_cuda_linear(cu, a->v, a->ln1, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
     TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
-    TRY(skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err));
+    if (t->flash)
+        TRY(skpo_cuda_flash_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err));
+    else
+        TRY(skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err));
     TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
     TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
     TRY(skpo_cuda_rmsnorm(cu, a->ln2, a->rstd2, a->xmid, W(L->ln2), N, C, eps, err));
@@ -388,12 +397,17 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     TRY(norm_bwd(m, t, t->dln, a->xmid, L->ln2, a->rstd2, err));   // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
-    TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
-    TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
-    TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_start,
-                                     t->nseq, N, NH, NKV, HS, err));
-    TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
-    TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
+    if (t->flash) {
+        TRY(skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                               t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err));
+    } else {
+        TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                         t->seq_start, t->nseq, N, NH, NKV, HS, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
+    }
     TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
     TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
     TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));

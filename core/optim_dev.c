@@ -160,7 +160,11 @@ static skpo_status step_range(const skpo_optim *o, size_t a, size_t b, size_t mo
 
 skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
-    skpo_status st = reduce_grads(D, err);
+    // The communicator may run on another stream than the model (the
+    // shared-file bootstrap opens its own context): collectives start only
+    // after the model's stream is idle.
+    skpo_status st = skpo_cuda_sync(D->d.cu, err);
+    if (!st) st = reduce_grads(D, err);
     double norm = 0;
     if (!st) st = global_norm(D, &norm, err);
     if (st) return st;
@@ -175,7 +179,8 @@ skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err
     st = step_range(o, D->lo, D->lo + D->shard, 0, (float)lr, coef, err);
     if (!st && D->d.numel > D->tail0) st = step_range(o, D->tail0, D->d.numel, D->shard, (float)lr, coef, err);
     if (!st && D->zero) {
-        st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
+        st = skpo_cuda_sync(D->d.cu, err);
+        if (!st) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
         if (!st) st = skpo_cuda_f32_to_bf16(D->d.cu, D->d.w, D->d.master, D->tail0, err);
     }
     if (!st) st = skpo_cuda_sync(D->d.cu, err);

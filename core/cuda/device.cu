@@ -1,5 +1,6 @@
 // device.cu - device contexts, memory, copies, bf16 conversion, NCCL.
 #include "common.cuh"
+#include "cuda_train.h"
 
 #include <nccl.h>
 #include <stdlib.h>
@@ -187,6 +188,37 @@ extern "C" skpo_status skpo_nccl_reduce_scatter_sum(skpo_nccl *n, float *recv, c
 extern "C" skpo_status skpo_nccl_allgather(skpo_nccl *n, float *recv, const float *send, size_t send_count, skpo_err *err) {
     NCCL(ncclAllGather(send, recv, send_count, ncclFloat32, n->comm, STREAM(n->c)), err);
     CU(cudaStreamSynchronize(STREAM(n->c)), err);
+    return SKPO_OK;
+}
+
+// Host-side collectives for a communicator without MPI (shared-file
+// bootstrap, comm.c): staged through device memory. Declared in cuda_train.h.
+extern "C" skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err) {
+    if (!count) return SKPO_OK;
+    void *d = NULL;
+    CU(cudaMalloc(&d, count * sizeof(double)), err);
+    cudaError_t e = cudaMemcpyAsync(d, buf, count * sizeof(double), cudaMemcpyHostToDevice, STREAM(n->c));
+    ncclResult_t r = e == cudaSuccess ? ncclAllReduce(d, d, count, ncclFloat64, ncclSum, n->comm, STREAM(n->c)) : ncclSuccess;
+    if (e == cudaSuccess && r == ncclSuccess)
+        e = cudaMemcpyAsync(buf, d, count * sizeof(double), cudaMemcpyDeviceToHost, STREAM(n->c));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(STREAM(n->c));
+    cudaFree(d);
+    if (r != ncclSuccess) return skpo_err_set(err, SKPO_EDEVICE, "nccl: all-reduce (f64): %s", ncclGetErrorString(r));
+    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "all-reduce (f64) staging", __FILE__, __LINE__);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_bcast_host(skpo_nccl *n, void *buf, size_t bytes, int root, skpo_err *err) {
+    if (!bytes) return SKPO_OK;
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes), err);
+    cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, STREAM(n->c));
+    ncclResult_t r = e == cudaSuccess ? ncclBroadcast(d, d, bytes, ncclChar, root, n->comm, STREAM(n->c)) : ncclSuccess;
+    if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, STREAM(n->c));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(STREAM(n->c));
+    cudaFree(d);
+    if (r != ncclSuccess) return skpo_err_set(err, SKPO_EDEVICE, "nccl: broadcast: %s", ncclGetErrorString(r));
+    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "broadcast staging", __FILE__, __LINE__);
     return SKPO_OK;
 }
 

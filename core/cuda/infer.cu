@@ -128,7 +128,8 @@ extern "C" skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, cons
 // KV group (G = nh / nkv <= 32). K/V tiles of 32 positions are staged in
 // shared memory (float) once for the whole group; within a tile each lane
 // scores one position against the warp's query (q in shared memory, broadcast
-// reads; K rows padded by one float so lanes hit distinct banks), the warp
+// float4 reads; K rows padded by 4 floats so each quarter-warp's 128-bit loads
+// hit distinct banks), the warp
 // updates its online softmax once per tile, and each lane accumulates hs/32
 // output dims. With S > 1 (few rows, long contexts: flash-decoding) split z
 // covers positions [z*chunk, (z+1)*chunk) and writes its unnormalised partial
@@ -148,7 +149,7 @@ __global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *
     extern __shared__ float sh[];
     int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z, S = gridDim.z, G = nh / nkv;
     int g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
-    int ks = hs + 1, kd = nkv * hs, qd = nh * hs, h = hk * G + g;
+    int ks = hs + 4, kd = nkv * hs, qd = nh * hs, h = hk * G + g;
     int len = row_pos[r] + 1, jb = z * chunk, je = min(len, jb + chunk);
     float *pp = part ? part + (((size_t)r * nh + h) * S + z) * (hs + 2) : NULL;
     if (jb >= len) {  // this split is past the row's end (uniform over the block)
@@ -156,7 +157,7 @@ __global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *
         return;
     }
     float *qs = sh;                      // (G, hs)
-    float *Ks = qs + (size_t)G * hs;     // (TILE, hs + 1)
+    float *Ks = qs + (size_t)G * hs;     // (TILE, hs + 4)
     float *Vs = Ks + PG_TILE * ks;       // (TILE, hs)
     float *Ps = Vs + PG_TILE * hs;       // (G, TILE)
     const bf16 *qrow = (const bf16 *)q + (size_t)r * qd + (size_t)hk * G * hs;
@@ -175,12 +176,15 @@ __global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *
             Vs[j * hs + d] = __bfloat162float(((const bf16 *)pv)[o]);
         }
         __syncthreads();
-        const float *qq = qs + (size_t)g * hs;
+        const float4 *q4 = (const float4 *)(qs + (size_t)g * hs);
         float s = -INFINITY;
         if (lane < nt) {
-            const float *kr = Ks + lane * ks;
+            const float4 *k4 = (const float4 *)(Ks + lane * ks);
             float dot = 0.f;
-            for (int d = 0; d < hs; d++) dot += qq[d] * kr[d];
+            for (int d = 0; d < hs / 4; d++) {
+                float4 a = q4[d], b = k4[d];
+                dot += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            }
             s = dot;
         }
         float mn = fmaxf(m, warp_max(s));  // finite: nt >= 1
@@ -188,12 +192,19 @@ __global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *
         l = l * corr + warp_sum(p);
         Ps[g * PG_TILE + lane] = p;
         __syncwarp();
+        const float *pw = Ps + g * PG_TILE;
+        int nt4 = nt & ~3;  // rows past nt hold stale data: never multiply them, even by 0
 #pragma unroll
         for (int i = 0; i < PG_MAX_HS / 32; i++) {
             int d = lane + 32 * i;
             if (d < hs) {
                 float a = acc[i] * corr;
-                for (int j = 0; j < nt; j++) a += Ps[g * PG_TILE + j] * Vs[j * hs + d];
+                for (int j = 0; j < nt4; j += 4) {
+                    float4 pj = *(const float4 *)(pw + j);
+                    a += pj.x * Vs[j * hs + d] + pj.y * Vs[(j + 1) * hs + d] + pj.z * Vs[(j + 2) * hs + d] +
+                         pj.w * Vs[(j + 3) * hs + d];
+                }
+                for (int j = nt4; j < nt; j++) a += pw[j] * Vs[j * hs + d];
                 acc[i] = a;
             }
         }
@@ -258,7 +269,7 @@ extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, c
                                                  int nh, int nkv, int hs, float *work, size_t work_bytes,
                                                  skpo_err *err) {
     if (!N) return SKPO_OK;
-    if (hs > PG_MAX_HS || hs % 2 || nkv <= 0 || nh % nkv || nh / nkv > 32)
+    if (hs > PG_MAX_HS || hs % 4 || nkv <= 0 || nh % nkv || nh / nkv > 32)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
                             hs, nh, nkv);
     int G = nh / nkv;
@@ -274,7 +285,7 @@ extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, c
     }
     int chunk_tiles = (tiles + S - 1) / S;
     if (S > 1) S = (tiles + chunk_tiles - 1) / chunk_tiles;  // no empty trailing splits
-    size_t shm = sizeof(float) * ((size_t)G * hs + (size_t)PG_TILE * (hs + 1) + (size_t)PG_TILE * hs + (size_t)G * PG_TILE);
+    size_t shm = sizeof(float) * ((size_t)G * hs + (size_t)PG_TILE * (hs + 4) + (size_t)PG_TILE * hs + (size_t)G * PG_TILE);
     if (shm > 48 * 1024)
         CU(cudaFuncSetAttribute(k_attn_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm), err);
     dim3 grid((unsigned)N, (unsigned)nkv, (unsigned)S);

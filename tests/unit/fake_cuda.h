@@ -5,7 +5,7 @@
 // It lets CI (no GPU) run core/model_cuda.c's host side for real: parameter
 // offsets, staging of tokens/positions/slots/block tables, the device KV pool
 // and its copy-on-write, scratch growth, sync to and from the host, errors.
-// Graph capture reports failure, so the eager fallback is what runs.
+// Graphs record the kernels' arguments at capture and replay them.
 // Include once, from a test that defines SKPO_HAVE_CUDA before any header.
 #include "cuda.h"
 #include "cuda_infer.h"
@@ -78,34 +78,49 @@ skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *d, const skpo_bf16 *s, si
     return SKPO_OK;
 }
 
-skpo_status skpo_cuda_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
-                             int T, int K, int N, float beta, skpo_err *err) {
+// y(T,N) = x W^T in fp32 from bf16 inputs (widened once per call).
+static float *fk_gemm(const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N) {
+    float *xf = skpo_xmalloc((size_t)T * K * sizeof *xf), *wf = skpo_xmalloc((size_t)N * K * sizeof *wf);
+    float *y = skpo_xmalloc((size_t)T * N * sizeof *y);
+    skpo_bf16_to_f32_host(xf, x, (size_t)T * K);
+    skpo_bf16_to_f32_host(wf, w, (size_t)N * K);
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             float a = 0.f;
-            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
-            if (beta != 0.f) a += beta * fk_ld(y, (size_t)t * N + n);
-            fk_st(y, (size_t)t * N + n, a);
-            if (bias) fk_st(y, (size_t)t * N + n, fk_ld(y, (size_t)t * N + n) + fk_ld(bias, n));
-        }
-    return SKPO_OK;
-}
-skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
-                                    skpo_err *err) {
-    for (int t = 0; t < T; t++)
-        for (int n = 0; n < N; n++) {
-            float a = 0.f;
-            for (int k = 0; k < K; k++) a += fk_ld(x, (size_t)t * K + k) * fk_ld(w, (size_t)n * K + k);
+            const float *xr = xf + (size_t)t * K, *wr = wf + (size_t)n * K;
+            for (int k = 0; k < K; k++) a += xr[k] * wr[k];
             y[(size_t)t * N + n] = a;
         }
+    free(xf);
+    free(wf);
+    return y;
+}
+static skpo_status fk_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    float *a = fk_gemm(x, w, T, K, N);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)t * N + n;
+            float v = a[i] + (beta != 0.f ? beta * fk_ld(y, i) : 0.f);
+            fk_st(y, i, v);
+            if (bias) fk_st(y, i, fk_ld(y, i) + fk_ld(bias, n));
+        }
+    free(a);
     return SKPO_OK;
 }
-skpo_status skpo_cuda_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
+static skpo_status fk_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
+                                    skpo_err *err) {
+    float *a = fk_gemm(x, w, T, K, N);
+    memcpy(y, a, (size_t)T * N * sizeof *y);
+    free(a);
+    return SKPO_OK;
+}
+static skpo_status fk_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
                             skpo_err *err) {
     for (int t = 0; t < T; t++) memmove(out + (size_t)t * C, wte + (size_t)ids[t] * C, (size_t)C * sizeof *out);
     return SKPO_OK;
 }
-skpo_status skpo_cuda_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+static skpo_status fk_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
                               int C, float eps, skpo_err *err) {
     for (int t = 0; t < T; t++) {
         float ss = 0.f;
@@ -134,14 +149,14 @@ skpo_status skpo_cuda_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, const int32
     if (k) fk_rope(k, pos, inv_freq, T, nkv, hs, inverse ? -1.f : 1.f);
     return SKPO_OK;
 }
-skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
+static skpo_status fk_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
     for (size_t i = 0; i < n; i++) {
         float a = fk_ld(g, i);
         fk_st(out, i, a / (1.f + expf(-a)) * fk_ld(u, i));
     }
     return SKPO_OK;
 }
-skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+static skpo_status fk_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
     for (int t = 0; t < T; t++)
         for (int f = 0; f < F; f++) {
             float a = fk_ld(gu, (size_t)t * 2 * F + f);
@@ -149,7 +164,7 @@ skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16
         }
     return SKPO_OK;
 }
-skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+static skpo_status fk_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
                                  const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
                                  skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
                                  int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
@@ -183,7 +198,7 @@ skpo_status skpo_cuda_kv_store(skpo_cuda *c, skpo_bf16 *pk, skpo_bf16 *pv, const
     }
     return SKPO_OK;
 }
-skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+static skpo_status fk_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
                                       const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
                                       const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
                                       int hs, float *work, size_t work_bytes, skpo_err *err) {
@@ -218,14 +233,122 @@ skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_b
 
 size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) { return 1024; }
 
+// --- graphs: while capturing, kernels are recorded (arguments by value, like
+// CUDA kernel nodes) and a launch replays them, so stale-argument bugs show.
+
+typedef struct fk_op {
+    int kind;
+    void *p[12];
+    long n[12];
+    float f;
+} fk_op;
+enum { FK_LINEAR, FK_LINEAR32, FK_EMBED, FK_RMSNORM, FK_SWIGLU, FK_SWIGLU_F, FK_QKV, FK_ATTN };
+struct skpo_cuda_graph {
+    fk_op *ops;
+    int n;
+};
+static fk_op *fk_rec;  // ops being captured (one capture at a time)
+static int fk_nrec, fk_caprec, fk_capturing;
+static long fk_graph_launches;
+
+static skpo_status fk_run(const fk_op *o) {
+    void *const *p = o->p;
+    const long *n = o->n;
+    switch (o->kind) {
+    case FK_LINEAR: return fk_linear(NULL, p[0], p[1], p[2], p[3], (int)n[0], (int)n[1], (int)n[2], o->f, NULL);
+    case FK_LINEAR32: return fk_linear_f32out(NULL, p[0], p[1], p[2], (int)n[0], (int)n[1], (int)n[2], NULL);
+    case FK_EMBED: return fk_embed(NULL, p[0], p[1], p[2], (int)n[0], (int)n[1], NULL);
+    case FK_RMSNORM: return fk_rmsnorm(NULL, p[0], p[1], p[2], p[3], (int)n[0], (int)n[1], o->f, NULL);
+    case FK_SWIGLU: return fk_swiglu(NULL, p[0], p[1], p[2], (size_t)n[0], NULL);
+    case FK_SWIGLU_F: return fk_swiglu_fused(NULL, p[0], p[1], (int)n[0], (int)n[1], NULL);
+    case FK_QKV:
+        return fk_qkv_finish(NULL, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], (int)n[0],
+                             (int)n[1], (int)n[2], (int)n[3], (int)n[4], (int)n[5], (int)n[6], NULL);
+    case FK_ATTN:
+        return fk_attention_paged(NULL, p[0], p[1], p[2], p[3], p[4], (int)n[0], p[5], p[6], (int)n[1], (int)n[2],
+                                  (int)n[3], (int)n[4], (int)n[5], (int)n[6], (int)n[7], p[7], (size_t)n[8], NULL);
+    }
+    return SKPO_EUNSUPPORTED;
+}
+
+static skpo_status fk_exec(fk_op o) {
+    if (!fk_capturing) return fk_run(&o);
+    if (fk_nrec == fk_caprec) {
+        fk_caprec = fk_caprec ? 2 * fk_caprec : 64;
+        fk_rec = skpo_xrealloc(fk_rec, (size_t)fk_caprec * sizeof *fk_rec);
+    }
+    fk_rec[fk_nrec++] = o;
+    return SKPO_OK;
+}
+#define FKP(x) ((void *)(uintptr_t)(x))
+
+skpo_status skpo_cuda_linear(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, const skpo_bf16 *w, const skpo_bf16 *bias,
+                             int T, int K, int N, float beta, skpo_err *err) {
+    return fk_exec((fk_op){FK_LINEAR, {y, FKP(x), FKP(w), FKP(bias)}, {T, K, N}, beta});
+}
+skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K, int N,
+                                    skpo_err *err) {
+    return fk_exec((fk_op){FK_LINEAR32, {y, FKP(x), FKP(w)}, {T, K, N}, 0});
+}
+skpo_status skpo_cuda_embed(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *wte, const int32_t *ids, int T, int C,
+                            skpo_err *err) {
+    return fk_exec((fk_op){FK_EMBED, {out, FKP(wte), FKP(ids)}, {T, C}, 0});
+}
+skpo_status skpo_cuda_rmsnorm(skpo_cuda *c, skpo_bf16 *out, float *rstd, const skpo_bf16 *x, const skpo_bf16 *w, int T,
+                              int C, float eps, skpo_err *err) {
+    return fk_exec((fk_op){FK_RMSNORM, {out, rstd, FKP(x), FKP(w)}, {T, C}, eps});
+}
+skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, const skpo_bf16 *u, size_t n, skpo_err *e) {
+    return fk_exec((fk_op){FK_SWIGLU, {out, FKP(g), FKP(u)}, {(long)n}, 0});
+}
+skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
+    return fk_exec((fk_op){FK_SWIGLU_F, {out, FKP(gu)}, {T, F}, 0});
+}
+skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
+                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
+                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
+                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
+    return fk_exec((fk_op){FK_QKV,
+                           {q, FKP(k), FKP(v), FKP(bq), FKP(bk), FKP(bv), FKP(pos), FKP(inv_freq), pk, pv, FKP(sb), FKP(sr)},
+                           {T, nh, nkv, hs, n_layers, layer, bs}, 0});
+}
+skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+                                      const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                      const int32_t *row_pos, int N, int n_layers, int layer, int bs, int nh, int nkv,
+                                      int hs, float *work, size_t work_bytes, skpo_err *err) {
+    return fk_exec((fk_op){FK_ATTN, {out, FKP(q), FKP(pk), FKP(pv), FKP(bt), FKP(row_seq), FKP(row_pos), work},
+                           {max_blocks, N, n_layers, layer, bs, nh, nkv, hs, (long)work_bytes}, 0});
+}
+
 skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+    SKPO_ASSERT(!fk_capturing);
+    fk_capturing = 1;
+    fk_nrec = 0;
+    return SKPO_OK;
 }
 skpo_status skpo_cuda_capture_end(skpo_cuda *c, skpo_cuda_graph **out, skpo_err *err) {
-    *out = NULL;
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+    SKPO_ASSERT(fk_capturing);
+    fk_capturing = 0;
+    skpo_cuda_graph *g = skpo_xcalloc(1, sizeof *g);
+    g->n = fk_nrec;
+    g->ops = skpo_xmalloc((size_t)(fk_nrec ? fk_nrec : 1) * sizeof *g->ops);
+    memcpy(g->ops, fk_rec, (size_t)fk_nrec * sizeof *g->ops);
+    free(fk_rec);
+    fk_rec = NULL;
+    fk_nrec = fk_caprec = 0;
+    *out = g;
+    return SKPO_OK;
 }
 skpo_status skpo_cuda_graph_launch(skpo_cuda *c, skpo_cuda_graph *g, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the fake backend has no graphs");
+    fk_graph_launches++;
+    for (int i = 0; i < g->n; i++) {
+        skpo_status s = fk_run(&g->ops[i]);
+        if (s) return skpo_err_set(err, s, "fake graph node %d failed", i);
+    }
+    return SKPO_OK;
 }
-void skpo_cuda_graph_free(skpo_cuda_graph *g) { SKPO_ASSERT(g == NULL); }
+void skpo_cuda_graph_free(skpo_cuda_graph *g) {
+    if (!g) return;
+    free(g->ops);
+    free(g);
+}

@@ -470,19 +470,27 @@ static void step_dev_keeps_logits_on_the_device(void) {
     float *host = skpo_xmalloc((size_t)V * sizeof(float)), *back = skpo_xmalloc((size_t)V * sizeof(float));
     skpo_err err = {0};
     CHECK(skpo_model_step(p.gpu, p.kg, &a, 1, toks, off, host, &err) == SKPO_OK);
+    // A cache of the other device is refused either way, nothing appended.
+    int c = skpo_kv_seq_new(p.kc);
+    CHECK(skpo_model_step(p.cpu, p.kg, &b, 1, toks, off, host, &err) == SKPO_ERANGE && skpo_kv_seq_len(p.kg, b) == 0);
+    CHECK(skpo_model_step(p.gpu, p.kc, &c, 1, toks, off, host, &err) == SKPO_ERANGE && skpo_kv_seq_len(p.kc, c) == 0);
     const float *dl = NULL;
     CHECK(skpo_model_step_dev(p.gpu, p.kg, &b, 1, toks, off, &dl, &err) == SKPO_OK && dl != NULL);
-    int n = 0;
-    CHECK(model_cuda_last_logits(p.gpu, &n) == dl && n == 1);
-    CHECK(skpo_cuda_d2h(model_cuda_ctx(p.gpu), back, dl, (size_t)V * sizeof(float), &err) == SKPO_OK);
+    const float *last = NULL;
+    CHECK(model_cuda_last_logits(p.gpu, &last) == 1 && last == dl);
+    CHECK(skpo_model_cuda_ctx(p.gpu) == model_cuda_ctx(p.gpu) && skpo_model_cuda_ctx(p.cpu) == NULL);
+    CHECK(skpo_cuda_d2h(skpo_model_cuda_ctx(p.gpu), back, dl, (size_t)V * sizeof(float), &err) == SKPO_OK);
     CHECK(memcmp(host, back, (size_t)V * sizeof(float)) == 0);
     free(host);
     free(back);
     pair_close(&p);
 }
 
-// Decode through CUDA graphs gives bit-identical logits to eager launches.
-static void decode_graphs_match_eager_launches_bitwise(void) {
+// Decode through CUDA graphs gives the logits of eager launches: bitwise as a
+// rule, but cuBLAS may pick another kernel under capture, so the check is a
+// relative L2 of 1e-2 per row (a stale pointer or staging bug is O(1)); the
+// number of bit-identical steps is printed.
+static void decode_graphs_match_eager_launches(void) {
     NEED_GPU();
     pair p, q;
     int ok = pair_open(QWEN2, 0.05, &p);
@@ -490,7 +498,7 @@ static void decode_graphs_match_eager_launches_bitwise(void) {
     ok = pair_open(QWEN2, 0.05, &q) && ok;
     unsetenv("SKPO_CUDA_GRAPHS");
     if (ok) {
-        int V = p.V, seq[3], off[4] = {0, 1, 2, 3};
+        int V = p.V, seq[3], off[4] = {0, 1, 2, 3}, same = 0;
         int32_t toks[3];
         float *lp = skpo_xmalloc((size_t)3 * V * sizeof(float)), *lq = skpo_xmalloc((size_t)3 * V * sizeof(float));
         skpo_err err = {0};
@@ -502,8 +510,16 @@ static void decode_graphs_match_eager_launches_bitwise(void) {
             for (int i = 0; i < 3; i++) toks[i] = (int32_t)((t * 7 + i) % V);
             CHECK(skpo_model_step(p.gpu, p.kg, seq, 3, toks, off, lp, &err) == SKPO_OK);
             CHECK(skpo_model_step(q.gpu, q.kg, seq, 3, toks, off, lq, &err) == SKPO_OK);
-            CHECK_MSG(memcmp(lp, lq, (size_t)3 * V * sizeof(float)) == 0, "step %d differs", t);
+            for (int i = 0; i < 3; i++) {
+                double e = rel_l2(lp + (size_t)i * V, lq + (size_t)i * V, V);
+                CHECK_MSG(e <= 1e-2, "step %d row %d: relative difference %.3g", t, i, e);
+            }
+            same += memcmp(lp, lq, (size_t)3 * V * sizeof(float)) == 0;
         }
+        printf("# graphs vs eager: %d of 10 decode steps bit-identical\n", same);
+#ifdef SKPO_FAKE_CUDA
+        CHECK(fk_graph_launches >= 8);  // eager, capture, then replays of the recorded kernels
+#endif
         free(lp);
         free(lq);
     }
@@ -572,7 +588,7 @@ int main(void) {
     RUN(qwen2_05b_attention_shape_steps_match_cpu);
     RUN(greedy_decoding_is_identical_between_backends);
     RUN(step_dev_keeps_logits_on_the_device);
-    RUN(decode_graphs_match_eager_launches_bitwise);
+    RUN(decode_graphs_match_eager_launches);
     RUN(kv_too_large_and_save_from_the_device);
 #ifdef SKPO_FAKE_CUDA
     RUN(checkpoint_too_large_for_the_device_is_refused_before_upload);

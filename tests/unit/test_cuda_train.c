@@ -42,6 +42,7 @@ int main(void) {
 }
 #else
 #include "cuda.h"
+#include "cuda_train.h"
 
 #include <unistd.h>
 
@@ -54,6 +55,11 @@ static int have_gpu(void) { return skpo_cuda_device_count() > 0; }
 static const char *CFG_SMALL =
     "{\"model_type\":\"qwen2\",\"vocab_size\":300,\"hidden_size\":128,\"intermediate_size\":256,"
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":256,"
+    "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
+// head_dim 64 with GQA 4:1: the sizes the tensor-core (flash) kernels take.
+static const char *CFG_HS64 =
+    "{\"model_type\":\"qwen2\",\"vocab_size\":300,\"hidden_size\":256,\"intermediate_size\":256,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"max_position_embeddings\":512,"
     "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
 // Qwen2's vocabulary: the lm_head runs in chunks of rows (2^26 logits each).
 static const char *CFG_VOCAB =
@@ -213,6 +219,90 @@ static void vocab_152k_runs_in_row_chunks_and_matches_cpu(void) {
 #endif
     int len[] = {1000}, start[] = {1};   // 999 scored rows: 3 chunks of 441
     grads_match(CFG_VOCAB, len, start, 1);
+}
+
+// SKPO_ATTN=flash through the model: sequences longer than a 64-row tile,
+// one shorter than a tile, tiles that straddle sequences.
+static void flash_attention_gradients_match_cpu(void) {
+    NEED_GPU();
+    int len[] = {150, 3, 77}, start[] = {20, 1, 9};
+    setenv("SKPO_ATTN", "flash", 1);
+    grads_match(CFG_HS64, len, start, 3);
+    unsetenv("SKPO_ATTN");
+}
+
+// The flash kernels against the simple ones on the same inputs, op level.
+static void flash_kernels_match_simple_kernels(int hs) {
+    int nh = 4, nkv = 2, T = 230, nseq = 3;
+    int32_t ss[4] = {0, 130, 131, 230}, so[230];
+    for (int s = 0; s < nseq; s++)
+        for (int t = ss[s]; t < ss[s + 1]; t++) so[t] = s;
+    size_t nq = (size_t)T * nh * hs, nk = (size_t)T * nkv * hs;
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_cuda_init(0, &cu, &e) == SKPO_OK);
+    if (!cu) return;
+    float *hq = skpo_xmalloc(nq * 4), *hk = skpo_xmalloc(nk * 4), *hv = skpo_xmalloc(nk * 4), *hdo = skpo_xmalloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) hq[i] = 2 * frand() - 1, hdo[i] = frand() - 0.5f;
+    for (size_t i = 0; i < nk; i++) hk[i] = 2 * frand() - 1, hv[i] = 2 * frand() - 1;
+    skpo_bf16 *bq = skpo_xmalloc(nq * 2), *bk = skpo_xmalloc(nk * 2), *bv = skpo_xmalloc(nk * 2), *bdo = skpo_xmalloc(nq * 2);
+    skpo_f32_to_bf16_host(bq, hq, nq), skpo_f32_to_bf16_host(bk, hk, nk), skpo_f32_to_bf16_host(bv, hv, nk);
+    skpo_f32_to_bf16_host(bdo, hdo, nq);
+    void *dq_, *dk_, *dv_, *ddo, *dss, *dso, *o1, *o2, *l1, *l2, *gq1, *gq2, *gk1, *gv1, *gk2, *gv2, *work;
+    size_t work_n = (size_t)T * nh * (1 + hs);
+    void **bufs[] = {&dq_, &dk_, &dv_, &ddo, &dss, &dso, &o1, &o2, &l1, &l2, &gq1, &gq2, &gk1, &gv1, &gk2, &gv2, &work};
+    size_t sz[] = {nq * 2, nk * 2, nk * 2, nq * 2, 16, (size_t)T * 4, nq * 2, nq * 2, (size_t)T * nh * 4,
+                   (size_t)T * nh * 4, nq * 2, nq * 2, nk * 4, nk * 4, nk * 2, nk * 2, work_n * 4};
+    for (int i = 0; i < 17; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dq_, bq, nq * 2, &e) == SKPO_OK && skpo_cuda_h2d(cu, dk_, bk, nk * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dv_, bv, nk * 2, &e) == SKPO_OK && skpo_cuda_h2d(cu, ddo, bdo, nq * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dss, ss, 16, &e) == SKPO_OK && skpo_cuda_h2d(cu, dso, so, (size_t)T * 4, &e) == SKPO_OK);
+    CHECK_MSG(skpo_cuda_attention(cu, o1, l1, dq_, dk_, dv_, dss, nseq, T, nh, nkv, hs, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention(cu, o2, l2, dq_, dk_, dv_, dso, dss, T, nh, nkv, hs, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_cuda_memset0(cu, gk1, nk * 4, &e) == SKPO_OK && skpo_cuda_memset0(cu, gv1, nk * 4, &e) == SKPO_OK);
+    // Both backwards from the simple forward's out / lse.
+    CHECK_MSG(skpo_cuda_attention_backward(cu, gq1, gk1, gv1, ddo, o1, l1, dq_, dk_, dv_, dss, nseq, T, nh, nkv, hs, &e) ==
+              SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention_backward(cu, gq2, gk2, gv2, ddo, o1, l1, dq_, dk_, dv_, dso, dss, T, nh, nkv, hs,
+                                                 work, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_sync(cu, &e) == SKPO_OK, "%s", e.msg);
+    float *a = skpo_xmalloc(nq * 4), *b = skpo_xmalloc(nq * 4), *l1h = skpo_xmalloc((size_t)T * nh * 4);
+    float *l2h = skpo_xmalloc((size_t)T * nh * 4);
+    skpo_bf16 *tmp = skpo_xmalloc(nq * 2);
+    double cs, rel;
+    skpo_cuda_d2h(cu, tmp, o1, nq * 2, &e), skpo_bf16_to_f32_host(a, tmp, nq);
+    skpo_cuda_d2h(cu, tmp, o2, nq * 2, &e), skpo_bf16_to_f32_host(b, tmp, nq);
+    compare(b, a, nq, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "hs %d out: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, l1h, l1, (size_t)T * nh * 4, &e), skpo_cuda_d2h(cu, l2h, l2, (size_t)T * nh * 4, &e);
+    double wl = 0;
+    for (int i = 0; i < T * nh; i++) wl = fmax(wl, fabs((double)l1h[i] - l2h[i]));
+    CHECK_MSG(wl < 1e-3, "hs %d lse differs by %g", hs, wl);
+    skpo_cuda_d2h(cu, tmp, gq1, nq * 2, &e), skpo_bf16_to_f32_host(a, tmp, nq);
+    skpo_cuda_d2h(cu, tmp, gq2, nq * 2, &e), skpo_bf16_to_f32_host(b, tmp, nq);
+    compare(b, a, nq, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dq: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, a, gk1, nk * 4, &e);
+    skpo_cuda_d2h(cu, tmp, gk2, nk * 2, &e), skpo_bf16_to_f32_host(b, tmp, nk);
+    compare(b, a, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dk: cosine %.6f, relative %.5f", hs, cs, rel);
+    skpo_cuda_d2h(cu, a, gv1, nk * 4, &e);
+    skpo_cuda_d2h(cu, tmp, gv2, nk * 2, &e), skpo_bf16_to_f32_host(b, tmp, nk);
+    compare(b, a, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.999 && rel < 3e-2, "hs %d dv: cosine %.6f, relative %.5f", hs, cs, rel);
+    for (int i = 0; i < 17; i++) skpo_cuda_dfree(*bufs[i]);
+    free(hq), free(hk), free(hv), free(hdo), free(bq), free(bk), free(bv), free(bdo);
+    free(a), free(b), free(l1h), free(l2h), free(tmp);
+    skpo_cuda_free_ctx(cu);
+}
+
+static void flash_kernels_match_simple_kernels_hs64_hs128(void) {
+    NEED_GPU();
+#ifdef SKPO_FAKE_CUDA
+    SKIP("skipped: both are the same loops on the fake backend");
+#endif
+    flash_kernels_match_simple_kernels(64);
+    flash_kernels_match_simple_kernels(128);
 }
 
 static void scoring_log_probs_match_cpu(void) {
@@ -650,6 +740,8 @@ int main(void) {
     RUN(gradients_of_every_tensor_match_cpu);
     RUN(vocab_152k_runs_in_row_chunks_and_matches_cpu);
     RUN(recompute_gives_the_same_gradients);
+    RUN(flash_kernels_match_simple_kernels_hs64_hs128);
+    RUN(flash_attention_gradients_match_cpu);
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);

@@ -18,7 +18,8 @@ int main(int argc, char **argv) {
     double t0 = skpo_now();
     skpo_err e = {0};
     skpo_comm *c = NULL;
-    if (skpo_comm_init(a.comm, &c, &e)) skpo_die("%s", e.msg);
+    struct skpo_cuda *ccu = NULL;   // the communicator's own device context (shared-file NCCL bootstrap)
+    upd_comm_open(&a, &c, &ccu);
     skpo_rec *recs;
     size_t n;
     upd_read_records(c, a.input, &recs, &n);
@@ -49,6 +50,6 @@ int main(int argc, char **argv) {
     skpo_comm_free(nc);   // before the model: it shares the model's device context
     skpo_model_free(m);
     skpo_recs_free(recs, n);
-    skpo_comm_free(c);
+    upd_comm_close(c, ccu);
     return SKPO_EXIT_OK;
 }

@@ -5,6 +5,7 @@
  */
 #include "tool.h"
 
+#include "cuda.h"
 #include "model_cuda_train.h"
 
 #include <inttypes.h>
@@ -149,13 +150,41 @@ void upd_bind_device(upd_args *a) {
         skpo_die("--recompute and --zero 1 need --device cuda");
 }
 
+void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu) {
+    skpo_err e = {0};
+    int rank, size;
+    const char *idf = getenv("SKPO_NCCL_ID_FILE");
+    *cu = NULL;
+#ifdef SKPO_HAVE_CUDA
+    if (a->dev == SKPO_DEV_CUDA && idf && *idf && !skpo_comm_launched_by_mpi() && skpo_comm_file_rank(&rank, &size) &&
+        size > 1) {
+        if (skpo_cuda_init(0, cu, &e) || skpo_comm_init_nccl(*cu, c, &e)) skpo_die("%s", e.msg);
+        return;
+    }
+#else
+    (void)idf, (void)rank, (void)size;
+#endif
+    if (skpo_comm_init(a->comm, c, &e)) skpo_die("%s", e.msg);
+}
+
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) {
+    skpo_comm_free(c);
+#ifdef SKPO_HAVE_CUDA
+    skpo_cuda_free_ctx(cu);
+#else
+    (void)cu;
+#endif
+}
+
 void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o, skpo_comm **nc) {
     *nc = NULL;
     if (a->dev != SKPO_DEV_CUDA) return;
     skpo_err e = {0};
     skpo_dev_params d;
     upd_check(c, skpo_model_dev_params(m, &d, &e), &e);
-    skpo_status st = c->size > 1 ? skpo_comm_init_nccl(d.cu, nc, &e) : SKPO_OK;
+    // Already NCCL (shared-file bootstrap): it carries the gradients too.
+    int need = c->size > 1 && strcmp(c->ops->name, "nccl");
+    skpo_status st = need ? skpo_comm_init_nccl(d.cu, nc, &e) : SKPO_OK;
     upd_check(c, st, &e);
     int zero = a->zero < 0 ? c->size > 1 : (int)a->zero;
     skpo_param *p;

@@ -36,6 +36,12 @@ void upd_parse_args(upd_args *a, int argc, char **argv);
 void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err);
 // The trained records of `path` ("-" = stdin), read by rank 0 and broadcast.
 void upd_read_records(skpo_comm *c, const char *path, skpo_rec **recs, size_t *n);
+// The communicator: --comm's choice, or with --device cuda, several ranks
+// and SKPO_NCCL_ID_FILE (no MPI launcher) the NCCL communicator bootstrapped
+// through that file on a device context of its own (*cu, freed by the
+// caller after the communicator).
+void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu);
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu);
 // Pick the device (--device, SKPO_DEVICE, else cuda when a GPU is visible)
 // and, under a launcher, this rank's GPU: CUDA_VISIBLE_DEVICES narrowed to
 // entry (local rank mod count) before CUDA starts. Dies with one line when
