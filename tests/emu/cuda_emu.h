@@ -83,3 +83,5 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> inline cudaError_t cudaFuncSetAttribute(T *f, cudaFuncAttribute a, int v) {
     return cudaFuncSetAttribute((const void *)f, a, v);
 }
+#undef __launch_bounds__
+#define __launch_bounds__(...)
