@@ -12,6 +12,7 @@
 //     capture fail it (cudaStreamCaptureModeThreadLocal's rules);
 //   - cublasGemmEx checks its arguments like cuBLAS (lda >= rows of A as
 //     stored, ...) and computes in double; NCCL works for one rank.
+#include <cblas.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -481,23 +482,21 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         die("cublasGemmEx: C outside a device allocation");
     double al = *(const float *)alpha, be = *(const float *)beta;  // host pointer mode: read at the call
     enqueue([=]() {
-        std::vector<double> a((size_t)m * k);
+        // op(A) (m x k) and op(B) (k x n) widened to double, row-major; OpenBLAS multiplies
+        std::vector<double> a((size_t)m * k), b((size_t)k * n), c((size_t)m * n);
         for (int i = 0; i < m; i++)
             for (int l = 0; l < k; l++)
                 a[(size_t)i * k + l] = ld_elem(A, At, ta == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l);
-        std::vector<double> bcol((size_t)k);
-        for (int j = 0; j < n; j++) {
-            for (int l = 0; l < k; l++)
-                bcol[l] = ld_elem(B, Bt, tb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j);
+        for (int l = 0; l < k; l++)
+            for (int j = 0; j < n; j++)
+                b[(size_t)l * n + j] = ld_elem(B, Bt, tb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j);
+        if (k) cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a.data(), k, b.data(), n, 0.0, c.data(), n);
+        for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
-                double s = 0;
-                const double *ar = &a[(size_t)i * k];
-                for (int l = 0; l < k; l++) s += ar[l] * bcol[l];
                 size_t ci = (size_t)j * ldc + i;
                 double old = be != 0 ? ld_elem(C, Ct, ci) : 0;
-                st_elem(C, Ct, ci, al * s + be * old);
+                st_elem(C, Ct, ci, al * c[(size_t)i * n + j] + be * old);
             }
-        }
     });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -9,14 +9,15 @@ cd "$top"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 b=build-emu
 mkdir -p $b/emu
-g++ -std=c++17 -O1 -g -fPIC -Wall -Wno-unused-parameter -Wno-unused-function -I"$CUDA_HOME/include" -Itests/emu \
+g++ -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -Wno-unused-function -I"$CUDA_HOME/include" -Itests/emu \
+  -I/usr/include/x86_64-linux-gnu/openblas-pthread \
   -c tests/emu/cuda_emu_rt.cpp -o $b/emu/cuda_emu_rt.o
 mpi=$(pkg-config --libs ompi-c 2>/dev/null || true)
 tests=${*:-$(ls tests/unit/test_cuda_*.c | sed 's#.*/\(test_cuda_[a-z_]*\)\.c#\1#' | grep -v fake)}
 targets=""
 for t in $tests; do targets="$targets $b/tests/$t"; done
 make -s -j"$(nproc)" BUILD=$b CUDA=1 NVCC="$top/tests/emu/nvcc-emu" NVCCFLAGS="-Icore" CUDA_HOME="$CUDA_HOME" \
-  LDLIBS="-lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread $mpi $top/$b/emu/cuda_emu_rt.o -lstdc++" \
+  LDLIBS="$top/$b/emu/cuda_emu_rt.o -lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread $mpi -lstdc++" \
   $targets
 rc=0
 for t in $tests; do
