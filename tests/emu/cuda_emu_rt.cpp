@@ -59,6 +59,7 @@ ucontext_t sched_ctx;
 fiber *cur;
 std::function<void()> *cur_body;
 std::vector<double> shfl_slot;
+std::vector<int> shfl_gen;
 std::vector<char> dyn_smem_buf;
 const char *cur_kernel = "";
 
@@ -97,7 +98,8 @@ void run_block(int n, std::function<void()> &body, int bx, int by, int bz) {
             stacks.push_back(s + 4096);
         }
     fibers.assign(n, fiber{});
-    shfl_slot.assign(n, 0.0);
+    shfl_slot.assign(2 * (size_t)n, 0.0);
+    shfl_gen.assign(n, 0);
     cur_body = &body;
     for (int i = 0; i < n; i++) {
         fiber &f = fibers[i];
@@ -149,14 +151,16 @@ void run_block(int n, std::function<void()> &body, int bx, int by, int bz) {
 namespace emu {
 void syncthreads() { block_wait(F_BAR); }
 void syncwarp() { block_wait(F_WARP); }
+// Two slot generations, alternating per shuffle: a lane that runs ahead to its
+// next shuffle writes the other generation, so one barrier per shuffle is enough.
 double shfl_xor_d(double v, int o) {
-    int me = cur->lin, lane = me & 31, src = (me - lane) + (lane ^ o);
-    shfl_slot[me] = v;
+    int me = cur->lin, lane = me & 31, src = (me - lane) + (lane ^ o), n = (int)fibers.size();
+    int g = shfl_gen[me];
+    shfl_gen[me] ^= 1;
+    shfl_slot[(size_t)g * n + me] = v;
     block_wait(F_WARP);
-    if (src >= (int)fibers.size()) die("kernel %s: shuffle from a lane past the end of the block", cur_kernel);
-    double r = shfl_slot[src];
-    block_wait(F_WARP);
-    return r;
+    if (src >= n) die("kernel %s: shuffle from a lane past the end of the block", cur_kernel);
+    return shfl_slot[(size_t)g * n + src];
 }
 void *dyn_smem() { return dyn_smem_buf.data(); }
 }  // namespace emu
