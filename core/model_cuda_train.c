@@ -168,7 +168,10 @@ static skpo_status arena_fit(skpo_model *m, cutrain *t, skpo_err *err) {
         t->arena = NULL;
         t->cap = 0;
         TRY(skpo_cuda_malloc(m->cuda->cu, (void **)&t->arena, need,
-                             t->saved ? "training activations" : "scoring activations", err));
+                             t->saved ? (t->recomputing ? "training activations (try fewer tokens per micro-batch)"
+                                                        : "training activations (try --recompute or fewer tokens per micro-batch)")
+                                      : "scoring activations (try fewer tokens per batch)",
+                             err));
         t->cap = need;
     }
     layout(t, &d, t->arena);

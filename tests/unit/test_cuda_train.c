@@ -7,12 +7,14 @@
 //
 // Tolerances (bf16 weights and activations, fp32 statistics and gradients;
 // the CPU side runs on the same bf16-rounded weights):
-//   log-prob and entropy: |gpu - cpu| <= 2e-2 (1 + |cpu|) each, mean |gpu - cpu|
-//     <= 2e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding; the fake
-//     backend measures worst 8e-3, mean 9e-3);
+//   log-prob and entropy: |gpu - cpu| <= 5e-2 (1 + |cpu|) each, mean |gpu - cpu|
+//     <= 3e-2 (bf16 logits of size ~10 carry ~0.02-0.05 of rounding; the fake
+//     backend measures worst 6e-3 / 2.7e-2, mean 8e-3 / 2.1e-2 for hidden
+//     128 / 256);
 //   gradients, per tensor: cosine similarity > 0.99 and
-//     |g_gpu - g_cpu| / |g_cpu| < 5e-2 (L2 norms; fake backend: cosine >=
-//     0.9997, relative <= 2.2e-2);
+//     |g_gpu - g_cpu| / |g_cpu| < 8e-2 (L2 norms; fake backend: cosine >=
+//     0.999, relative <= 2.2e-2 / 4.2e-2 for hidden 128 / 256; a wrong op
+//     gives cosine 0.5-0.95 and relative 0.3-1);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
 //     are fp32 atomics, so two backward passes differ in summation order);
 //   one update step: loss within 2e-2 (1 + |loss|) (the objective is a
@@ -154,13 +156,6 @@ static void compare(const float *a, const float *b, size_t n, double *cos, doubl
 }
 
 // Log-probs and entropies of the two devices (tolerance at the top).
-// Tolerance multiplier of check_logp and grads_match: the hidden-256 model of
-// the flash test carries twice the bf16 rounding of the hidden-128 one (worst
-// 0.024-0.027 and mean 0.021-0.023 on log-probs, k_proj.bias up to 0.053
-// relative, on the host fake and on the real kernels run by tests/emu alike,
-// simple and flash attention alike), so it is checked at 2x.
-static double tol_x = 1;
-
 static void check_logp(const float *lg, const float *lc, const float *eg, const float *ec, size_t S) {
     double worst = 0, mean = 0;
     for (size_t i = 0; i < S; i++) {
@@ -169,7 +164,7 @@ static void check_logp(const float *lg, const float *lc, const float *eg, const 
         mean += (a + b) / (2.0 * (double)S);
         if (!isfinite(lg[i]) || !isfinite(eg[i])) worst = INFINITY;
     }
-    CHECK_MSG(worst <= 2e-2 * tol_x && mean <= 2e-2 * tol_x, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
+    CHECK_MSG(worst <= 5e-2 && mean <= 3e-2, "log-prob / entropy: worst relative %g, mean absolute %g", worst, mean);
 }
 
 // Train forward + backward of b on both models with loss sum(w logp) + sum(u H).
@@ -185,6 +180,7 @@ static int fwd_bwd(skpo_model *m, const batch *b, float *lp, float *ent, const f
 }
 
 static void grads_match(const char *json, const int *len, const int *start, int nseq) {
+    rs = 0x9E3779B97F4A7C15ull;   // the same data whatever ran before
     skpo_model *c = make(json, SKPO_DEV_CPU), *g = make(json, SKPO_DEV_CUDA);
     CHECK(c && g);
     if (!c || !g) goto out;
@@ -203,7 +199,7 @@ static void grads_match(const char *json, const int *len, const int *start, int 
     for (int i = 0; i < np; i++) {
         double cs, rel;
         compare(gg + off, p[i].grad, p[i].numel, &cs, &rel);
-        CHECK_MSG(cs > 0.99 && rel < 5e-2 * tol_x, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
+        CHECK_MSG(cs > 0.99 && rel < 8e-2, "grad %s: cosine %.5f, relative error %.4f", p[i].name, cs, rel);
         off += p[i].numel;
     }
     free(gg), free(w), free(u), free(lc), free(ec), free(lg), free(eg);
@@ -234,9 +230,7 @@ static void flash_attention_gradients_match_cpu(void) {
     NEED_GPU();
     int len[] = {150, 3, 77}, start[] = {20, 1, 9};
     setenv("SKPO_ATTN", "flash", 1);
-    tol_x = 2;
     grads_match(CFG_HS64, len, start, 3);
-    tol_x = 1;
     unsetenv("SKPO_ATTN");
 }
 
@@ -302,6 +296,103 @@ static void flash_kernels_match_simple_kernels(int hs) {
     for (int i = 0; i < 17; i++) skpo_cuda_dfree(*bufs[i]);
     free(hq), free(hk), free(hv), free(hdo), free(bq), free(bk), free(bv), free(bdo);
     free(a), free(b), free(l1h), free(l2h), free(tmp);
+    skpo_cuda_free_ctx(cu);
+}
+
+// The kernels of cuda_train.h against host loops on the same bf16 inputs.
+static void train_ops_match_host_loops(void) {
+    NEED_GPU();
+    enum { T = 300, N = 200, K = 96 };
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_cuda_init(0, &cu, &e) == SKPO_OK);
+    if (!cu) return;
+    float *a = skpo_xmalloc(T * N * 4), *b = skpo_xmalloc(T * N * 4), *r = skpo_xmalloc(T * 4), *w = skpo_xmalloc(N * 4);
+    float *wk = skpo_xmalloc(N * K * 4), *dy = skpo_xmalloc(T * N * 4), *dx0 = skpo_xmalloc(T * K * 4);
+    for (int i = 0; i < T * N; i++) a[i] = frand() - 0.5f, b[i] = frand() - 0.5f, dy[i] = frand() - 0.5f;
+    for (int i = 0; i < T; i++) r[i] = 0.5f + frand();
+    for (int i = 0; i < N; i++) w[i] = 0.5f + frand();
+    for (int i = 0; i < N * K; i++) wk[i] = frand() - 0.5f;
+    for (int i = 0; i < T * K; i++) dx0[i] = frand() - 0.5f;
+    round_bf16(a, T * N), round_bf16(b, T * N), round_bf16(w, N), round_bf16(wk, N * K), round_bf16(dy, T * N);
+    round_bf16(dx0, T * K);
+    skpo_bf16 *ha = skpo_xmalloc(T * N * 2), *hb = skpo_xmalloc(T * N * 2), *hw = skpo_xmalloc(N * 2);
+    skpo_bf16 *hwk = skpo_xmalloc(N * K * 2), *hdy = skpo_xmalloc(T * N * 2), *hdx = skpo_xmalloc(T * K * 2);
+    skpo_f32_to_bf16_host(ha, a, T * N), skpo_f32_to_bf16_host(hb, b, T * N), skpo_f32_to_bf16_host(hw, w, N);
+    skpo_f32_to_bf16_host(hwk, wk, N * K), skpo_f32_to_bf16_host(hdy, dy, T * N), skpo_f32_to_bf16_host(hdx, dx0, T * K);
+    void *da, *db, *dr, *dw, *dwk, *ddy, *ddx, *dst, *scr, *rows, *g;
+    void **bufs[] = {&da, &db, &dr, &dw, &dwk, &ddy, &ddx, &dst, &scr, &rows, &g};
+    size_t sz[] = {T * N * 2, T * N * 2, T * 4, N * 2, N * K * 2, T * N * 2, T * K * 2, 2 * N * 4,
+                   SKPO_COL_PARTS * N * 4, 50 * 4, 50 * N * 2};
+    for (int i = 0; i < 11; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &e) == SKPO_OK);
+    skpo_cuda_h2d(cu, da, ha, T * N * 2, &e), skpo_cuda_h2d(cu, db, hb, T * N * 2, &e), skpo_cuda_h2d(cu, dr, r, T * 4, &e);
+    skpo_cuda_h2d(cu, dw, hw, N * 2, &e), skpo_cuda_h2d(cu, dwk, hwk, N * K * 2, &e), skpo_cuda_h2d(cu, ddy, hdy, T * N * 2, &e);
+    skpo_cuda_h2d(cu, ddx, hdx, T * K * 2, &e), skpo_cuda_memset0(cu, dst, 2 * N * 4, &e);
+    // column sums: plain (bias) and weighted (norm weight)
+    CHECK(skpo_cuda_colsum(cu, dst, da, NULL, NULL, T, N, scr, &e) == SKPO_OK);
+    CHECK(skpo_cuda_colsum(cu, (float *)dst + N, da, db, dr, T, N, scr, &e) == SKPO_OK);
+    float got[2 * N];
+    CHECK(skpo_cuda_d2h(cu, got, dst, sizeof got, &e) == SKPO_OK);
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double s1 = 0, s2 = 0;
+        for (int t = 0; t < T; t++) s1 += a[t * N + n], s2 += (double)a[t * N + n] * b[t * N + n] * r[t];
+        worst = fmax(worst, fmax(fabs(got[n] - s1), fabs(got[N + n] - s2)));
+    }
+    CHECK_MSG(worst < 1e-3, "column sums off by %g", worst);
+    // deterministic sum of squares
+    double ss = 0, want = 0, ss2 = 0;
+    CHECK(skpo_cuda_sumsq_f64(cu, &ss, (float *)dst, 2 * N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_sumsq_f64(cu, &ss2, (float *)dst, 2 * N, &e) == SKPO_OK);
+    for (int i = 0; i < 2 * N; i++) want += (double)got[i] * got[i];
+    CHECK_NEAR(ss, want, 1e-9 * want);
+    CHECK(memcmp(&ss, &ss2, sizeof ss) == 0);
+    // dx (T,K) += dy (T,N) W (N,K)
+    CHECK(skpo_cuda_linear_dx(cu, ddx, ddy, dwk, T, K, N, 1.f, &e) == SKPO_OK);
+    skpo_bf16 *bx = skpo_xmalloc(T * K * 2);
+    float *fx = skpo_xmalloc(T * K * 4);
+    CHECK(skpo_cuda_d2h(cu, bx, ddx, T * K * 2, &e) == SKPO_OK);
+    skpo_bf16_to_f32_host(fx, bx, T * K);
+    worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            double s = dx0[t * K + k];
+            for (int n = 0; n < N; n++) s += (double)dy[t * N + n] * wk[n * K + k];
+            worst = fmax(worst, fabs(fx[t * K + k] - s) / (1 + fabs(s)));
+        }
+    CHECK_MSG(worst < 1e-2, "linear_dx off by %g (relative)", worst);
+    // RMSNorm backward into dx: rows of a are x, b is dy, r the rstd, w the weight (C = N)
+    CHECK(skpo_cuda_memset0(cu, ddy, T * N * 2, &e) == SKPO_OK);   // reuse as dx = 0
+    CHECK(skpo_cuda_rmsnorm_backward_acc(cu, ddy, db, da, dw, dr, T, N, &e) == SKPO_OK);
+    skpo_bf16 *bn = skpo_xmalloc(T * N * 2);
+    float *fn = skpo_xmalloc(T * N * 4);
+    CHECK(skpo_cuda_d2h(cu, bn, ddy, T * N * 2, &e) == SKPO_OK);
+    skpo_bf16_to_f32_host(fn, bn, T * N);
+    worst = 0;
+    for (int t = 0; t < T; t++) {
+        double dot = 0, rr = r[t];
+        for (int i = 0; i < N; i++) dot += (double)b[t * N + i] * w[i] * a[t * N + i];
+        dot /= N;
+        for (int i = 0; i < N; i++) {
+            double want_i = rr * w[i] * b[t * N + i] - rr * rr * rr * a[t * N + i] * dot;
+            worst = fmax(worst, fabs(fn[t * N + i] - want_i) / (1 + fabs(want_i)));
+        }
+    }
+    CHECK_MSG(worst < 1e-2, "rmsnorm backward off by %g (relative)", worst);
+    // gather / scatter of rows (exact copies)
+    int32_t idx[50];
+    for (int i = 0; i < 50; i++) idx[i] = (i * 37 + 11) % T;   // distinct: 37 is prime to 300
+    CHECK(skpo_cuda_h2d(cu, rows, idx, sizeof idx, &e) == SKPO_OK);
+    CHECK(skpo_cuda_rows_gather(cu, g, da, rows, 50, N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_memset0(cu, db, T * N * 2, &e) == SKPO_OK);
+    CHECK(skpo_cuda_rows_scatter(cu, db, g, rows, 50, N, &e) == SKPO_OK);
+    CHECK(skpo_cuda_d2h(cu, hb, db, T * N * 2, &e) == SKPO_OK);
+    int same = 1;
+    for (int i = 0; i < 50; i++) same &= !memcmp(hb + (size_t)idx[i] * N, ha + (size_t)idx[i] * N, N * 2);
+    CHECK(same);
+    for (int i = 0; i < 11; i++) skpo_cuda_dfree(*bufs[i]);
+    free(a), free(b), free(r), free(w), free(wk), free(dy), free(dx0), free(ha), free(hb), free(hw), free(hwk), free(hdy);
+    free(hdx), free(bx), free(fx), free(bn), free(fn);
     skpo_cuda_free_ctx(cu);
 }
 
@@ -753,6 +844,7 @@ static void allreduce_over_3_ranks_equals_one_rank(void) { zero_sharded_step_equ
 #endif
 
 int main(void) {
+    RUN(train_ops_match_host_loops);
     RUN(scoring_log_probs_match_cpu);
     RUN(gradients_of_every_tensor_match_cpu);
     RUN(vocab_152k_runs_in_row_chunks_and_matches_cpu);
