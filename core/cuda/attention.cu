@@ -99,7 +99,10 @@ __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, con
     }
     D = warp_sum(D);
     float L = lse[(size_t)t * nh + h];
-    for (int j = s0; j <= t; j++) {
+    // Keys from t down: concurrent warps (neighbouring queries) then hit
+    // different keys' dK/dV at any moment; walking up from s0 together, every
+    // warp of a sequence added into the same addresses at the same time.
+    for (int j = t; j >= s0; j--) {
         const bf16 *kr = k + (size_t)j * kd + hk * hs, *vr = v + (size_t)j * kd + hk * hs;
         float s = 0.f, dp = 0.f;
 #pragma unroll
