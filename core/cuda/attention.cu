@@ -17,28 +17,34 @@ __global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     int t = warp / nh, h = warp % nh, hk = h / (nh / nkv);
     int s0 = seq_start[seq_of[t]];
     int qd = nh * hs, kd = nkv * hs;
+    // Per-lane arrays are indexed by unrolled constants only, so they stay in
+    // registers (a runtime index puts them in local memory).
     float qr[PER_LANE], acc[PER_LANE];
-    int nd = 0;
-    for (int d = lane; d < hs; d += 32, nd++) {
-        qr[nd] = __bfloat162float(q[(size_t)t * qd + h * hs + d]) * scale;
-        acc[nd] = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + 32 * i;
+        qr[i] = d < hs ? __bfloat162float(q[(size_t)t * qd + h * hs + d]) * scale : 0.f;
+        acc[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
     for (int j = s0; j <= t; j++) {
         const bf16 *kr = k + (size_t)j * kd + hk * hs;
         float dot = 0.f;
-        int i = 0;
-        for (int d = lane; d < hs; d += 32, i++) dot += qr[i] * __bfloat162float(kr[d]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < hs) dot += qr[i] * __bfloat162float(kr[lane + 32 * i]);
         dot = warp_sum(dot);
         float mn = fmaxf(m, dot), corr = expf(m - mn), p = expf(dot - mn);
         l = l * corr + p;
         const bf16 *vr = v + (size_t)j * kd + hk * hs;
-        i = 0;
-        for (int d = lane; d < hs; d += 32, i++) acc[i] = acc[i] * corr + p * __bfloat162float(vr[d]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < hs) acc[i] = acc[i] * corr + p * __bfloat162float(vr[lane + 32 * i]);
         m = mn;
     }
-    int i = 0;
-    for (int d = lane; d < hs; d += 32, i++) out[(size_t)t * qd + h * hs + d] = __float2bfloat16(acc[i] / l);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++)
+        if (lane + 32 * i < hs) out[(size_t)t * qd + h * hs + lane + 32 * i] = __float2bfloat16(acc[i] / l);
     if (lse && lane == 0) lse[(size_t)t * nh + h] = m + logf(l);
 }
 
@@ -61,8 +67,8 @@ extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *
     k_attn_fwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
                                                                  (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs,
                                                                  1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError();
-    cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
+    if (e == cudaSuccess) e = es;
     cudaFree(seq_of);
     if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention kernel", __FILE__, __LINE__);
     return SKPO_OK;
@@ -82,36 +88,47 @@ __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, con
     int qd = nh * hs, kd = nkv * hs;
     float qr[PER_LANE], go[PER_LANE], dqr[PER_LANE];
     float D = 0.f;
-    int nd = 0;
-    for (int d = lane; d < hs; d += 32, nd++) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + 32 * i;
         size_t o = (size_t)t * qd + h * hs + d;
-        qr[nd] = __bfloat162float(q[o]);
-        go[nd] = __bfloat162float(dout[o]);
-        D += go[nd] * __bfloat162float(out[o]);
-        dqr[nd] = 0.f;
+        qr[i] = d < hs ? __bfloat162float(q[o]) : 0.f;
+        go[i] = d < hs ? __bfloat162float(dout[o]) : 0.f;
+        if (d < hs) D += go[i] * __bfloat162float(out[o]);
+        dqr[i] = 0.f;
     }
     D = warp_sum(D);
     float L = lse[(size_t)t * nh + h];
-    for (int j = s0; j <= t; j++) {
+    // Keys from t down: concurrent warps (neighbouring queries) then hit
+    // different keys' dK/dV at any moment; walking up from s0 together, every
+    // warp of a sequence added into the same addresses at the same time.
+    for (int j = t; j >= s0; j--) {
         const bf16 *kr = k + (size_t)j * kd + hk * hs, *vr = v + (size_t)j * kd + hk * hs;
         float s = 0.f, dp = 0.f;
-        int i = 0;
-        for (int d = lane; d < hs; d += 32, i++) {
-            s += qr[i] * __bfloat162float(kr[d]);
-            dp += go[i] * __bfloat162float(vr[d]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                s += qr[i] * __bfloat162float(kr[d]);
+                dp += go[i] * __bfloat162float(vr[d]);
+            }
         }
         s = warp_sum(s) * scale;
         dp = warp_sum(dp);
         float p = expf(s - L), ds = p * (dp - D);
-        i = 0;
-        for (int d = lane; d < hs; d += 32, i++) {
-            dqr[i] += ds * __bfloat162float(kr[d]) * scale;
-            atomicAdd(&dk[(size_t)j * kd + hk * hs + d], ds * qr[i] * scale);
-            atomicAdd(&dv[(size_t)j * kd + hk * hs + d], p * go[i]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                dqr[i] += ds * __bfloat162float(kr[d]) * scale;
+                atomicAdd(&dk[(size_t)j * kd + hk * hs + d], ds * qr[i] * scale);
+                atomicAdd(&dv[(size_t)j * kd + hk * hs + d], p * go[i]);
+            }
         }
     }
-    int i = 0;
-    for (int d = lane; d < hs; d += 32, i++) dq[(size_t)t * qd + h * hs + d] = __float2bfloat16(dqr[i]);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++)
+        if (lane + 32 * i < hs) dq[(size_t)t * qd + h * hs + lane + 32 * i] = __float2bfloat16(dqr[i]);
 }
 
 extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
@@ -129,8 +146,8 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
     k_attn_bwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>(
         (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
         (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError();
-    cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
+    if (e == cudaSuccess) e = es;
     cudaFree(seq_of);
     if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention backward kernel", __FILE__, __LINE__);
     return SKPO_OK;
@@ -173,28 +190,32 @@ __global__ void k_attn_decode(bf16 *out, const bf16 *q, const bf16 *pk, const bf
     if (warp >= B * nh) return;
     int b = warp / nh, h = warp % nh, hk = h / (nh / nkv), kd = nkv * hs;
     float qr[PER_LANE], acc[PER_LANE];
-    int nd = 0;
-    for (int d = lane; d < hs; d += 32, nd++) {
-        qr[nd] = __bfloat162float(q[(size_t)b * nh * hs + h * hs + d]) * scale;
-        acc[nd] = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + 32 * i;
+        qr[i] = d < hs ? __bfloat162float(q[(size_t)b * nh * hs + h * hs + d]) * scale : 0.f;
+        acc[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
     const int32_t *table = bt + (size_t)b * max_blocks;
     for (int j = 0; j < len[b]; j++) {
         size_t o = pool_row(table[j / block_size], n_layers, layer, block_size, j % block_size, kd) + hk * hs;
         float dot = 0.f;
-        int i = 0;
-        for (int d = lane; d < hs; d += 32, i++) dot += qr[i] * __bfloat162float(pk[o + d]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < hs) dot += qr[i] * __bfloat162float(pk[o + lane + 32 * i]);
         dot = warp_sum(dot);
         float mn = fmaxf(m, dot), corr = expf(m - mn), p = expf(dot - mn);
         l = l * corr + p;
-        i = 0;
-        for (int d = lane; d < hs; d += 32, i++) acc[i] = acc[i] * corr + p * __bfloat162float(pv[o + d]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < hs) acc[i] = acc[i] * corr + p * __bfloat162float(pv[o + lane + 32 * i]);
         m = mn;
     }
-    int i = 0;
-    for (int d = lane; d < hs; d += 32, i++)
-        out[(size_t)b * nh * hs + h * hs + d] = __float2bfloat16(l > 0.f ? acc[i] / l : 0.f);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++)
+        if (lane + 32 * i < hs)
+            out[(size_t)b * nh * hs + h * hs + lane + 32 * i] = __float2bfloat16(l > 0.f ? acc[i] / l : 0.f);
 }
 
 extern "C" skpo_status skpo_cuda_attention_decode(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,

@@ -56,7 +56,10 @@ extern "C" void skpo_cuda_free_ctx(skpo_cuda *c) {
 
 extern "C" size_t skpo_cuda_mem_free(skpo_cuda *c) {
     size_t f = 0, t = 0;
-    if (cudaMemGetInfo(&f, &t) != cudaSuccess) return 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        cudaGetLastError();  // else the next LAUNCHED() reports it as a kernel launch failure
+        return 0;
+    }
     return f;
 }
 

@@ -5,14 +5,19 @@
 // How the margins are made large enough for bf16: the model (2 layers,
 // hidden 64, vocab 32, Qwen2 layout) is initialised on the CPU, its weights
 // are rounded to bf16 there and saved, and the CUDA model loads that folder,
-// so both run the same weights and differ only by bf16 activations: a few
-// roundings of 2^-9 relative each, about 0.01 x the std of a logit row. The
-// seed (221 of 1..300, searched on the CPU for the largest smallest margin)
-// makes every step of the CPU's greedy path have its top-1 logit lead the
-// runner-up by at least MARGIN = 0.05 x the std of that row's logits (0.055
-// measured), several times the bf16 error;
-// greedy_fixture_has_large_margins checks that on the CPU in every build, so
-// the GPU comparison is decided by the kernels, not by rounding.
+// so both run the same weights and differ only by bf16 activations. That
+// difference grows with the weights' scale: measured with the host fake of
+// the kernels (tests/unit/fake_cuda.h) and with the real kernels on the CPU
+// emulator (tests/emu/), which agree to all digits, the largest |logit error|
+// of a row is 0.02-0.33 x the row's std at init std 0.5 (the earlier fixture,
+// seed 221: it diverged at step 4 with a 0.069-std margin) and at most 0.046
+// x std at init std 0.15. The seed (24 of 1..150 at std 0.15, searched for the
+// largest smallest ratio of margin to that error) makes every step of the
+// CPU's greedy path have its top-1 logit lead the runner-up by at least
+// MARGIN = 0.1 x the row's std (0.108 measured), and by 2.7 x that step's
+// largest logit error (a flip needs the margin below 2 x the error);
+// greedy_fixture_has_large_margins checks the margin on the CPU in every
+// build, so the GPU comparison is decided by the kernels, not by rounding.
 // Without a GPU the GPU tests print a visible SKIP line.
 #include "harness.h"
 #include "common.h"
@@ -26,9 +31,10 @@
 #include <unistd.h>
 
 enum { NP = 2, PLEN = 6, STEPS = 32, V = 32 };
-#define MARGIN 0.05
+#define MARGIN 0.1
+#define INIT_STD 0.15
 #ifndef GREEDY_SEED
-#define GREEDY_SEED 221
+#define GREEDY_SEED 24
 #endif
 
 static const char *const CFG =
@@ -52,7 +58,7 @@ static skpo_model *cpu_model(uint64_t seed) {
     SKPO_ASSERT(skpo_config_parse(CFG, strlen(CFG), &c, &e) == SKPO_OK);
     skpo_model_opts o = {.device = SKPO_DEV_CPU};
     skpo_model *m = NULL;
-    SKPO_ASSERT(skpo_model_init_random(&c, &o, seed, 0.5, &m, &e) == SKPO_OK);
+    SKPO_ASSERT(skpo_model_init_random(&c, &o, seed, INIT_STD, &m, &e) == SKPO_OK);
     skpo_param *p;
     int n = skpo_model_params(m, &p);
     for (int i = 0; i < n; i++)
@@ -159,7 +165,8 @@ static void greedy_tokens_equal_on_cpu_and_cuda(void) {
 
 // The engine (3 samples per prompt, shared prefixes) at temperature 0: host
 // sampling on the CPU model, device sampling on the CUDA model; same tokens,
-// log-probs within 2e-2 (bf16 activations).
+// log-probs within 6e-2 (bf16 activations: the logits differ by up to 0.046 x
+// their std, see the top; the emulated kernels give log-probs 0.026 apart).
 static skpo_gen_group **run_engine(skpo_model *m, skpo_gen_dev *dev, skpo_err *e) {
     skpo_kv *kv = skpo_model_kv_new(m, 4096, 17, e);
     if (!kv) return NULL;
@@ -199,7 +206,7 @@ static void engine_device_sampler_greedy_equals_cpu_engine(void) {
                 CHECK(x->n == y->n && x->n == STEPS);
                 for (int t = 0; t < x->n && t < y->n; t++) {
                     CHECK_MSG(x->tokens[t] == y->tokens[t], "group %d sample %d step %d", i, k, t);
-                    CHECK_NEAR(x->logp[t], y->logp[t], 2e-2);
+                    CHECK_NEAR(x->logp[t], y->logp[t], 6e-2);
                     if (x->tokens[t] != y->tokens[t]) break;
                 }
             }

@@ -1,0 +1,128 @@
+// test_cuda_sample_exact.c - the device sampler (skpo_cuda_sample) against its
+// exact contract, coin by coin: for a coin u the token must be the one whose
+// interval of the cumulative distribution, walked in index order over the kept
+// set, holds u * (kept mass). The kept set is computed here in double with
+// core/sampler.c's semantics (top-k most likely first, ties by lower id, then
+// top-p over the renormalised top-k mass with cum >= top_p * mass). Every
+// token must match (coins closer than 1e-5 of the kept mass to a boundary are
+// excused: float rounding may fall either way), and every log-prob must be
+// log_softmax(z / T)[token] within 1e-4. Deterministic, unlike the statistics
+// of test_cuda_sample.c, so one wrong token anywhere fails it. Without nvcc or
+// a GPU it prints a visible SKIP line.
+#include "harness.h"
+#include "common.h"
+#include "rng.h"
+
+#include <string.h>
+
+#ifndef SKPO_HAVE_CUDA
+static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) { SKIP("built without CUDA (no nvcc): skipped: no GPU"); }
+#else
+#include "cuda.h"
+
+enum { V = 4096, NC = 48 };
+
+static const double *P_;
+static int by_p_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (P_[i] != P_[j]) return P_[i] > P_[j] ? -1 : 1;
+    return i - j;
+}
+
+typedef struct scase { float temp; int top_k; float top_p; } scase;
+
+// Kept set (flags) and its mass; p (V) = softmax(z / T) in double, logZ its log-normaliser.
+static double kept_set(const float *z, const scase *c, double *p, char *kept, double *logZ) {
+    double m = -INFINITY, s = 0;
+    for (int i = 0; i < V; i++) m = z[i] > m ? z[i] : m;
+    for (int i = 0; i < V; i++) s += p[i] = exp(((double)z[i] - m) / c->temp);
+    for (int i = 0; i < V; i++) p[i] /= s;
+    *logZ = m / c->temp + log(s);
+    int *ord = skpo_xmalloc(V * sizeof *ord);
+    for (int i = 0; i < V; i++) ord[i] = i;
+    P_ = p;
+    qsort(ord, V, sizeof *ord, by_p_desc);
+    int n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
+    double mass = 0;
+    for (int i = 0; i < n; i++) mass += p[ord[i]];
+    if (c->top_p < 1) {
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += p[ord[i]];
+            if (cum >= c->top_p * mass) { n = i + 1; break; }
+        }
+    }
+    memset(kept, 0, V);
+    double km = 0;
+    for (int i = 0; i < n; i++) kept[ord[i]] = 1, km += p[ord[i]];
+    free(ord);
+    return km;
+}
+
+static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) {
+    if (skpo_cuda_device_count() == 0) SKIP("skipped: no GPU");
+    static const scase cases[] = {{1.0f, 0, 1.0f}, {0.7f, 50, 1.0f}, {1.3f, 0, 0.9f}, {1.0f, 40, 0.8f}};
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK_MSG(skpo_cuda_init(0, &cu, &e) == SKPO_OK, "%s", e.msg);
+    if (!cu) return;
+    float *z = skpo_xmalloc((size_t)V * NC * sizeof *z), coin[NC], lp[NC];
+    int32_t tok[NC];
+    skpo_rng r;
+    skpo_rng_seed(&r, 5);
+    for (int i = 0; i < V; i++) z[i] = (float)(2.5 * skpo_rng_normal(&r));
+    for (int c = 1; c < NC; c++) memcpy(z + (size_t)c * V, z, V * sizeof *z);
+    for (int c = 0; c < NC; c++) coin[c] = (c + 0.37f) / NC;
+    void *dz = NULL, *dc = NULL, *dt = NULL, *dl = NULL;
+    CHECK(skpo_cuda_malloc(cu, &dz, (size_t)V * NC * 4, "logits", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &dc, NC * 4, "coins", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &dt, NC * 4, "tokens", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &dl, NC * 4, "logp", &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dz, z, (size_t)V * NC * 4, &e) == SKPO_OK);
+    CHECK(skpo_cuda_h2d(cu, dc, coin, NC * 4, &e) == SKPO_OK);
+    double *p = skpo_xmalloc(V * sizeof *p);
+    char *kept = skpo_xmalloc(V);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const scase *c = &cases[k];
+        double logZ, km = kept_set(z, c, p, kept, &logZ);
+        CHECK_MSG(skpo_cuda_sample(cu, dt, dl, dz, NC, V, c->temp, c->top_k, c->top_p, dc, &e) == SKPO_OK, "%s", e.msg);
+        CHECK(skpo_cuda_d2h(cu, tok, dt, NC * 4, &e) == SKPO_OK && skpo_cuda_d2h(cu, lp, dl, NC * 4, &e) == SKPO_OK);
+        int wrong = 0, edge = 0;
+        double worst_lp = 0;
+        for (int i = 0; i < NC; i++) {
+            double target = coin[i] * km, cum = 0, gap = 1;
+            int want = -1;
+            for (int t = 0; t < V && want < 0; t++) {
+                if (!kept[t]) continue;
+                double lo = cum;
+                cum += p[t];
+                if (cum > target) want = t, gap = fmin(target - lo, cum - target) / km;
+            }
+            if (tok[i] != want) {
+                if (gap < 1e-5) edge++;
+                else wrong++;
+            }
+            if (tok[i] < 0 || tok[i] >= V) { wrong++; continue; }
+            worst_lp = fmax(worst_lp, fabs(lp[i] - ((double)z[tok[i]] / c->temp - logZ)));
+        }
+        printf("# T=%.1f top_k=%d top_p=%.2f: %d wrong, %d at a CDF boundary, worst |logp error| %.2e\n", c->temp,
+               c->top_k, c->top_p, wrong, edge, worst_lp);
+        CHECK_MSG(wrong == 0, "T=%.1f top_k=%d top_p=%.2f: %d of %d tokens off the inverse CDF", c->temp, c->top_k,
+                  c->top_p, wrong, NC);
+        CHECK_MSG(worst_lp <= 1e-4, "log-prob off by %g", worst_lp);
+    }
+    free(p);
+    free(kept);
+    free(z);
+    skpo_cuda_dfree(dz);
+    skpo_cuda_dfree(dc);
+    skpo_cuda_dfree(dt);
+    skpo_cuda_dfree(dl);
+    skpo_cuda_free_ctx(cu);
+}
+#endif
+
+int main(void) {
+    RUN(device_tokens_follow_the_inverse_cdf_of_the_kept_set);
+    return TEST_SUMMARY();
+}
