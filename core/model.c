@@ -358,7 +358,7 @@ static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int 
     return SKPO_OK;
 }
 
-static skpo_status step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
+skpo_status model_step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
                               skpo_err *err) {
     if (nseq <= 0 || off[0] != 0) return skpo_err_set(err, SKPO_ERANGE, "step: no sequences or off[0] != 0");
     for (int i = 0; i < nseq; i++) {
@@ -411,7 +411,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     if (m->cuda) return model_cuda_step(m, kv, seq, nseq, toks, off, logits, err);
     if (skpo_kv_pool_ctx(kv))
         return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
-    skpo_status s = step_check(m, seq, nseq, toks, off, err);
+    skpo_status s = model_step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
     model_pack(m);
     const skpo_config *c = &m->c;

@@ -368,19 +368,6 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
 
 // --- one step ----------------------------------------------------------------------------------
 
-static skpo_status step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
-                              skpo_err *err) {
-    if (nseq <= 0 || off[0] != 0) return skpo_err_set(err, SKPO_ERANGE, "step: no sequences or off[0] != 0");
-    for (int i = 0; i < nseq; i++) {
-        if (off[i + 1] <= off[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d has no new tokens", seq[i]);
-        for (int j = 0; j < i; j++)
-            if (seq[j] == seq[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d given twice", seq[i]);
-    }
-    for (int r = 0; r < off[nseq]; r++)
-        if (toks[r] < 0 || toks[r] >= m->c.vocab_size)
-            return skpo_err_set(err, SKPO_ERANGE, "step: token id %d outside the vocabulary (%d)", toks[r], m->c.vocab_size);
-    return SKPO_OK;
-}
 
 // Reserve positions for every sequence, all or nothing (old[i] = previous length).
 static skpo_status step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
@@ -528,7 +515,7 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     SKPO_ASSERT(mc);
     if (skpo_kv_pool_ctx(kv) != (void *)m)
         return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache was not made by skpo_model_kv_new for this CUDA model");
-    skpo_status s = step_check(m, seq, nseq, toks, off, err);
+    skpo_status s = model_step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
     infer_state *in = mc->infer;
     int N = off[nseq], *old = skpo_xmalloc((size_t)nseq * sizeof(int));

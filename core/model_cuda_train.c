@@ -193,23 +193,6 @@ static ct_layer layer_of(const skpo_model *m, const cutrain *t, int l) {
 
 // --- the batch --------------------------------------------------------------------------------
 
-static skpo_status check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
-    if (!(temperature > 0) || !isfinite(temperature))
-        return skpo_err_set(err, SKPO_ERANGE, "temperature %g must be positive", (double)temperature);
-    for (int i = 0; i < nseq; i++) {
-        const skpo_seq *s = &seqs[i];
-        if (s->start < 1 || s->start > s->n)
-            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: start %d outside [1, %d]", i, s->start, s->n);
-        if (s->n > m->c.max_position_embeddings)
-            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: %d tokens exceed max_position_embeddings %d", i, s->n,
-                                m->c.max_position_embeddings);
-        for (int t = 0; t < s->n; t++)
-            if (s->ids[t] < 0 || s->ids[t] >= m->c.vocab_size)
-                return skpo_err_set(err, SKPO_ERANGE, "sequence %d: token id %d outside the vocabulary (%d)", i,
-                                    s->ids[t], m->c.vocab_size);
-    }
-    return SKPO_OK;
-}
 
 // Size the pass, fit the arena and upload ids, positions, offsets and the scored rows.
 static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int save, skpo_err *err) {
@@ -302,7 +285,7 @@ static skpo_status forward(skpo_model *m, const skpo_seq *seqs, int nseq, float 
         return SKPO_EDEVICE;
     }
     t->have_acts = 0;
-    TRY(check_seqs(m, seqs, nseq, temperature, err));
+    TRY(model_check_seqs(m, seqs, nseq, temperature, err));
     TRY(batch_upload(m, t, seqs, nseq, save, err));
     t->temperature = temperature;
     if (t->N == 0) {

@@ -69,6 +69,13 @@ struct skpo_model {
 // Gradient buffer matching a parameter pointer.
 static inline float *model_grad_of(const skpo_model *m, const float *w) { return w ? m->grad + (w - m->mem) : NULL; }
 
+// Argument checks shared by the CPU and CUDA paths (model.c, model_train.c):
+// the skpo_model_step contract (sequences, offsets, token ids) and the
+// skpo_seq batch of scoring/training (start, length, ids, temperature).
+skpo_status model_step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
+                             skpo_err *err);
+skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err);
+
 // model_train.c
 void model_acts_free(model_acts *a);
 // Forward over whole sequences: fills logp / entropy (nullable) of the scored tokens.

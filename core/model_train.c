@@ -29,7 +29,7 @@ void model_acts_free(model_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
-static skpo_status check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
+skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
     if (!(temperature > 0) || !isfinite(temperature))
         return skpo_err_set(err, SKPO_ERANGE, "temperature %g must be positive", (double)temperature);
     for (int i = 0; i < nseq; i++) {
@@ -155,7 +155,7 @@ static void head_forward(skpo_model *m, model_acts *a, float *logp, float *ent) 
 
 skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
                                float *logp, float *entropy, model_acts *a, skpo_err *err) {
-    skpo_status s = check_seqs(m, seqs, nseq, temperature, err);
+    skpo_status s = model_check_seqs(m, seqs, nseq, temperature, err);
     if (s) return s;
     acts_alloc(m, seqs, nseq, save, a);
     a->temperature = temperature;
