@@ -322,12 +322,12 @@ skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
     return skpo_kv_new(&sh, err);
 }
 
-// Reserve positions for every sequence, all or nothing. Fills pos (N) and blocks (N).
-static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *pos,
-                                const int **blocks, skpo_err *err) {
-    int *old = skpo_xmalloc((size_t)nseq * sizeof(int));
-    skpo_status s = SKPO_OK;
+// Reserve positions for every sequence, all or nothing (old[i] = previous
+// length); shared with the CUDA step (model_impl.h).
+skpo_status model_step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
+                               skpo_err *err) {
     int i;
+    skpo_status s = SKPO_OK;
     for (i = 0; i < nseq; i++) {
         int n = off[i + 1] - off[i];
         old[i] = skpo_kv_seq_len(kv, seq[i]);
@@ -341,8 +341,18 @@ static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int 
             break;
         }
     }
-    if (s) {
+    if (s)
         while (--i >= 0) skpo_kv_seq_truncate(kv, seq[i], old[i]);
+    return s;
+}
+
+// model_step_reserve, then pos (N) and blocks (N) of every new row.
+static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *pos,
+                                const int **blocks, skpo_err *err) {
+    int *old = skpo_xmalloc((size_t)nseq * sizeof(int));
+    skpo_status s = model_step_reserve(m, kv, seq, nseq, off, old, err);
+    int i;
+    if (s) {
         free(old);
         return s;
     }

@@ -369,28 +369,6 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
 // --- one step ----------------------------------------------------------------------------------
 
 
-// Reserve positions for every sequence, all or nothing (old[i] = previous length).
-static skpo_status step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
-                                skpo_err *err) {
-    int i;
-    skpo_status s = SKPO_OK;
-    for (i = 0; i < nseq; i++) {
-        int n = off[i + 1] - off[i];
-        old[i] = skpo_kv_seq_len(kv, seq[i]);
-        if (old[i] + n > m->c.max_position_embeddings) {
-            s = skpo_err_set(err, SKPO_ERANGE, "sequence %d would reach position %d, past max_position_embeddings %d",
-                             seq[i], old[i] + n, m->c.max_position_embeddings);
-            break;
-        }
-        if (skpo_kv_seq_append(kv, seq[i], n) < 0) {
-            s = skpo_err_set(err, SKPO_ERANGE, "kv cache full (%zu blocks in use)", skpo_kv_blocks_used(kv));
-            break;
-        }
-    }
-    if (s)
-        while (--i >= 0) skpo_kv_seq_truncate(kv, seq[i], old[i]);
-    return s;
-}
 
 // Device views of the staging ints of a step.
 typedef struct step_ix {
@@ -519,7 +497,7 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     if (s) return s;
     infer_state *in = mc->infer;
     int N = off[nseq], *old = skpo_xmalloc((size_t)nseq * sizeof(int));
-    if ((s = step_reserve(m, kv, seq, nseq, off, old, err))) {
+    if ((s = model_step_reserve(m, kv, seq, nseq, off, old, err))) {
         free(old);
         return s;
     }

@@ -74,6 +74,10 @@ static inline float *model_grad_of(const skpo_model *m, const float *w) { return
 // skpo_seq batch of scoring/training (start, length, ids, temperature).
 skpo_status model_step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
                              skpo_err *err);
+// Reserve off[i+1]-off[i] positions of kv sequence seq[i] for every i, all or
+// nothing; old[i] gets each sequence's previous length.
+skpo_status model_step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
+                               skpo_err *err);
 skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err);
 
 // model_train.c
