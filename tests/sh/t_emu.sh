@@ -1,0 +1,18 @@
+#!/bin/sh
+# The real CUDA kernels and host code, run on the CPU emulator (tests/emu/):
+# without a GPU this is the only place CI executes core/cuda/*.cu. Two of the
+# CUDA tests (about a minute together); the rest take longer as fibers and are
+# run by hand (sh tests/emu/run.sh). Not repeated under make asan.
+. "$(dirname "$0")/lib.sh"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+case "${SKPO_BUILD:-build}" in *asan*) skip "CUDA tests on the emulator" "not repeated under make asan"; exit 0;; esac
+command -v g++ >/dev/null || { skip "CUDA tests on the emulator" "g++ is not installed"; exit 0; }
+[ -f "$CUDA_HOME/include/cuda_bf16.h" ] || { skip "CUDA tests on the emulator" "no CUDA headers in $CUDA_HOME"; exit 0; }
+cd "$TOP" || exit 1
+for t in test_cuda_ops test_cuda_model; do
+  sh tests/emu/run.sh "$t" >"$TMP/$t.log" 2>&1
+  echo $? >"$TMP/$t.rc"
+  t "$t passes with the real kernels on the emulated GPU" sh -c '
+    [ "$(cat "$0.rc")" = 0 ] && grep -q " 0 failed" "$0.log" && ! grep -q "^SKIP.*no GPU" "$0.log" || { tail -n 30 "$0.log"; exit 1; }' \
+    "$TMP/$t"
+done
