@@ -113,28 +113,30 @@ stage_sample_n_prio() {
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
     --step "$STEP" ${THREADS:+--threads "$THREADS"}
 }
+# GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), the
+# lowest and highest reward (lo, hi; pids in first-seen order in order[1..n]);
+# informative(p) says whether p's rewards are not all equal.
+GROUP_AWK='
+  function pid_of(l) { sub(/.*"pid":"/, "", l); sub(/".*/, "", l); return l }
+  function track(l,   p, r) { p = pid_of(l); r = l; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
+    if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
+    if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
+  function informative(p) { return lo[p] + 0 != hi[p] + 0 }'
 # informative_groups FILE: how many prompts of FILE's full records have rewards
 # that are not all equal (the groups DAPO's dynamic sampling keeps).
 informative_groups() {
-  skpo-cat --where kind=full --fields pid,reward "$1" | awk '
-    { p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); r = $0; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
-      if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
-      if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
-    END { k = 0; for (i = 1; i <= n; i++) if (lo[order[i]] + 0 != hi[order[i]] + 0) k++; print k }'
+  skpo-cat --where kind=full --fields pid,reward "$1" | awk "$GROUP_AWK"'
+    { track($0) } END { k = 0; for (i = 1; i <= n; i++) if (informative(order[i])) k++; print k }'
 }
 # keep_groups N: stdin to stdout, dropping the informative groups after the first N
 # (records and meta pass through; all-equal groups pass for skpo-advantage to count).
 keep_groups() {
-  skpo-cat | awk -v N="$1" '
-    { line[NR] = $0; if ($0 !~ /"kind":"full"/) next
-      p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p); r = $0; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
-      if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
-      if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
+  skpo-cat | awk -v N="$1" "$GROUP_AWK"'
+    { line[NR] = $0; if ($0 ~ /"kind":"full"/) track($0) }
     END { k = 0
-      for (i = 1; i <= n; i++) if (lo[order[i]] + 0 != hi[order[i]] + 0 && ++k > N) drop[order[i]] = 1
-      for (j = 1; j <= NR; j++) { p = line[j]
-        if (line[j] ~ /"kind":"full"/) { sub(/.*"pid":"/, "", p); sub(/".*/, "", p); if (p in drop) continue }
-        print line[j] } }' | skpo-cat --pack --no-meta
+      for (i = 1; i <= n; i++) if (informative(order[i]) && ++k > N) drop[order[i]] = 1
+      for (j = 1; j <= NR; j++) if (!(line[j] ~ /"kind":"full"/ && pid_of(line[j]) in drop)) print line[j] }' \
+    | skpo-cat --pack --no-meta
 }
 
 # seed_state DIR: an empty tracker whose parameters come from the config (so the
