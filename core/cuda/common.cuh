@@ -65,5 +65,18 @@ __device__ __forceinline__ float block_max(float v, float *shm) {
     return shm[0];
 }
 
+// RMSNorm backward, one row per block: mean_i(dy_i w_i x_i) and the input
+// gradient of element i, r w_i dy_i - r^3 x_i mean (r = 1/rms of the row).
+__device__ __forceinline__ float rmsnorm_bwd_mean(const bf16 *dy, const bf16 *x, const bf16 *w, size_t row, int C,
+                                                   float *shm) {
+    float dot = 0.f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        dot += __bfloat162float(dy[row + i]) * __bfloat162float(w[i]) * __bfloat162float(x[row + i]);
+    return block_sum(dot, shm) / (float)C;
+}
+__device__ __forceinline__ float rmsnorm_bwd_dx(float r, float wi, float gi, float xi, float mean) {
+    return r * wi * gi - r * r * r * xi * mean;
+}
+
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 #define STREAM(c) ((c) ? (c)->stream : (cudaStream_t)0)

@@ -137,13 +137,10 @@ extern "C" skpo_status skpo_cuda_colsum(skpo_cuda *c, float *dst, const skpo_bf1
 __global__ void k_rmsnorm_bwd_acc(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *w, const float *rstd, int C) {
     __shared__ float shm[32];
     size_t row = (size_t)blockIdx.x * C;
-    float r = rstd[blockIdx.x], dot = 0.f;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        dot += __bfloat162float(dy[row + i]) * __bfloat162float(w[i]) * __bfloat162float(x[row + i]);
-    dot = block_sum(dot, shm) / (float)C;
+    float r = rstd[blockIdx.x], dot = rmsnorm_bwd_mean(dy, x, w, row, C, shm);
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float xi = __bfloat162float(x[row + i]), gi = __bfloat162float(dy[row + i]);
-        float d = r * __bfloat162float(w[i]) * gi - r * r * r * xi * dot;
+        float d = rmsnorm_bwd_dx(r, __bfloat162float(w[i]), gi, xi, dot);
         dx[row + i] = __float2bfloat16(__bfloat162float(dx[row + i]) + d);
     }
 }
