@@ -1,4 +1,4 @@
-# skpo - one Makefile: libskpo.a from core/, one binary per tools/<name>/ into
+# skpo - one Makefile: libskpo.a from core/*/ (layers: docs/architecture.md), one binary per tools/<name>/ into
 # bin/skpo-<name>, unit tests from tests/unit/test_*.c. CUDA sources
 # (core/cuda/*.cu) are compiled when nvcc is on the PATH; `make CUDA=0` forces
 # a CPU-only build. See README.md for the user-facing targets.
@@ -38,7 +38,7 @@ ifeq ($(CUDA),1)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 
-CORE_SRC := $(wildcard core/*.c core/cpu/*.c)
+CORE_SRC := $(wildcard core/*/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libskpo.a
 
@@ -63,18 +63,18 @@ tests: $(TESTS)
 
 # Objects remember the flavour they were built for: switching CUDA=0/1 in one
 # build folder rebuilds everything (else a CUDA build would keep the CPU-only
-# stubs of core/model_cuda.c and friends, and the reverse).
+# stubs of core/model/model_cuda.c and friends, and the reverse).
 FLAVOUR := $(BUILD)/.flavour-cuda$(CUDA)
 $(FLAVOUR):
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/.flavour-cuda*
 	@touch $@
 
-$(BUILD)/%.o: %.c $(wildcard core/*.h core/cpu/*.h) $(FLAVOUR)
+$(BUILD)/%.o: %.c $(wildcard core/*/*.h) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*.h core/cuda/*.h core/cuda/*.cuh) $(FLAVOUR)
+$(BUILD)/%.o: %.cu $(wildcard core/*/*.h core/cuda/*.cuh) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -9,7 +9,7 @@
  * Output: one line "key value" per measurement. Random weights (std 0.02), a
  * Llama config; timings are the best of a few repetitions after a warm-up.
  */
-#include "model.h"
+#include "model/model.h"
 
 #include <cblas.h>
 #include <stdio.h>

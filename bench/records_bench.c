@@ -6,7 +6,7 @@
 //                                the best wall and the best CPU (user+sys) seconds
 // Records look like down records of a math rollout: 256 prompt ids, 1024
 // response ids and log-probs, ~3 KB of text, ids, reward and advantage.
-#include "record.h"
+#include "record/record.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /*
  * cli.c - see cli.h.
  */
-#include "cli.h"
-#include "common.h"
+#include "base/cli.h"
+#include "base/common.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * common.c - see common.h. Small, boring helpers; no global mutable state.
  */
 #define _GNU_SOURCE
-#include "common.h"
+#include "base/common.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
  * run is rejected by name: another model_type, a rope type other than
  * default/llama3, a hidden_act other than silu, Llama MLP bias, sliding window.
  */
-#include "config.h"
+#include "base/config.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -6,7 +6,7 @@
 #ifndef SKPO_CONFIG_H
 #define SKPO_CONFIG_H
 
-#include "common.h"
+#include "base/common.h"
 
 #define SKPO_MAX_EOS 8
 

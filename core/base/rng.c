@@ -1,9 +1,9 @@
 /*
  * rng.c - xoshiro256** (Blackman & Vigna) with splitmix64 seeding; see rng.h.
  */
-#include "rng.h"
+#include "base/rng.h"
 
-#include "common.h"
+#include "base/common.h"
 
 #include <math.h>
 

@@ -5,10 +5,10 @@
  * row live in zmm registers (head sizes 32, 64, 128, 256), dot products use
  * two accumulators, and the exponentials are computed 16 at a time.
  */
-#include "attn_cpu.h"
-#include "../common.h"
+#include "cpu/attn_cpu.h"
+#include "base/common.h"
 
-#include "simd_cpu.h"
+#include "cpu/simd_impl.h"
 
 #include <math.h>
 

@@ -8,7 +8,7 @@
 #ifndef SKPO_ATTN_CPU_H
 #define SKPO_ATTN_CPU_H
 
-#include "../ops.h"
+#include "cpu/ops.h"
 
 #include <stddef.h>
 

@@ -9,8 +9,8 @@
  * smaller R or a partial panel only computes fewer chains; the chains
  * themselves are the same instructions on the same operands.
  */
-#include "gemm_cpu.h"
-#include "../common.h"
+#include "cpu/gemm_cpu.h"
+#include "base/common.h"
 
 #include <math.h>
 #include <omp.h>

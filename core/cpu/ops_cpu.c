@@ -9,11 +9,11 @@
  * O(T^2); backward recomputes the probabilities (flash-attention style), in
  * two race-free passes: dq per query row, then dk/dv per key row.
  */
-#include "../ops.h"
-#include "../common.h"
-#include "attn_cpu.h"
-#include "gemm_cpu.h"
-#include "simd_cpu.h"
+#include "cpu/ops.h"
+#include "base/common.h"
+#include "cpu/attn_cpu.h"
+#include "cpu/gemm_cpu.h"
+#include "cpu/simd_impl.h"
 
 #include <cblas.h>
 #include <math.h>

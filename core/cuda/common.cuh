@@ -3,9 +3,9 @@
 // and warp/block reductions.
 #pragma once
 extern "C" {
-#include "common.h"
+#include "base/common.h"
 }
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

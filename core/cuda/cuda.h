@@ -15,7 +15,7 @@
 #ifndef SKPO_CUDA_H
 #define SKPO_CUDA_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

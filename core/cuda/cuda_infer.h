@@ -9,7 +9,7 @@
 #ifndef SKPO_CUDA_INFER_H
 #define SKPO_CUDA_INFER_H
 
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 #ifdef __cplusplus
 extern "C" {

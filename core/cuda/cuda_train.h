@@ -8,7 +8,7 @@
 #ifndef SKPO_CUDA_TRAIN_H
 #define SKPO_CUDA_TRAIN_H
 
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 #ifdef __cplusplus
 extern "C" {

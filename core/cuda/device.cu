@@ -1,6 +1,6 @@
 // device.cu - device contexts, memory, copies, bf16 conversion, NCCL.
 #include "common.cuh"
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 #include <nccl.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 // scaled scores), opt-in through SKPO_ATTN=flash until it has run against
 // them on a GPU (tests/unit/test_cuda_train.c compares the two).
 #include "common.cuh"
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 #include <mma.h>
 

@@ -2,7 +2,7 @@
 // async copies and pinned staging memory, a float32-output linear layer for
 // the logits, paged attention for query rows at any position, CUDA graphs.
 #include "common.cuh"
-#include "cuda_infer.h"
+#include "cuda/cuda_infer.h"
 
 #include <stdlib.h>
 

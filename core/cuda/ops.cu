@@ -290,7 +290,7 @@ extern "C" skpo_status skpo_cuda_logprob_backward(skpo_cuda *c, skpo_bf16 *dlogi
 }
 
 // --- sampling ---------------------------------------------------------------------------------
-// The contract of core/sampler.h, one block per row. p = softmax(z / T).
+// The contract of core/gen/sampler.h, one block per row. p = softmax(z / T).
 // top-k and top-p become one probability threshold: tau_k, the largest tau
 // with count(p >= tau) >= k (the k-th largest p), then tau_p, the largest tau
 // with mass(p >= tau) >= top_p * mass(p >= tau_k), i.e. top-p applied to the

@@ -5,7 +5,7 @@
 // data-parallel replicas that clip with it stay identical).
 #include "common.cuh"
 
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 __global__ void k_rows_gather(bf16 *dst, const bf16 *src, const int32_t *rows, int C) {
     const bf16 *s = src + (size_t)rows[blockIdx.x] * C;

@@ -3,17 +3,16 @@
  * model on CUDA: the step leaves the logits on the device
  * (skpo_model_step_dev) and skpo_cuda_sample draws on the model's stream, so
  * only B coins go up and B tokens + log-probs come back per step instead of
- * B x vocab floats. Uses model_cuda_ctx (model_cuda.h) for the model's device
+ * B x vocab floats. Uses skpo_model_cuda_ctx (model/model.h) for the model's device
  * context and stream.
  */
-#include "generate.h"
-#include "model.h"
-#include "model_cuda.h"
+#include "gen/generate.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 
 #ifdef SKPO_HAVE_CUDA
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 typedef struct gen_dev {
     skpo_gen_dev pub;       // first: the engine's view
@@ -41,7 +40,7 @@ static skpo_status dev_sample(void *ctx, int nrows, const skpo_sample_params *p,
                               float *logp, skpo_err *err) {
     gen_dev *d = ctx;
     SKPO_ASSERT(nrows <= d->nrows && d->logits);
-    skpo_cuda *cu = model_cuda_ctx(d->m);
+    skpo_cuda *cu = skpo_model_cuda_ctx(d->m);
     for (int r = 0; r < nrows; r++) d->h_coin[r] = (float)coin[r];
     skpo_status s = skpo_cuda_h2d(cu, d->d_coin, d->h_coin, (size_t)nrows * sizeof(float), err);
     if (s == SKPO_OK)
@@ -55,13 +54,13 @@ static skpo_status dev_sample(void *ctx, int nrows, const skpo_sample_params *p,
 static skpo_status dev_row(void *ctx, int r, float *dst, skpo_err *err) {
     gen_dev *d = ctx;
     SKPO_ASSERT(r >= 0 && r < d->nrows && d->logits);
-    return skpo_cuda_d2h(model_cuda_ctx(d->m), dst, d->logits + (size_t)r * d->vocab, (size_t)d->vocab * sizeof *dst,
+    return skpo_cuda_d2h(skpo_model_cuda_ctx(d->m), dst, d->logits + (size_t)r * d->vocab, (size_t)d->vocab * sizeof *dst,
                          err);
 }
 
 skpo_gen_dev *skpo_gen_dev_new(struct skpo_model *m, int max_rows, skpo_err *err) {
     SKPO_ASSERT(m && max_rows >= 1);
-    skpo_cuda *cu = model_cuda_ctx(m);
+    skpo_cuda *cu = skpo_model_cuda_ctx(m);
     if (skpo_model_device(m) != SKPO_DEV_CUDA || !cu) {
         skpo_err_set(err, SKPO_EUNSUPPORTED, "device sampling needs a model on cuda");
         return NULL;

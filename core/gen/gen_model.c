@@ -3,8 +3,8 @@
  * programs that drive the engine with another step function, like the unit
  * tests, do not link the model).
  */
-#include "generate.h"
-#include "model.h"
+#include "gen/generate.h"
+#include "model/model.h"
 
 skpo_status skpo_gen_model_step(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                                 const int *off, float *logits, skpo_err *err) {

@@ -3,7 +3,7 @@
  * decoder (kept apart from generate.c so the engine links without a
  * tokenizer).
  */
-#include "generate.h"
+#include "gen/generate.h"
 
 #include <stdlib.h>
 

@@ -5,7 +5,7 @@
  * Deliberately not here: preemption (admission reserves worst-case blocks
  * instead) and speculative decoding.
  */
-#include "generate.h"
+#include "gen/generate.h"
 
 #include <omp.h>
 #include <stdlib.h>

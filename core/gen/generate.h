@@ -40,10 +40,10 @@
 #ifndef SKPO_GENERATE_H
 #define SKPO_GENERATE_H
 
-#include "common.h"
-#include "kvcache.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "base/common.h"
+#include "model/kvcache.h"
+#include "gen/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
  * rollout.c - engine setup and record fields shared by the sampling tools;
  * see rollout.h.
  */
-#include "rollout.h"
+#include "gen/rollout.h"
 
 #include <stdlib.h>
 #include <string.h>

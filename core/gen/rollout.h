@@ -12,10 +12,10 @@
 #ifndef SKPO_ROLLOUT_H
 #define SKPO_ROLLOUT_H
 
-#include "generate.h"
-#include "model.h"
-#include "record.h"
-#include "tokenizer.h"
+#include "gen/generate.h"
+#include "model/model.h"
+#include "record/record.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct skpo_rollout_opts {
     const char *model_dir;

@@ -3,7 +3,7 @@
  * see sampler.h for the contract.
  */
 #define _GNU_SOURCE // memmem, qsort_r
-#include "sampler.h"
+#include "gen/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -24,8 +24,8 @@
 #ifndef SKPO_SAMPLER_H
 #define SKPO_SAMPLER_H
 
-#include "common.h"
-#include "rng.h"
+#include "base/common.h"
+#include "base/rng.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
  * memory: a pool made by skpo_kv_new_ext belongs to its owner's callbacks
  * (model_cuda.c keeps it on the GPU and copies blocks there).
  */
-#include "kvcache.h"
+#include "model/kvcache.h"
 
 #include <stdlib.h>
 #include <string.h>

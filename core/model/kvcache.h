@@ -16,7 +16,7 @@
 #ifndef SKPO_KVCACHE_H
 #define SKPO_KVCACHE_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 

@@ -9,10 +9,10 @@
  * followed by a final rmsnorm and the lm_head (tied to the embedding or not).
  * Kernels are the backend's (ops.h); weights are float32 in host memory.
  */
-#include "model_cuda.h"
-#include "model_cuda_train.h"
-#include "model_impl.h"
-#include "safetensors.h"
+#include "model/model_cuda.h"
+#include "model/model_cuda_train.h"
+#include "model/model_impl.h"
+#include "model/safetensors.h"
 
 #include <math.h>
 #include <omp.h>

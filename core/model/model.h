@@ -14,9 +14,9 @@
 #ifndef SKPO_MODEL_H
 #define SKPO_MODEL_H
 
-#include "common.h"
-#include "config.h"
-#include "kvcache.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "model/kvcache.h"
 
 #include <stdint.h>
 
@@ -118,5 +118,16 @@ typedef struct skpo_param {
 
 // Array of all parameters (owned by the model); returns the count.
 int skpo_model_params(skpo_model *m, skpo_param **params);
+
+// The model's flat device buffers (a CUDA model, skpo_model_dev_params): the
+// params of skpo_model_params, in order and contiguous (param i starts at the
+// sum of the numel before it); the device optimizer (train/optim.h) works on them.
+typedef struct skpo_dev_params {
+    struct skpo_cuda *cu;
+    float *master;      // (numel) float32 weights
+    uint16_t *w;        // (numel) bf16 copy the forward reads
+    float *grad;        // (numel) float32 gradients (rank-local sums before a step)
+    size_t numel;
+} skpo_dev_params;
 
 #endif

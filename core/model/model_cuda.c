@@ -16,7 +16,7 @@
  * Pure decode steps (one row per sequence) are captured in a CUDA graph per
  * (batch, table width) and replayed (SKPO_CUDA_GRAPHS=0 turns that off).
  */
-#include "model_cuda.h"
+#include "model/model_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +58,8 @@ int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
 
 #else
 
-#include "cuda.h"
-#include "cuda_infer.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_infer.h"
 
 #include <omp.h>
 

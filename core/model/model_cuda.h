@@ -27,7 +27,7 @@
 #ifndef SKPO_MODEL_CUDA_H
 #define SKPO_MODEL_CUDA_H
 
-#include "model_impl.h"
+#include "model/model_impl.h"
 
 #include <stdint.h>
 
@@ -39,9 +39,9 @@ typedef struct model_cuda {
     skpo_bf16 *w;             // every parameter in bf16, same element offsets as the host m->mem
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
-    void *train;              // owned by core/model_cuda_train.c: saved activations, scratch
+    void *train;              // owned by core/model/model_cuda_train.c: saved activations, scratch
     void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first
-    void *infer;              // owned by core/model_cuda.c: step scratch, staging buffers, last logits
+    void *infer;              // owned by core/model/model_cuda.c: step scratch, staging buffers, last logits
 } model_cuda;
 
 // Device pointer of a host parameter pointer (NULL stays NULL).

@@ -8,9 +8,9 @@
  * All device memory of a pass comes from one arena that grows to the largest
  * micro-batch seen and is kept until the model is closed.
  */
-#include "model_cuda_train.h"
+#include "model/model_cuda_train.h"
 
-#include "model_cuda.h"
+#include "model/model_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const f
 skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) { return NOCUDA(err); }
 
 #else
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 #ifndef LOGIT_CHUNK_ELEMS   // tests shrink it to run many chunks on small models
 #define LOGIT_CHUNK_ELEMS ((size_t)1 << 26)   // 128 MiB of bf16 logits per chunk

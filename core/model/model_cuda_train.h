@@ -17,8 +17,7 @@
 #ifndef SKPO_MODEL_CUDA_TRAIN_H
 #define SKPO_MODEL_CUDA_TRAIN_H
 
-#include "model.h"
-#include "optim.h"
+#include "model/model.h"
 
 // --- public (tools, update, tests) ---------------------------------------------------
 

@@ -6,8 +6,8 @@
 #ifndef SKPO_MODEL_IMPL_H
 #define SKPO_MODEL_IMPL_H
 
-#include "model.h"
-#include "ops.h"
+#include "model/model.h"
+#include "cpu/ops.h"
 
 // Pointers into the one parameter buffer; NULL where the config has no such tensor.
 typedef struct model_layer {

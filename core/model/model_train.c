@@ -9,8 +9,8 @@
  * and the saved log-normaliser instead of keeping them.
  * Not here: KV-cache inference (model.c) and the optimiser (optim).
  */
-#include "model_cuda_train.h"
-#include "model_impl.h"
+#include "model/model_cuda_train.h"
+#include "model/model_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

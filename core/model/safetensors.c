@@ -1,7 +1,7 @@
 /*
  * safetensors.c - mmap reader and atomic writer for safetensors (safetensors.h).
  */
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -19,7 +19,7 @@
 #ifndef SKPO_SAFETENSORS_H
 #define SKPO_SAFETENSORS_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
  * mpcheck.c - see mpcheck.h. A value is walked with an explicit stack of
  * "values still to read" per nesting level.
  */
-#include "mpcheck.h"
+#include "record/mpcheck.h"
 
 #include <stdint.h>
 

@@ -9,7 +9,7 @@
 #ifndef SKPO_MPCHECK_H
 #define SKPO_MPCHECK_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

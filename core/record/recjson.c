@@ -5,8 +5,8 @@
  * shortest text, non-finite values never produce invalid JSON, and large token
  * arrays print without building a tree. Input is parsed with jansson.
  */
-#include "recjson.h"
-#include "mpcheck.h"
+#include "record/recjson.h"
+#include "record/mpcheck.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -23,7 +23,7 @@
 #ifndef SKPO_RECJSON_H
 #define SKPO_RECJSON_H
 
-#include "record.h"
+#include "record/record.h"
 
 // A growable text buffer (not NUL-terminated until skpo_jbuf_cstr).
 typedef struct skpo_jbuf {

@@ -6,9 +6,9 @@
  * (maps, arrays, ext) are kept packed (SKPO_V_RAW) and never interpreted here.
  */
 #define _GNU_SOURCE
-#include "record.h"
-#include "mpcheck.h"
-#include "record_impl.h"
+#include "record/record.h"
+#include "record/mpcheck.h"
+#include "record/record_impl.h"
 
 #include <msgpack.h>
 #include <stdlib.h>

@@ -27,7 +27,7 @@
 #ifndef SKPO_RECORD_H
 #define SKPO_RECORD_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #ifndef SKPO_RECORD_IMPL_H
 #define SKPO_RECORD_IMPL_H
 
-#include "record.h"
+#include "record/record.h"
 
 #include <msgpack.h>
 

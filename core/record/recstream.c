@@ -13,9 +13,9 @@
  * ZSTD_compressStream2; frames carry a checksum.
  */
 #define _GNU_SOURCE
-#include "record.h"
-#include "mpcheck.h"
-#include "record_impl.h"
+#include "record/record.h"
+#include "record/mpcheck.h"
+#include "record/record_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

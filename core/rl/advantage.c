@@ -5,8 +5,8 @@
  * the input in any order. Records are first indexed and checked (nothing is
  * written into them until every check passed), then computed, then annotated.
  */
-#include "advantage.h"
-#include "model.h"
+#include "rl/advantage.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>

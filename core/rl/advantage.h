@@ -27,9 +27,9 @@
 #ifndef SKPO_ADVANTAGE_H
 #define SKPO_ADVANTAGE_H
 
-#include "common.h"
-#include "record.h"
-#include "tracker.h"
+#include "base/common.h"
+#include "record/record.h"
+#include "rl/tracker.h"
 
 #include <stddef.h>
 

@@ -2,7 +2,7 @@
  * signsim.c - the sign-consistency simulation of signsim.h: RNG, binomial
  * sampling, the per-group sign test and the OpenMP trial loop.
  */
-#include "signsim.h"
+#include "rl/signsim.h"
 
 #include <math.h>
 #include <stdlib.h>

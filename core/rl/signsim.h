@@ -27,12 +27,12 @@
 #ifndef SKPO_SIGNSIM_H
 #define SKPO_SIGNSIM_H
 
-#include "common.h"
-#include "rng.h"
+#include "base/common.h"
+#include "base/rng.h"
 
 #include <stdint.h>
 
-// --- random numbers: core/rng.h's xoshiro256** ------------------------------------
+// --- random numbers: core/base/rng.h's xoshiro256** ------------------------------------
 
 // Independent stream `stream` of run `seed` (one per trial block / thread).
 void skpo_signsim_rng_seed(skpo_rng *r, uint64_t seed, uint64_t stream);

@@ -4,8 +4,8 @@
  * stream (see tracker.h for the math and the folder layout).
  * Not here: the divergence D (needs a model) and advantages (advantage.c).
  */
-#include "tracker.h"
-#include "record.h"
+#include "rl/tracker.h"
+#include "record/record.h"
 
 #include <dirent.h>
 #include <errno.h>

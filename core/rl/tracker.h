@@ -32,7 +32,7 @@
 #ifndef SKPO_TRACKER_H
 #define SKPO_TRACKER_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

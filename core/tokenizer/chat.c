@@ -18,7 +18,7 @@
  *   plain         the message contents concatenated, nothing added.
  * Tool calls and tool roles are not supported.
  */
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>

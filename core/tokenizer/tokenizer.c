@@ -23,7 +23,7 @@
  * normalizers and pre-tokenizers (Metaspace, BertPreTokenizer, ...), BPE
  * dropout, continuing_subword_prefix / end_of_word_suffix, WordPiece/Unigram.
  */
-#include "tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #include <jansson.h>
 #include <stdlib.h>

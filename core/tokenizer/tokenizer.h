@@ -5,7 +5,7 @@
 #ifndef SKPO_TOKENIZER_H
 #define SKPO_TOKENIZER_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

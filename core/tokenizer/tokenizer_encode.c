@@ -3,7 +3,7 @@
  * pre-tokenizers and BPE with a per-word cache (the pipeline is described at
  * the top of tokenizer.c).
  */
-#include "tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #include <stdlib.h>
 #include <utf8proc.h>

@@ -6,7 +6,7 @@
 #ifndef SKPO_TOKENIZER_IMPL_H
 #define SKPO_TOKENIZER_IMPL_H
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * here too (it is the one place that ties update.h to model.h).
  */
 #define _GNU_SOURCE
-#include "checkpoint.h"
-#include "model_cuda_train.h"
+#include "train/checkpoint.h"
+#include "model/model_cuda_train.h"
 
 #include <dirent.h>
 #include <errno.h>

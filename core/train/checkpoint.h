@@ -21,10 +21,10 @@
 #ifndef SKPO_CHECKPOINT_H
 #define SKPO_CHECKPOINT_H
 
-#include "common.h"
-#include "model.h"
-#include "optim.h"
-#include "update.h"
+#include "base/common.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/update.h"
 
 #include <stdint.h>
 

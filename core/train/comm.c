@@ -2,7 +2,7 @@
  * comm.c - see comm.h. The local backend and the MPI backend. MPI is linked
  * when the build finds it (<mpi.h>); without it only local exists.
  */
-#include "comm.h"
+#include "train/comm.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -136,8 +136,8 @@ static skpo_status mpi_open(skpo_comm *c, skpo_err *err) {
 // --- NCCL: device collectives --------------------------------------------------------------
 
 #ifdef SKPO_HAVE_CUDA
-#include "cuda.h"
-#include "cuda_train.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_train.h"
 
 #include <time.h>
 #include <unistd.h>

@@ -25,7 +25,7 @@
 #ifndef SKPO_COMM_H
 #define SKPO_COMM_H
 
-#include "common.h"
+#include "base/common.h"
 
 #include <stddef.h>
 

@@ -3,7 +3,7 @@
  * float32 like the model's. The branches mirror verl's torch code so the
  * PyTorch fixtures (tests/ref/make_update_fixtures.py) agree to rounding.
  */
-#include "loss.h"
+#include "train/loss.h"
 
 #include <math.h>
 #include <string.h>

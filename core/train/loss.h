@@ -31,7 +31,7 @@
 #ifndef SKPO_LOSS_H
 #define SKPO_LOSS_H
 
-#include "common.h"
+#include "base/common.h"
 
 typedef enum skpo_loss_kind {
     SKPO_LOSS_PPO = 0,

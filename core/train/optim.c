@@ -3,8 +3,8 @@
  * is independent, so results do not depend on the thread count); reductions
  * run in a fixed sequential order in double.
  */
-#include "optim.h"
-#include "optim_dev.h"
+#include "train/optim.h"
+#include "train/optim_dev.h"
 
 #include <errno.h>
 #include <inttypes.h>

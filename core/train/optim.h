@@ -46,8 +46,8 @@
 #ifndef SKPO_OPTIM_H
 #define SKPO_OPTIM_H
 
-#include "common.h"
-#include "model.h"
+#include "base/common.h"
+#include "model/model.h"
 
 #include <stdint.h>
 
@@ -108,15 +108,7 @@ skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int s
                             const char *path, skpo_err *err);
 // --- device (CUDA) path --------------------------------------------------------------
 
-// The model's flat device buffers: the params of skpo_optim_new, in order and
-// contiguous (param i starts at the sum of the numel before it).
-typedef struct skpo_dev_params {
-    struct skpo_cuda *cu;
-    float *master;      // (numel) float32 weights
-    uint16_t *w;        // (numel) bf16 copy the forward reads
-    float *grad;        // (numel) float32 gradients (rank-local sums before a step)
-    size_t numel;
-} skpo_dev_params;
+// skpo_dev_params (the model's flat device buffers) is in model/model.h.
 
 // Move the optimizer to the device: moments (those in o->m / o->v now, zero
 // or loaded) are uploaded, this rank's slice only when zero = 1. comm must be

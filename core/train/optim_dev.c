@@ -4,8 +4,8 @@
  * all-gather), norm, clipping and the fused AdamW kernel. Without CUDA only
  * the refusal is compiled.
  */
-#include "comm.h"
-#include "optim_dev.h"
+#include "train/comm.h"
+#include "train/optim_dev.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
 skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) { return SKPO_OK; }
 
 #else
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 // Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
 // [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)

@@ -5,7 +5,7 @@
 #ifndef SKPO_OPTIM_DEV_H
 #define SKPO_OPTIM_DEV_H
 
-#include "optim.h"
+#include "train/optim.h"
 
 void optim_dev_free(struct skpo_optim_dev *d);
 // Reduce, clip and step on the device (o->dev set); o->t advances on success.

@@ -2,7 +2,7 @@
  * update.c - see update.h. Sections: records -> samples, the mini-batch plan,
  * micro-batch gradient, the step, metrics records.
  */
-#include "update.h"
+#include "train/update.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -30,15 +30,15 @@
 #ifndef SKPO_UPDATE_H
 #define SKPO_UPDATE_H
 
-#include "comm.h"
-#include "common.h"
-#include "loss.h"
-#include "model.h"
-#include "optim.h"
-#include "record.h"
+#include "train/comm.h"
+#include "base/common.h"
+#include "train/loss.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "record/record.h"
 
 // What the trainer needs from a model (skpo_policy_of_model in checkpoint.h
-// wraps core/model.h; tests plug in small exact models).
+// wraps core/model/model.h; tests plug in small exact models).
 typedef struct skpo_policy {
     void *ctx;
     // Training forward: per-token logp (and entropy, nullable) of seqs; keeps

@@ -2,8 +2,8 @@
  * evalstats.c - pass@k, maj@k and the reported k values (see evalstats.h).
  * maj@k is quadratic in k, which is fine for the k <= a few hundred of evals.
  */
-#include "evalstats.h"
-#include "common.h"
+#include "verify/evalstats.h"
+#include "base/common.h"
 
 #include <string.h>
 

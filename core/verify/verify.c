@@ -3,8 +3,8 @@
  * extract, then compare through a choice-letter check, the canonical-string
  * shortcut and the parsed comparison (verify_cmp.c).
  */
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <stdlib.h>
 #include <string.h>

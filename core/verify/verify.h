@@ -32,7 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define SKPO_VERIFY_PRED_MAX 2048    // bytes of `pred` kept (NUL included)
 #define SKPO_VERIFY_ANSWER_MAX 4096  // longest extracted answer parsed

@@ -5,8 +5,8 @@
  * escapes on purpose, which strict JSON libraries reject; here they decode to
  * their 3-byte (invalid UTF-8) form so the verifier sees hostile bytes.
  */
-#include "verify.h"
-#include "common.h"
+#include "verify/verify.h"
+#include "base/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

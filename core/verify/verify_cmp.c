@@ -13,7 +13,7 @@
  * compare right-hand sides under a named left side or as proportional
  * "lhs - rhs" forms, inequalities as positive multiples or as interval sets.
  */
-#include "verify_int.h"
+#include "verify/verify_impl.h"
 
 #include <math.h>
 #include <string.h>

@@ -15,8 +15,8 @@
  * every Unicode digit, and (?i) lets U+017F match "s". The fixture test
  * (tests/unit/test_verify_dapo.c) checks this file against a Python port.
  */
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <stdlib.h>
 #include <string.h>

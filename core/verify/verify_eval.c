@@ -5,7 +5,7 @@
  * or overflowing values evaluate to NaN, which never compares equal.
  * Recursion is bounded by the parser's depth cap.
  */
-#include "verify_int.h"
+#include "verify/verify_impl.h"
 
 #include <math.h>
 

@@ -11,8 +11,8 @@
  * answers longer than SKPO_VERIFY_ANSWER_MAX count as no answer.
  */
 #define _GNU_SOURCE
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <ctype.h>
 #include <stdlib.h>

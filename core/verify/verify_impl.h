@@ -9,7 +9,7 @@
 #ifndef SKPO_VERIFY_INT_H
 #define SKPO_VERIFY_INT_H
 
-#include "verify.h"
+#include "verify/verify.h"
 
 #include <complex.h>
 #include <stdbool.h>

@@ -8,8 +8,8 @@
  * text), single-character \frac/\sqrt arguments (\frac34), and degree marks.
  * Anything it does not know becomes T_BAD, which makes the parse fail.
  */
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -17,8 +17,8 @@
  * that hits either fails (the answer counts as not given), so hostile input
  * costs bounded time. Not a LaTeX engine: unknown commands fail the parse.
  */
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <stdlib.h>
 #include <string.h>

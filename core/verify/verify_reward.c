@@ -4,8 +4,8 @@
  * unless asked otherwise, SKPO.md Q3) and DAPO's soft overlong penalty
  * (SKPO.md 4.7) added to the +1/-1 (or 1/0) correctness reward.
  */
-#include "verify.h"
-#include "record.h"
+#include "verify/verify.h"
+#include "record/record.h"
 
 #include <string.h>
 

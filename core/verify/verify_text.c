@@ -4,8 +4,8 @@
  * canonical string used for the string-equality shortcut, and choice letters.
  * Deliberately not a parser: everything here is one linear pass.
  */
-#include "verify_int.h"
-#include "common.h"
+#include "verify/verify_impl.h"
+#include "base/common.h"
 
 #include <ctype.h>
 #include <string.h>

@@ -4,7 +4,7 @@
 // \002, each "role\001content" (C strings: a NUL ends a field early). Known
 // templates with valid roles must render, anything else must fail with a
 // message; every wording must wrap every content.
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>

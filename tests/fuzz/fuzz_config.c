@@ -1,5 +1,5 @@
 // fuzz_config.c - config.json parsing on arbitrary bytes.
-#include "config.h"
+#include "base/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     skpo_config c;

@@ -2,7 +2,7 @@
 // path (through a memfd) and the plain msgpack map decoder. Any input must
 // give records or a clean error, never a crash, leak or hang.
 #define _GNU_SOURCE
-#include "record.h"
+#include "record/record.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

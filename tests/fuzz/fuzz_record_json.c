@@ -1,9 +1,9 @@
-// fuzz_record_json.c - records <-> JSON (core/recjson.h) on arbitrary bytes:
+// fuzz_record_json.c - records <-> JSON (core/record/recjson.h) on arbitrary bytes:
 // as a JSON line for --pack (whatever parses must print and parse back to the
 // same text), and as one msgpack value shown by skpo-cat (whatever passes
 // skpo_mp_check must print). Never a crash, leak or hang.
-#include "mpcheck.h"
-#include "recjson.h"
+#include "record/mpcheck.h"
+#include "record/recjson.h"
 
 #include <stdlib.h>
 #include <string.h>

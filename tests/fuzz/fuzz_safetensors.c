@@ -1,7 +1,7 @@
 // fuzz_safetensors.c - the safetensors header and tensor reader on arbitrary
 // bytes (written to a temp file, as the loader maps files).
 #define _GNU_SOURCE
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>

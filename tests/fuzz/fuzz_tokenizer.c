@@ -10,7 +10,7 @@
 //   - the bytes read as ids (any value, unknown ids included) decode to the
 //     same text in one call and through the stream decoder.
 // Loading arbitrary tokenizer.json bytes is fuzz_tokjson.c.
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

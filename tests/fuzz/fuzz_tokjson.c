@@ -2,7 +2,7 @@
 // folder, as skpo_tok_load reads a folder). Loading must succeed or fail with
 // a message; a tokenizer that loads must encode and decode a fixed text.
 #define _GNU_SOURCE
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 // verifier must return within the fuzzer's timeout with a NUL-terminated pred,
 // and skpo_verify_equal(gold, pred) must agree with itself when run twice
 // (the module promises no global state).
-#include "verify.h"
+#include "verify/verify.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@ CFL="-O1 -g -std=gnu11 -D_GNU_SOURCE -Wno-macro-redefined -Wno-unknown-attribute
 LIBS="-lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -lgomp $(pkg-config --libs ompi-c 2>/dev/null)"
 mkdir -p "$B/obj"
 # clang < 15 has no _Float16 on x86; its storage-only __fp16 converts the same
-# way (round to nearest even, through compiler-rt), which is all core/optim.c
+# way (round to nearest even, through compiler-rt), which is all core/train/optim.c
 # asks of it. tests/fuzz/clang_compat.h supplies glibc's GCC-only CMPLX.
 printf '_Float16 h;\n' >"$B/f16.c"
 if ! $CC -c "$B/f16.c" -o "$B/f16.o" 2>/dev/null; then
@@ -28,7 +28,7 @@ if ! $CC -c "$B/f16.c" -o "$B/f16.o" 2>/dev/null; then
 fi
 CFL="$CFL -include tests/fuzz/clang_compat.h"
 objs=""
-for c in core/*.c core/cpu/*.c; do
+for c in core/*/*.c; do
   [ -f "$c" ] || continue
   o="$B/obj/$(echo "$c" | tr / _).o"
   if [ ! -f "$o" ] || [ "$c" -nt "$o" ] || [ tests/fuzz/run.sh -nt "$o" ] || [ -n "$(find core -name '*.h' -newer "$o" 2>/dev/null | head -n 1)" ]; then

@@ -18,10 +18,10 @@
  * Usage: bench_decode [0.5b|1.5b]
  */
 #include "gpu_bench.h"
-#include "generate.h"
-#include "kvcache.h"
+#include "gen/generate.h"
+#include "model/kvcache.h"
 #ifdef SKPO_HAVE_CUDA
-#include "cuda.h"
+#include "cuda/cuda.h"
 #endif
 
 #include <stdlib.h>

@@ -12,7 +12,7 @@
  * Usage: bench_prefill [0.5b|1.5b]
  */
 #include "gpu_bench.h"
-#include "kvcache.h"
+#include "model/kvcache.h"
 
 enum { NSEQ = 16, LEN = 1024, REPS = 5 };
 

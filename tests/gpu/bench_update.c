@@ -12,7 +12,7 @@
  * Usage: bench_update [0.5b|1.5b]
  */
 #include "gpu_bench.h"
-#include "optim.h"
+#include "train/optim.h"
 
 enum { NSEQ = 8, LEN = 1024, REPS = 5 };
 

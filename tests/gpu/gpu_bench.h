@@ -12,9 +12,9 @@
 #ifndef SKPO_GPU_BENCH_H
 #define SKPO_GPU_BENCH_H
 
-#include "common.h"
-#include "config.h"
-#include "model.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,10 +7,10 @@
 #ifndef SKPO_GPU_UPDATE_STEP_H
 #define SKPO_GPU_UPDATE_STEP_H
 
-#include "comm.h"
-#include "model.h"
-#include "model_cuda_train.h"
-#include "optim.h"
+#include "train/comm.h"
+#include "model/model.h"
+#include "model/model_cuda_train.h"
+#include "train/optim.h"
 
 typedef struct bench_opt {
     skpo_optim *o;

@@ -8,7 +8,7 @@
 #
 # OpenMPI is left out on purpose: it pulls tens of MB of dependencies
 # (hwloc, pmix, libfabric, ucx ...) and the GPU checks run one rank; without
-# pkg-config's ompi-c the Makefile builds core/comm.c without MPI.
+# pkg-config's ompi-c the Makefile builds core/train/comm.c without MPI.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 dir="$top/.gpudeps"

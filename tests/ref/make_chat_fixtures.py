@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference renderings for core/chat.c, made with transformers' apply_chat_template.
+"""Reference renderings for core/tokenizer/chat.c, made with transformers' apply_chat_template.
 
 qwen2.5-math uses the chat_template of the Qwen2.5-Math tokenizer_config.json in
 ../shared/data/tokenizer/qwen2.5/. qwen2.5, qwen2 and llama3 use the non-tool

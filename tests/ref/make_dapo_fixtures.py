@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for skpo's `dapo` verifier (core/verify_dapo.c).
+"""Reference fixtures for skpo's `dapo` verifier (core/verify/verify_dapo.c).
 
 A Python port of verl's math_dapo.compute_score (default, non-strict mode),
 written from spec/SKPO.md section 5 and verl's recipe: last 300 characters,

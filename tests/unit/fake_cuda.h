@@ -2,13 +2,13 @@
 // cuda_infer.h), for test_cuda_model_fake.c only: "device" memory is malloc,
 // every kernel is a plain loop with bf16 storage (round to nearest even) and
 // fp32 math, written from the kernels' contracts and not from the CPU model.
-// It lets CI (no GPU) run core/model_cuda.c's host side for real: parameter
+// It lets CI (no GPU) run core/model/model_cuda.c's host side for real: parameter
 // offsets, staging of tokens/positions/slots/block tables, the device KV pool
 // and its copy-on-write, scratch growth, sync to and from the host, errors.
 // Graphs record the kernels' arguments at capture and replay them.
 // Include once, from a test that defines SKPO_HAVE_CUDA before any header.
-#include "cuda.h"
-#include "cuda_infer.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_infer.h"
 
 #include <math.h>
 #include <stdlib.h>

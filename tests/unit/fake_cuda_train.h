@@ -4,9 +4,9 @@
 // from each kernel's contract as core/cuda/*.cu implements it, including
 // which outputs are overwritten (dx of linear/rmsnorm backward, dq) and which
 // accumulate (dW, dbias, dK/dV, embedding rows): that is what the host side
-// of core/model_cuda_train.c must get right. bf16 storage, fp32 math.
+// of core/model/model_cuda_train.c must get right. bf16 storage, fp32 math.
 // Include after fake_cuda.h.
-#include "cuda_train.h"
+#include "cuda/cuda_train.h"
 
 skpo_status skpo_cuda_add(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, size_t n, skpo_err *err) {
     for (size_t i = 0; i < n; i++) fk_st(y, i, fk_ld(y, i) + fk_ld(x, i));

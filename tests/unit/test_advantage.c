@@ -3,9 +3,9 @@
 // over records: groups spread over the input in any order, the up reward and
 // its batch normalisation, dapo's filter, spo, the divergence hook, and the
 // errors (missing downstream records, NaN and missing rewards, orphans).
-#include "advantage.h"
+#include "rl/advantage.h"
 #include "harness.h"
-#include "model.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // test_cli.c - option parsing keeps argv whole and puts positionals first.
 #include "harness.h"
-#include "cli.h"
+#include "base/cli.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
 // unique id handed from rank 0 to the others through a file (a forked
 // process plays rank 1). The NCCL part needs GPUs (tests/gpu).
 #include "harness.h"
-#include "comm.h"
+#include "train/comm.h"
 
 #include <string.h>
 #include <sys/wait.h>

@@ -1,6 +1,6 @@
 // test_common.c - strict number parsing, atomic files, path helpers.
 #include "harness.h"
-#include "common.h"
+#include "base/common.h"
 
 #include <string.h>
 #include <unistd.h>

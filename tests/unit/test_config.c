@@ -1,6 +1,6 @@
 // test_config.c - config.json parsing for Qwen2 and Llama (config.h).
 #include "harness.h"
-#include "config.h"
+#include "base/config.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // packed-weight entry points in ops.h: bit-identical whatever the batch, the
 // row's place in it, the thread count or packing; close to a double reference.
 #include "harness.h"
-#include "ops.h"
+#include "cpu/ops.h"
 #include "cpu/gemm_cpu.h"
 
 #include <math.h>

@@ -20,11 +20,11 @@
 // build, so the GPU comparison is decided by the kernels, not by rounding.
 // Without a GPU the GPU tests print a visible SKIP line.
 #include "harness.h"
-#include "common.h"
-#include "config.h"
-#include "generate.h"
-#include "kvcache.h"
-#include "model.h"
+#include "base/common.h"
+#include "base/config.h"
+#include "gen/generate.h"
+#include "model/kvcache.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +121,7 @@ static void greedy_fixture_has_large_margins(void) {
 static void greedy_tokens_equal_on_cpu_and_cuda(void) { SKIP("built without CUDA (no nvcc): skipped: no GPU"); }
 static void engine_device_sampler_greedy_equals_cpu_engine(void) { SKIP("built without CUDA: skipped: no GPU"); }
 #else
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 static skpo_model *cuda_copy(skpo_model *cpu, char *dir) {
     skpo_err e = {0};

@@ -10,13 +10,13 @@
 // --device parsing and the errors without a GPU; those run everywhere, the GPU
 // comparisons print "SKIP ...: skipped: no GPU" without one.
 #include "harness.h"
-#include "kvcache.h"
-#include "model.h"
-#include "model_cuda.h"
+#include "model/kvcache.h"
+#include "model/model.h"
+#include "model/model_cuda.h"
 
 #ifdef SKPO_HAVE_CUDA
-#include "cuda.h"
-#include "cuda_infer.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_infer.h"
 #endif
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 // Without nvcc at build time or without a GPU at run time every test prints a
 // visible SKIP line.
 #include "harness.h"
-#include "common.h"
+#include "base/common.h"
 
 #ifndef SKPO_HAVE_CUDA
 static void cuda_ops_match_cpu_reference(void) { SKIP("built without CUDA (no nvcc)"); }
@@ -13,7 +13,7 @@ int main(void) {
     return TEST_SUMMARY();
 }
 #else
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 #include <string.h>
 

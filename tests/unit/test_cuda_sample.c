@@ -1,5 +1,5 @@
 // test_cuda_sample.c - the device sampler (skpo_cuda_sample) against the CPU
-// sampler's contract (core/sampler.h).
+// sampler's contract (core/gen/sampler.h).
 //
 // Statistics: for each parameter set, 20000 draws from one fixed logit row
 // (V = 4096, logits ~ N(0, 2.5^2), no ties) with coins from a fixed-seed
@@ -18,15 +18,15 @@
 // skpo_sample_logprob within 2e-4 (float sums over the vocabulary on the GPU).
 // Without a GPU every test prints a visible SKIP line.
 #include "harness.h"
-#include "common.h"
-#include "rng.h"
-#include "sampler.h"
+#include "base/common.h"
+#include "base/rng.h"
+#include "gen/sampler.h"
 
 #include <stdint.h>
 #include <string.h>
 
 #ifdef SKPO_HAVE_CUDA
-#include "cuda.h"
+#include "cuda/cuda.h"
 #endif
 
 enum { V = 4096, NDRAW = 20000, CHUNK = 5000 };

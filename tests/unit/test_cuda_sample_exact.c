@@ -2,7 +2,7 @@
 // exact contract, coin by coin: for a coin u the token must be the one whose
 // interval of the cumulative distribution, walked in index order over the kept
 // set, holds u * (kept mass). The kept set is computed here in double with
-// core/sampler.c's semantics (top-k most likely first, ties by lower id, then
+// core/gen/sampler.c's semantics (top-k most likely first, ties by lower id, then
 // top-p over the renormalised top-k mass with cum >= top_p * mass). Every
 // token must match (coins closer than 1e-5 of the kept mass to a boundary are
 // excused: float rounding may fall either way), and every log-prob must be
@@ -10,15 +10,15 @@
 // of test_cuda_sample.c, so one wrong token anywhere fails it. Without nvcc or
 // a GPU it prints a visible SKIP line.
 #include "harness.h"
-#include "common.h"
-#include "rng.h"
+#include "base/common.h"
+#include "base/rng.h"
 
 #include <string.h>
 
 #ifndef SKPO_HAVE_CUDA
 static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) { SKIP("built without CUDA (no nvcc): skipped: no GPU"); }
 #else
-#include "cuda.h"
+#include "cuda/cuda.h"
 
 enum { V = 4096, NC = 48 };
 

@@ -29,10 +29,10 @@
 // fakes of the kernels, which checks the host side (offsets, arena, chunks,
 // recomputation, optimizer slices and state) but not the kernels.
 #include "harness.h"
-#include "checkpoint.h"
-#include "comm.h"
-#include "model.h"
-#include "model_cuda_train.h"
+#include "train/checkpoint.h"
+#include "train/comm.h"
+#include "model/model.h"
+#include "model/model_cuda_train.h"
 
 #include <string.h>
 
@@ -43,8 +43,8 @@ int main(void) {
     return TEST_SUMMARY();
 }
 #else
-#include "cuda.h"
-#include "cuda_train.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_train.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // test_cuda_train_fake.c - test_cuda_train.c's GPU-vs-CPU comparisons, run in
 // CPU builds against fake_cuda.h + fake_cuda_train.h (host-memory kernels with
-// bf16 storage) and core/model_cuda.c, model_cuda_train.c, optim_dev.c compiled
+// bf16 storage) and core/model/model_cuda.c, model_cuda_train.c, optim_dev.c compiled
 // with SKPO_HAVE_CUDA: the host side of device training (parameter offsets,
 // the activation arena, scored-row chunks of the lm_head (shrunk here to 4096
 // logits so every test runs many), recomputation, the device optimizer and its
@@ -12,9 +12,9 @@
 #define LOGIT_CHUNK_ELEMS ((size_t)1 << 12)
 #include "fake_cuda.h"
 #include "fake_cuda_train.h"
-#include "../../core/model_cuda.c"
-#include "../../core/model_cuda_train.c"
-#include "../../core/optim_dev.c"
+#include "../../core/model/model_cuda.c"
+#include "../../core/model/model_cuda_train.c"
+#include "../../core/train/optim_dev.c"
 #include "test_cuda_train.c"
 #else
 #include "harness.h"

@@ -1,6 +1,6 @@
 // test_evalstats.c - pass@k, maj@k and the reported k list against hand values
 // (SKPO.md section 6) and against the binomial definition computed exactly.
-#include "evalstats.h"
+#include "verify/evalstats.h"
 #include "harness.h"
 
 static double binom(long n, long k) { // exact for the small n used here

@@ -6,7 +6,7 @@
 // is killed mid-stream leaves it) and prints the byte offset of OUT after each
 // record, one per line: the record boundaries to cut at.
 #include "harness.h"
-#include "record.h"
+#include "record/record.h"
 
 #include <fcntl.h>
 #include <string.h>

@@ -9,10 +9,10 @@
  * NaN row as SKPO_ENUMERIC and a failing device call as its error.
  * Model: the tiny Qwen2 fixture of test_sampler_model (tests/fixtures/sample).
  */
-#include "generate.h"
+#include "gen/generate.h"
 #include "harness.h"
-#include "model.h"
-#include "rng.h"
+#include "model/model.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // test_kvcache.c - paged KV cache: sharing, copy-on-write, accounting.
 #include "harness.h"
-#include "kvcache.h"
+#include "model/kvcache.h"
 
 static skpo_kv *mk(size_t nblocks) {
     skpo_kv_shape sh = {.n_layers = 2, .kv_dim = 4, .block_size = 4, .n_blocks = nblocks, .max_seqs = 16};

@@ -2,7 +2,7 @@
 // (tests/fixtures/update/loss.json from tests/ref/make_update_fixtures.py),
 // plus hand-checked corner cases.
 #include "harness.h"
-#include "loss.h"
+#include "train/loss.h"
 
 #include <jansson.h>
 #include <stdlib.h>

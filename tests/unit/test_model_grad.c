@@ -5,7 +5,7 @@
 // loss = sum(w * logp) + sum(u * entropy) at temperature 0.8.
 // Tolerance: per tensor, max |analytic - fd| <= 1e-3 * max |fd|.
 #include "harness.h"
-#include "model.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>

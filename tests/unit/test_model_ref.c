@@ -5,8 +5,8 @@
 // reference gradient. Also: KV-cache decode == full forward and a batched step
 // == single-sequence steps.
 #include "harness.h"
-#include "model.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
 // temperature 0.7, max abs err 1e-4), every other record and field unchanged
 // and in order, across several scoring batches.
 #include "harness.h"
-#include "record.h"
-#include "safetensors.h"
+#include "record/record.h"
+#include "model/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 // test_mpcheck.c - the msgpack structure walker that guards decoders.
 #include "harness.h"
-#include "mpcheck.h"
+#include "record/mpcheck.h"
 
 #include <string.h>
 

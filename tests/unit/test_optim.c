@@ -2,7 +2,7 @@
 // torch.optim.AdamW + clip_grad_norm_ (tests/fixtures/update/adamw.json), the
 // state file round trip, master weights and the non-finite guard.
 #include "harness.h"
-#include "optim.h"
+#include "train/optim.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 // every bad-input case with its "at record N (byte offset B)" message, a 100 MB
 // record, flushing for pipe consumers, atomic files.
 #include "harness.h"
-#include "record.h"
+#include "record/record.h"
 
 #include <fcntl.h>
 #include <msgpack.h>

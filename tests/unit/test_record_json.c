@@ -1,7 +1,7 @@
-// test_record_json.c - records <-> JSON (core/recjson.h): float text, non-finite
+// test_record_json.c - records <-> JSON (core/record/recjson.h): float text, non-finite
 // values, base64 bins, escapes, nested values, and the errors of the reverse way.
 #include "harness.h"
-#include "recjson.h"
+#include "record/recjson.h"
 
 #include <math.h>
 #include <string.h>

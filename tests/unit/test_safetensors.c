@@ -1,7 +1,7 @@
 // test_safetensors.c - safetensors read/write (safetensors.h): round trips in F32
 // and BF16, sharding with an index, and strict header validation.
 #include "harness.h"
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

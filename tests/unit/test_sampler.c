@@ -4,8 +4,8 @@
  * the SKPO upstream helpers (t_q, median-NLL pick, prioritized draw).
  */
 #include "harness.h"
-#include "rng.h"
-#include "sampler.h"
+#include "base/rng.h"
+#include "gen/sampler.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,11 +9,11 @@
  * list alone (no cache) and replays the sampler with the recorded seed.
  * Real-model checks are in test_sampler_model.c.
  */
-#include "generate.h"
+#include "gen/generate.h"
 #include "harness.h"
-#include "kvcache.h"
-#include "rng.h"
-#include "sampler.h"
+#include "model/kvcache.h"
+#include "base/rng.h"
+#include "gen/sampler.h"
 
 #include <string.h>
 

@@ -7,10 +7,10 @@
  * 128 positions; a copy of the model tests' qwen2_untied checkpoint).
  * Tolerance: 1e-4 on log-probs (float32 batched vs single-sequence sums).
  */
-#include "generate.h"
+#include "gen/generate.h"
 #include "harness.h"
-#include "model.h"
-#include "rng.h"
+#include "model/model.h"
+#include "base/rng.h"
 
 #include <stdlib.h>
 #include <string.h>

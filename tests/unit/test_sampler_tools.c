@@ -6,10 +6,10 @@
  * the record reader. Error exits and overlap are in tests/sh/t_sample.sh.
  */
 #include "harness.h"
-#include "record.h"
-#include "rollout.h"
-#include "tokenizer.h"
-#include "tracker.h"
+#include "record/record.h"
+#include "gen/rollout.h"
+#include "tokenizer/tokenizer.h"
+#include "rl/tracker.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,12 +1,12 @@
 /*
- * test_signsim.c - core/signsim: binomial sampling against exact moments and
+ * test_signsim.c - core/rl/signsim: binomial sampling against exact moments and
  * pmfs, the sign test's edge cases, and the simulation against closed forms
  * (G = 2 by convolution, the GRPO reference as a product) and against the
  * behaviour SKPO.md section 8 reports. Every statistical check uses a fixed
  * seed and a tolerance of about 5 standard errors, stated next to it.
  */
 #include "harness.h"
-#include "signsim.h"
+#include "rl/signsim.h"
 
 #include <omp.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // (tests/fixtures/tokenizer/cases.jsonl), special tokens, incremental decoding
 // and malformed tokenizer.json files.
 #include "harness.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdlib.h>

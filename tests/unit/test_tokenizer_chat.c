@@ -2,7 +2,7 @@
 // renderings (tests/fixtures/tokenizer/chat.jsonl from tests/ref/make_chat_fixtures.py)
 // and the prompt wordings.
 #include "harness.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdlib.h>

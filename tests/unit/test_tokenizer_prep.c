@@ -3,7 +3,7 @@
 // tests/fixtures/tokenizer/prep/expected.jsonl (tests/ref/make_prep_fixtures.py:
 // transformers' chat template + HF tokenizers + the field rules in Python).
 #include "harness.h"
-#include "record.h"
+#include "record/record.h"
 
 #include <glob.h>
 #include <jansson.h>

@@ -5,7 +5,7 @@
 // array merges, add_prefix_space with lstrip/rstrip/normalized added tokens,
 // byte_fallback + unk, and every Split behaviour.
 #include "harness.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <glob.h>
 #include <jansson.h>

@@ -2,8 +2,8 @@
 // two-visit trace, rho clamping, the length tracker, and the state folder
 // (round trip, CURRENT, keeping the last two states, re-reading a kept step).
 #include "harness.h"
-#include "record.h"
-#include "tracker.h"
+#include "record/record.h"
+#include "rl/tracker.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// test_update.c - the training step (core/update.c) on an exact bigram policy:
+// test_update.c - the training step (core/train/update.c) on an exact bigram policy:
 // micro-batch accumulation, finite differences of the whole objective,
 // mini-batch grouping, resume, non-finite guard, recompute-old, token counting.
 #include "harness.h"

@@ -1,4 +1,4 @@
-// test_update_dp.c - data parallel training over core/comm: run under
+// test_update_dp.c - data parallel training over core/train/comm: run under
 // `mpirun -np N` (tests/sh/t_update.sh does, N = 2), every rank also computes
 // the single-process step locally and compares. Run alone it skips.
 // Only rank 0 prints PASS/FAIL lines; every rank's exit status counts.

@@ -7,8 +7,8 @@
 //   test_update_model --compare DIR            DIR's weights == the PyTorch step
 //   test_update_model --same DIR1 DIR2 TOL     weights equal within TOL
 #include "harness.h"
-#include "checkpoint.h"
-#include "safetensors.h"
+#include "train/checkpoint.h"
+#include "model/safetensors.h"
 
 #include <dirent.h>
 #include <jansson.h>

@@ -2,8 +2,8 @@
 // rates, known failures, zero false positives), behaviours beyond the case
 // set, and generated hostile inputs that must not crash or hang.
 #include "harness.h"
-#include "record.h"
-#include "verify.h"
+#include "record/record.h"
+#include "verify/verify.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // Python reference port's outputs (tests/ref/make_dapo_fixtures.py):
 // same verdict and byte-identical normalized prediction on every fixture.
 #include "harness.h"
-#include "verify.h"
+#include "verify/verify.h"
 
 #include <string.h>
 

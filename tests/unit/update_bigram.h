@@ -2,13 +2,13 @@
  * update_bigram.h - an exact little policy for the trainer tests: a bigram
  * model, logits(t) = (W[ids[t-1]] + b) / T, computed in double, with analytic
  * backward. It lets the update tests run (micro-batching, data parallel,
- * resume, finite differences) independent of the transformer in core/model.c.
+ * resume, finite differences) independent of the transformer in core/model/model.c.
  * Header-only on purpose: each test binary is one translation unit.
  */
 #ifndef SKPO_UPDATE_BIGRAM_H
 #define SKPO_UPDATE_BIGRAM_H
 
-#include "update.h"
+#include "train/update.h"
 
 #include <math.h>
 #include <stdlib.h>

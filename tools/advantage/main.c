@@ -1,16 +1,16 @@
 /*
  * skpo-advantage - turn a step's rewarded rollouts into advantages and move the
- * per-prompt tracker state forward one step (core/advantage.h, core/tracker.h).
+ * per-prompt tracker state forward one step (core/rl/advantage.h, core/rl/tracker.h).
  * It is a barrier: the whole step is read before anything is written. The new
  * state is saved only after stdout (and --metrics) were written and closed
  * successfully, so a failed step leaves the previous state in force.
  */
-#include "advantage.h"
-#include "cli.h"
-#include "common.h"
-#include "model.h"
-#include "record.h"
-#include "tracker.h"
+#include "rl/advantage.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "model/model.h"
+#include "record/record.h"
+#include "rl/tracker.h"
 
 #include <math.h>
 #include <stdlib.h>

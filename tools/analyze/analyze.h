@@ -11,8 +11,8 @@
 #ifndef SKPO_TOOL_ANALYZE_H
 #define SKPO_TOOL_ANALYZE_H
 
-#include "common.h"
-#include "record.h"
+#include "base/common.h"
+#include "record/record.h"
 
 #include <stdint.h>
 

@@ -11,7 +11,7 @@
  * on stdout and the table on stderr. A sink: input records are not passed on.
  */
 #include "analyze.h"
-#include "cli.h"
+#include "base/cli.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,13 +10,13 @@
  * comparison. The GRPO row compares the source responses' own outcomes (one
  * sample per segment, independent of the continuations) with the reference
  * of all N. Signs are those of group-normalised values (v - mean), as in
- * core/signsim.h; a comparison whose reference values are all equal has no
+ * core/rl/signsim.h; a comparison whose reference values are all equal has no
  * true sign and is counted under no_ref_signal instead.
  * Rows are per (label, position) for all groups ("all") and split by the
  * number c of correct source responses ("c=3/8"), as in the paper's Fig. 1.
  */
 #include "analyze.h"
-#include "signsim.h"
+#include "rl/signsim.h"
 
 #include <stdlib.h>
 #include <string.h>

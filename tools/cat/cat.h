@@ -5,9 +5,9 @@
 #ifndef SKPO_CAT_H
 #define SKPO_CAT_H
 
-#include "cli.h"
-#include "recjson.h"
-#include "record.h"
+#include "base/cli.h"
+#include "record/recjson.h"
+#include "record/record.h"
 
 #include <stdio.h>
 

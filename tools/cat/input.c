@@ -1,5 +1,5 @@
 /*
- * input.c - skpo-cat inputs: record streams through core/record, or JSON lines
+ * input.c - skpo-cat inputs: record streams through core/record/record, or JSON lines
  * for --pack, several files read one after another; and the --where filter.
  */
 #define _GNU_SOURCE

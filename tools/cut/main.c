@@ -21,9 +21,9 @@
  * records to the next skpo-splice, which would continue them too.
  * Not here: continuing the segments (skpo-splice --layout continual|skip).
  */
-#include "cli.h"
-#include "common.h"
-#include "record.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "record/record.h"
 
 #include <math.h>
 #include <stdlib.h>

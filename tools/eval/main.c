@@ -1,17 +1,17 @@
 /*
  * skpo-eval - evaluation metrics from rewarded `full` records (skpo-sample --n K
  * | skpo-reward): per benchmark (`source`, or per problem with --by pid) the
- * Mean@k (avg@k), unbiased pass@k and maj@k of core/evalstats.h, as a table on
+ * Mean@k (avg@k), unbiased pass@k and maj@k of core/verify/evalstats.h, as a table on
  * stderr (stdout with --table) and one `metrics` record per group on stdout.
  * It is a sink: input records are not passed on.
  * A sample is correct when its `correct` field is true (or, without one, when its
  * reward is > 0). maj@k votes over the `pred` fields of a problem's first k
  * samples in input order.
  */
-#include "cli.h"
-#include "common.h"
-#include "evalstats.h"
-#include "record.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "verify/evalstats.h"
+#include "record/record.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,9 +5,9 @@
  * is built under a temporary name and renamed into place, so DIR is either the
  * old folder or the complete new one.
  */
-#include "cli.h"
-#include "common.h"
-#include "model.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -23,10 +23,10 @@
  * not start with it (the plain template), it is put in front, as HF's
  * tokenizer(text) would.
  */
-#include "cli.h"
-#include "common.h"
-#include "record.h"
-#include "tokenizer.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "record/record.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <libgen.h>

@@ -1,16 +1,16 @@
 /*
  * skpo-reward - the reward stage: verifies each finished rollout (`down` and
  * `full` records) against its gold `answer` and adds `pred`, `correct` and
- * `reward` (core/verify.h). Every other record and field passes through
+ * `reward` (core/verify/verify.h). Every other record and field passes through
  * unchanged. A swappable stage: docs/reward.md states the record contract a
  * replacement must honour. Hidden report mode --verify-cases FILE runs the
  * verifier over a case file (tests/fixtures/verify/cases.jsonl) and prints
  * accuracy per kind and verifications per second, for bench/b_verify.sh.
  */
-#include "cli.h"
-#include "common.h"
-#include "record.h"
-#include "verify.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "record/record.h"
+#include "verify/verify.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  */
 #include "sample.h"
 
-#include "sampler.h"
+#include "gen/sampler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,9 +5,9 @@
  */
 #include "sample.h"
 
-#include "cli.h"
-#include "sampler.h"
-#include "tracker.h"
+#include "base/cli.h"
+#include "gen/sampler.h"
+#include "rl/tracker.h"
 
 #include <math.h>
 #include <stdlib.h>

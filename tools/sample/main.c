@@ -11,7 +11,7 @@
  * Prompts come from --prompts FILE (job.c); records go to stdout, flushed after
  * each finished prompt so `skpo-sample | skpo-splice` overlap (emit.c).
  */
-#include "cli.h"
+#include "base/cli.h"
 #include "sample.h"
 
 #include <float.h>

@@ -4,9 +4,9 @@
 #ifndef SKPO_TOOL_SAMPLE_H
 #define SKPO_TOOL_SAMPLE_H
 
-#include "cli.h"
-#include "record.h"
-#include "rollout.h"
+#include "base/cli.h"
+#include "record/record.h"
+#include "gen/rollout.h"
 
 typedef struct sample_cfg {
     skpo_rollout_opts ro;

@@ -7,10 +7,10 @@
  * untouched. Records are scored in batches of about --batch-tokens tokens and
  * written (and flushed) batch by batch, so a pipe keeps flowing.
  */
-#include "cli.h"
-#include "common.h"
-#include "model.h"
-#include "record.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "model/model.h"
+#include "record/record.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,15 +1,15 @@
 /*
  * skpo-signsim - the sign-consistency simulation of SKPO.md section 8 (the
  * paper's appendix A) over a list of continuation counts N, with the GRPO
- * reference (one outcome per prefix) as the last row. core/signsim.h holds
+ * reference (one outcome per prefix) as the last row. core/rl/signsim.h holds
  * the method; this file parses flags and prints a table (stdout), or with
  * --records writes `metrics` records on stdout and the table on stderr.
  * It reads no input.
  */
-#include "cli.h"
-#include "common.h"
-#include "record.h"
-#include "signsim.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "record/record.h"
+#include "rl/signsim.h"
 
 #include <stdlib.h>
 #include <string.h>

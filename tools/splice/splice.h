@@ -4,9 +4,9 @@
 #ifndef SKPO_TOOL_SPLICE_H
 #define SKPO_TOOL_SPLICE_H
 
-#include "cli.h"
-#include "record.h"
-#include "rollout.h"
+#include "base/cli.h"
+#include "record/record.h"
+#include "gen/rollout.h"
 
 #include <pthread.h>
 

@@ -4,8 +4,8 @@
  * answer, solution, source, split) that skpo-prep turns into prompt records.
  * Output is deterministic in the flags; train and test never share a problem.
  */
-#include "cli.h"
-#include "common.h"
+#include "base/cli.h"
+#include "base/common.h"
 #include "synth.h"
 #include "synth_out.h"
 

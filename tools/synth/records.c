@@ -4,7 +4,7 @@
  * `tokens` are the worked solution plus EOS (what `skpo-update --loss sft` trains on).
  */
 #include "synth_out.h"
-#include "common.h"
+#include "base/common.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * synth.c - problem generation for skpo-synth (see synth.h).
  */
 #include "synth.h"
-#include "common.h"
+#include "base/common.h"
 
 #include <stdio.h>
 #include <string.h>

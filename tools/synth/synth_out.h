@@ -5,9 +5,9 @@
 #ifndef SKPO_SYNTH_OUT_H
 #define SKPO_SYNTH_OUT_H
 
-#include "record.h"
+#include "record/record.h"
 #include "synth.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct synth_out {
     skpo_tok *tok;

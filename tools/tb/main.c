@@ -4,9 +4,9 @@
  * record's `step`; the whole file is rewritten atomically on each run, so
  * re-running after more training steps refreshes the view without duplicates.
  */
-#include "cli.h"
-#include "common.h"
-#include "record.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "record/record.h"
 #include "tfevents.h"
 
 #include <errno.h>

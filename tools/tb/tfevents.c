@@ -3,7 +3,7 @@
  * the TFRecord framing; nothing here reads event files back (tests do).
  */
 #include "tfevents.h"
-#include "common.h"
+#include "base/common.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,9 +4,9 @@
  * chat template and adds "text" and "ids". Every other key is kept, in order.
  * This tool speaks JSON lines (for people and scripts), not record streams.
  */
-#include "cli.h"
-#include "common.h"
-#include "tokenizer.h"
+#include "base/cli.h"
+#include "base/common.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdlib.h>

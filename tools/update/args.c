@@ -2,7 +2,7 @@
  * args.c - skpo-update's option table. Defaults are SKPO.md's (section 2, Q7,
  * Q12); every number is range-checked, never clamped.
  */
-#include "cli.h"
+#include "base/cli.h"
 #include "tool.h"
 
 #include <math.h>

@@ -5,8 +5,8 @@
  */
 #include "tool.h"
 
-#include "cuda.h"
-#include "model_cuda_train.h"
+#include "cuda/cuda.h"
+#include "model/model_cuda_train.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -1,14 +1,14 @@
 /*
  * tool.h (tools/update) - the skpo-update tool's parsed arguments and the
- * helpers main.c strings together. Core logic is in core/update.c,
- * core/checkpoint.c, core/optim.c and core/loss.c.
+ * helpers main.c strings together. Core logic is in core/train/update.c,
+ * core/train/checkpoint.c, core/train/optim.c and core/train/loss.c.
  */
 #ifndef SKPO_TOOL_UPDATE_H
 #define SKPO_TOOL_UPDATE_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "update.h"
+#include "train/checkpoint.h"
+#include "train/comm.h"
+#include "train/update.h"
 
 typedef struct upd_args {
     const char *model, *out, *metrics, *input;
