@@ -62,8 +62,8 @@ tools: $(TOOLS)
 tests: $(TESTS)
 
 # Objects remember the flavour they were built for: switching CUDA=0/1 in one
-# build folder rebuilds everything (else a CUDA build would keep the CPU-only
-# stubs of core/model/model_cuda.c and friends, and the reverse).
+# build folder rebuilds everything (else a CUDA build would keep the empty
+# CPU-only objects of core/model/model_cuda*.c, and the reverse).
 FLAVOUR := $(BUILD)/.flavour-cuda$(CUDA)
 $(FLAVOUR):
 	@mkdir -p $(BUILD)
@@ -74,7 +74,7 @@ $(BUILD)/%.o: %.c $(wildcard core/*/*.h) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(wildcard core/*/*.h core/cuda/*.cuh) $(FLAVOUR)
+$(BUILD)/%.o: %.cu $(wildcard core/base/*.h core/cuda/*.h core/cuda/*.cuh) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

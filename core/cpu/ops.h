@@ -1,9 +1,11 @@
 /*
- * ops.h - the compute backend interface: every kernel the transformer needs
- * (forward and backward), as a struct of function pointers that each backend
- * fills (ggml-backend style). model.c holds the math of the network and calls
- * only these; the CPU backend (core/cpu/ops_cpu.c, float32, OpenBLAS + OpenMP)
- * is the reference the CUDA backend is tested against.
+ * ops.h - the host kernel table: every kernel the float32 transformer needs
+ * (forward and backward), as a struct of function pointers (ggml-backend
+ * style), filled by core/cpu/ops_cpu.c (OpenBLAS + OpenMP). The model's CPU
+ * backend (model/model_cpu.c, model_train.c) holds the math of the network
+ * and calls only these. The CUDA backend has its own bf16 kernels
+ * (cuda/cuda.h); it is tested against this reference. Every slot is filled
+ * and called.
  *
  * Conventions: row-major float32 tensors in the backend's memory; shapes are
  * given in the comments as (rows, cols). N is a number of token rows, C the
@@ -28,10 +30,6 @@ typedef struct skpo_paged_kv {
 
 typedef struct skpo_ops {
     const char *name;
-
-    // --- memory (optional: NULL on CPU, where plain host pointers are used) ---
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
 
     // --- dense -----------------------------------------------------------------
     // out (N, O) = in (N, K) @ w^T, w (O, K), + bias (O) when non-NULL.
@@ -60,8 +58,6 @@ typedef struct skpo_ops {
     void (*swiglu)(float *h, const float *gate, const float *up, size_t n);
     // dgate, dup (n) = (overwritten, not added) gradients through h = silu(gate) * up.
     void (*swiglu_backward)(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
-    // y (n) += x (n)
-    void (*add)(float *y, const float *x, size_t n);
     // out (N, C) = wte[ids[n]]
     void (*embed)(float *out, const float *wte, const int32_t *ids, int N, int C);
     // dwte[ids[n]] += dout[n]

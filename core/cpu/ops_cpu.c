@@ -234,11 +234,6 @@ static void cpu_swiglu_backward(float *dgate, float *dup, const float *dh, const
     }
 }
 
-static void cpu_add(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 static void cpu_embed(float *out, const float *wte, const int32_t *ids, int N, int C) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, (size_t)C * sizeof(float));
@@ -474,8 +469,6 @@ static void cpu_logprob_backward(float *logits, const int32_t *tgt, const float 
 
 static const skpo_ops CPU_OPS = {
     .name = "cpu",
-    .alloc = NULL,
-    .free = NULL,
     .matmul = cpu_matmul,
     .matmul_invariant = cpu_matmul_invariant,
     .matmul_backward = cpu_matmul_backward,
@@ -484,7 +477,6 @@ static const skpo_ops CPU_OPS = {
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .swiglu_backward = cpu_swiglu_backward,
-    .add = cpu_add,
     .embed = cpu_embed,
     .embed_backward = cpu_embed_backward,
     .attention = cpu_attention,

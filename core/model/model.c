@@ -1,16 +1,11 @@
 /*
- * model.c - the Qwen2 / Llama transformer: parameters, checkpoint load/save,
- * random init, and inference over the paged KV cache (skpo_model_step).
- * Scoring and training live in model_train.c. The math reads like llm.c:
- * each layer is
- *     ln = rmsnorm(x) ; q,k,v = ln Wq^T (+b) ... ; rope(q, k) ;
- *     x += attention(q, k, v) Wo^T ; ln = rmsnorm(x) ;
- *     x += (silu(ln Wg^T) * ln Wu^T) Wd^T
- * followed by a final rmsnorm and the lm_head (tied to the embedding or not).
- * Kernels are the backend's (ops.h); weights are float32 in host memory.
+ * model.c - the Qwen2 / Llama transformer, backend-independent: the parameter
+ * table, checkpoint load/save, random init, and every public call of model.h
+ * that depends on where the model computes, forwarded to its backend
+ * (m->be, model_impl.h: the CPU reference in model_cpu.c / model_train.c,
+ * CUDA in model_cuda.c / model_cuda_train.c). The host copy of the weights
+ * (m->mem, float32) always exists: it is what load fills and save writes.
  */
-#include "model/model_cuda.h"
-#include "model/model_cuda_train.h"
 #include "model/model_impl.h"
 #include "model/safetensors.h"
 
@@ -84,63 +79,16 @@ static void compute_inv_freq(skpo_model *m) {
     }
 }
 
-// --- packed inference weights --------------------------------------------------------------
-//
-// A non-trainable model keeps the backend's packed copy of every matrix
-// (ops.h pack), made at its first step: batched decode then streams weights
-// already laid out for the kernel instead of re-laying them out every step.
-// Trainable models, whose weights change under the optimizer, use
-// matmul_invariant on the weights as they are (bit-identical results).
-enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
-
-static void model_unpack(skpo_model *m) {
-    if (!m->packed) return;
-    for (int i = 0; i < m->c.num_hidden_layers * PK_PER_LAYER + 1; i++) m->ops->pack_free(m->packed[i]);
-    free(m->packed);
-    m->packed = NULL;
-}
-
-static void model_pack(skpo_model *m) {
-    const skpo_config *c = &m->c;
-    if (m->packed || m->o.trainable || !m->ops->pack || !m->ops->matmul_packed) return;
-    int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
-    int KVD = c->num_key_value_heads * c->head_dim, nl = c->num_hidden_layers;
-    void **pk = skpo_xmalloc(((size_t)nl * PK_PER_LAYER + 1) * sizeof *pk);
-    for (int l = 0; l < nl; l++) {
-        const model_layer *L = &m->layers[l];
-        void **p = pk + (size_t)l * PK_PER_LAYER;
-        p[PK_Q] = m->ops->pack(L->wq, C, QD);
-        p[PK_K] = m->ops->pack(L->wk, C, KVD);
-        p[PK_V] = m->ops->pack(L->wv, C, KVD);
-        p[PK_O] = m->ops->pack(L->wo, QD, C);
-        p[PK_G] = m->ops->pack(L->wg, C, F);
-        p[PK_U] = m->ops->pack(L->wu, C, F);
-        p[PK_D] = m->ops->pack(L->wd, F, C);
-    }
-    pk[(size_t)nl * PK_PER_LAYER] = m->ops->pack(m->lm_head, C, c->vocab_size);
-    m->packed = pk;
-}
-
-// out (N, O) (+)= in (N, K) @ w^T + bias, batch-invariant; slot names w's packed copy.
-static void model_linear(const skpo_model *m, int slot, float *out, const float *in, const float *w,
-                         const float *bias, int N, int K, int O, int acc) {
-    const skpo_ops *op = m->ops;
-    if (m->packed) op->matmul_packed(out, in, m->packed[slot], bias, N, K, O, acc);
-    else (op->matmul_invariant ? op->matmul_invariant : op->matmul)(out, in, w, bias, N, K, O, acc);
-}
-
 // Allocate a model for config c with uninitialised weights (NULL, err set, on failure).
 static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, skpo_status *st, skpo_err *err) {
-    *st = SKPO_OK;
-    if (o && o->device == SKPO_DEV_CUDA && (*st = model_cuda_probe(0, err))) return NULL; // before reading weights
-    if (o && o->device != SKPO_DEV_CPU && o->device != SKPO_DEV_CUDA) {
-        *st = skpo_err_set(err, SKPO_EUNSUPPORTED, "unknown device %d", (int)o->device);
-        return NULL;
-    }
+    const model_backend *be;
+    if ((*st = model_backend_get(o ? o->device : SKPO_DEV_CPU, &be, err))) return NULL;
+    if (be->probe && (*st = be->probe(0, err))) return NULL; // before reading weights
     skpo_model *m = skpo_xcalloc(1, sizeof *m);
     m->c = *c;
     if (o) m->o = *o;
-    m->ops = skpo_ops_cpu();
+    m->be = be;
+    m->ops = skpo_ops_cpu(); // host kernels for the float32 copy (the CPU backend computes with them)
     if (m->o.threads > 0) omp_set_num_threads(m->o.threads);
     m->layers = skpo_xcalloc((size_t)c->num_hidden_layers, sizeof(model_layer));
     int n = param_specs(m, NULL);
@@ -182,15 +130,13 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
 
 void skpo_model_free(skpo_model *m) {
     if (!m) return;
-    model_cuda_close(m);
+    m->be->close(m);
     for (int i = 0; i < m->nparams; i++) free((char *)m->params[i].name);
     free(m->params);
     free(m->mem);
     free(m->grad);
     free(m->layers);
     free(m->inv_freq);
-    model_unpack(m);
-    model_acts_free(&m->acts);
     free(m);
 }
 
@@ -198,15 +144,14 @@ const skpo_config *skpo_model_config(const skpo_model *m) { return &m->c; }
 skpo_dtype skpo_model_src_dtype(const skpo_model *m) { return m->src_dtype; }
 
 int skpo_model_params(skpo_model *m, skpo_param **params) {
-    model_unpack(m); // the caller may write the weights: packed copies would go stale
+    if (m->be->host_weights_changed) m->be->host_weights_changed(m); // the caller may write the weights
     *params = m->params;
     return m->nparams;
 }
 
 void skpo_model_zero_grad(skpo_model *m) {
     skpo_err e = {0};   // a device failure is kept and reported by the next pass
-    if (m->cuda) return (void)model_cuda_zero_grad(m, &e);
-    if (m->grad) memset(m->grad, 0, m->numel * sizeof(float));
+    (void)m->be->zero_grad(m, &e);
 }
 
 // --- load / init / save --------------------------------------------------------------------
@@ -235,7 +180,7 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
             if (!isfinite(m->mem[i])) s = skpo_err_set(err, SKPO_ENUMERIC, "'%s': non-finite weight in checkpoint", dir);
     }
     skpo_st_close(st);
-    if (!s && m->o.device == SKPO_DEV_CUDA) s = model_cuda_open(m, 0, NULL, err);
+    if (!s && m->be->open) s = m->be->open(m, err);
     if (s) {
         skpo_model_free(m);
         return s;
@@ -277,7 +222,7 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
             }
         }
     }
-    if (m->o.device == SKPO_DEV_CUDA && (st = model_cuda_open(m, 0, NULL, err))) {
+    if (m->be->open && (st = m->be->open(m, err))) {
         skpo_model_free(m);
         return st;
     }
@@ -287,7 +232,7 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
 
 skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
     if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
-    skpo_status cs = m->cuda ? model_cuda_sync_to_host(m, err) : SKPO_OK; // the device holds the current weights
+    skpo_status cs = m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK; // a device holds the current weights
     if (cs) return cs;
     skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams, sizeof *t);
     for (int i = 0; i < m->nparams; i++) {
@@ -308,146 +253,63 @@ skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dty
     return s;
 }
 
-// --- inference over the paged cache -----------------------------------------------------------
+// --- the calls that run on the backend ---------------------------------------------------------
+
+skpo_device skpo_model_device(const skpo_model *m) { return m->be->device; }
+
+struct skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return m->be->cuda_ctx ? m->be->cuda_ctx(m) : NULL; }
 
 skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
-    if (m->cuda) return model_cuda_kv_new(m, max_tokens, max_seqs, err);
-    skpo_kv_shape sh = {
-        .n_layers = m->c.num_hidden_layers,
-        .kv_dim = m->c.num_key_value_heads * m->c.head_dim,
-        .block_size = 16,
-        .n_blocks = (max_tokens + 15) / 16 + (size_t)(max_seqs > 0 ? max_seqs : 1), // partial last blocks
-        .max_seqs = max_seqs,
-    };
-    return skpo_kv_new(&sh, err);
-}
-
-// Reserve positions for every sequence, all or nothing (old[i] = previous
-// length); shared with the CUDA step (model_impl.h).
-skpo_status model_step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
-                               skpo_err *err) {
-    int i;
-    skpo_status s = SKPO_OK;
-    for (i = 0; i < nseq; i++) {
-        int n = off[i + 1] - off[i];
-        old[i] = skpo_kv_seq_len(kv, seq[i]);
-        if (old[i] + n > m->c.max_position_embeddings) {
-            s = skpo_err_set(err, SKPO_ERANGE, "sequence %d would reach position %d, past max_position_embeddings %d",
-                             seq[i], old[i] + n, m->c.max_position_embeddings);
-            break;
-        }
-        if (skpo_kv_seq_append(kv, seq[i], n) < 0) {
-            s = skpo_err_set(err, SKPO_ERANGE, "kv cache full (%zu blocks in use)", skpo_kv_blocks_used(kv));
-            break;
-        }
-    }
-    if (s)
-        while (--i >= 0) skpo_kv_seq_truncate(kv, seq[i], old[i]);
-    return s;
-}
-
-// model_step_reserve, then pos (N) and blocks (N) of every new row.
-static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *pos,
-                                const int **blocks, skpo_err *err) {
-    int *old = skpo_xmalloc((size_t)nseq * sizeof(int));
-    skpo_status s = model_step_reserve(m, kv, seq, nseq, off, old, err);
-    int i;
-    if (s) {
-        free(old);
-        return s;
-    }
-    for (i = 0; i < nseq; i++) {
-        int nb;
-        const int *b = skpo_kv_seq_blocks(kv, seq[i], &nb);
-        for (int r = off[i]; r < off[i + 1]; r++) {
-            pos[r] = old[i] + (r - off[i]);
-            blocks[r] = b;
-        }
-    }
-    free(old);
-    return SKPO_OK;
-}
-
-skpo_status model_step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
-                              skpo_err *err) {
-    if (nseq <= 0 || off[0] != 0) return skpo_err_set(err, SKPO_ERANGE, "step: no sequences or off[0] != 0");
-    for (int i = 0; i < nseq; i++) {
-        if (off[i + 1] <= off[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d has no new tokens", seq[i]);
-        for (int j = 0; j < i; j++)
-            if (seq[j] == seq[i]) return skpo_err_set(err, SKPO_ERANGE, "step: sequence %d given twice", seq[i]);
-    }
-    for (int r = 0; r < off[nseq]; r++)
-        if (toks[r] < 0 || toks[r] >= m->c.vocab_size)
-            return skpo_err_set(err, SKPO_ERANGE, "step: token id %d outside the vocabulary (%d)", toks[r], m->c.vocab_size);
-    return SKPO_OK;
-}
-
-// One layer on N new rows; x (N, C) is updated in place. K/V go into the cache.
-static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, const int **blocks, skpo_kv *kv,
-                       float *ln, float *q, float *k, float *v, float *att, float *gate, float *up) {
-    const skpo_config *c = &m->c;
-    const skpo_ops *op = m->ops;
-    const model_layer *L = &m->layers[l];
-    int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
-    int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS, pw = l * PK_PER_LAYER;
-    op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
-    model_linear(m, pw + PK_Q, q, ln, L->wq, L->bq, N, C, QD, 0);
-    model_linear(m, pw + PK_K, k, ln, L->wk, L->bk, N, C, KVD, 0);
-    model_linear(m, pw + PK_V, v, ln, L->wv, L->bv, N, C, KVD, 0);
-    op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
-    op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
-    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
-    float *pk = skpo_kv_pool_k(kv), *pv = skpo_kv_pool_v(kv);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < N; r++) {
-        size_t b = (size_t)blocks[r][pos[r] / ks->block_size];
-        size_t o = ((b * (size_t)ks->n_layers + (size_t)l) * (size_t)ks->block_size + (size_t)(pos[r] % ks->block_size)) *
-                   (size_t)KVD;
-        memcpy(pk + o, k + (size_t)r * KVD, (size_t)KVD * sizeof(float));
-        memcpy(pv + o, v + (size_t)r * KVD, (size_t)KVD * sizeof(float));
-    }
-    skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
-    op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
-    model_linear(m, pw + PK_O, x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
-    op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
-    model_linear(m, pw + PK_G, gate, ln, L->wg, NULL, N, C, F, 0);
-    model_linear(m, pw + PK_U, up, ln, L->wu, NULL, N, C, F, 0);
-    op->swiglu(gate, gate, up, (size_t)N * F);
-    model_linear(m, pw + PK_D, x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    return m->be->kv_new(m, max_tokens, max_seqs, err);
 }
 
 skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, float *logits, skpo_err *err) {
-    if (m->cuda) return model_cuda_step(m, kv, seq, nseq, toks, off, logits, err);
-    if (skpo_kv_pool_ctx(kv))
-        return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
-    skpo_status s = model_step_check(m, seq, nseq, toks, off, err);
-    if (s) return s;
-    model_pack(m);
-    const skpo_config *c = &m->c;
-    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
-    int N = off[nseq], C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int QD = c->num_attention_heads * c->head_dim, KVD = c->num_key_value_heads * c->head_dim;
-    SKPO_ASSERT(ks->n_layers == c->num_hidden_layers && ks->kv_dim == KVD);
-    int *pos = skpo_xmalloc((size_t)N * sizeof(int));
-    const int **blocks = skpo_xmalloc((size_t)N * sizeof(int *));
-    if ((s = step_reserve(m, kv, seq, nseq, off, pos, blocks, err))) {
-        free(pos);
-        free(blocks);
-        return s;
-    }
-    float *x = skpo_xmalloc((size_t)N * C * sizeof(float)), *ln = skpo_xmalloc((size_t)N * C * sizeof(float));
-    float *q = skpo_xmalloc((size_t)N * QD * sizeof(float)), *att = skpo_xmalloc((size_t)N * QD * sizeof(float));
-    float *k = skpo_xmalloc((size_t)N * KVD * sizeof(float)), *v = skpo_xmalloc((size_t)N * KVD * sizeof(float));
-    float *gate = skpo_xmalloc((size_t)N * F * sizeof(float)), *up = skpo_xmalloc((size_t)N * F * sizeof(float));
-    m->ops->embed(x, m->wte, toks, N, C);
-    for (int l = 0; l < c->num_hidden_layers; l++) step_layer(m, l, x, N, pos, blocks, kv, ln, q, k, v, att, gate, up);
-    // Only the last new row of each sequence needs logits.
-    for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
-    m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
-    model_linear(m, c->num_hidden_layers * PK_PER_LAYER, logits, x, m->lm_head, NULL, nseq, C, V, 0);
-    free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
-    free(pos);
-    free(blocks);
-    return SKPO_OK;
+    return m->be->step(m, kv, seq, nseq, toks, off, logits, err);
+}
+
+skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                                const int *off, const float **dev_logits, skpo_err *err) {
+    *dev_logits = NULL;
+    if (!m->be->step_dev)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "skpo_model_step_dev: the model is on the %s (use skpo_model_step)",
+                            m->be->name);
+    return m->be->step_dev(m, kv, seq, nseq, toks, off, dev_logits, err);
+}
+
+skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                float *entropy, skpo_err *err) {
+    return m->be->logprobs(m, seqs, nseq, temperature, logp, entropy, err);
+}
+
+skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                     float *entropy, skpo_err *err) {
+    return m->be->train_forward(m, seqs, nseq, temperature, logp, entropy, err);
+}
+
+skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
+    return m->be->train_backward(m, dlogp, dentropy, err);
+}
+
+void skpo_model_set_recompute(skpo_model *m, int on) {
+    if (m->be->set_recompute) m->be->set_recompute(m, on);
+}
+
+skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
+    if (!m->be->dev_params)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model is on the %s: no device parameters", m->be->name);
+    return m->be->dev_params(m, out, err);
+}
+
+skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err) {
+    return m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK;
+}
+
+skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err) {
+    return m->be->sync_from_host ? m->be->sync_from_host(m, err) : SKPO_OK;
+}
+
+skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
+    if (!m->be->grad_sumsq) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
+    return m->be->grad_sumsq(m, ss, err);
 }

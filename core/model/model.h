@@ -8,8 +8,10 @@
  *   scoring    skpo_model_logprobs() gives per-token log-probs of given tokens;
  *   training   skpo_model_train_forward()/..._backward() compute log-probs and
  *              accumulate d(loss)/d(params) from d(loss)/d(logp).
- * The math is in model.c; matrix products and kernels go through the backend
- * ops (ops.h), CPU reference first. All compute is float32 on CPU.
+ * Where the model computes is a backend (model_impl.h, model_backend): the
+ * CPU reference (model_cpu.c, model_train.c; float32, kernels of cpu/ops.h)
+ * and, in builds with nvcc, CUDA (model_cuda.c, model_cuda_train.c; bf16
+ * weights, fp32 accumulation). docs/architecture.md has the picture.
  */
 #ifndef SKPO_MODEL_H
 #define SKPO_MODEL_H
@@ -64,7 +66,7 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
 // Like skpo_model_step, but on a CUDA model the float32 logits (nseq, vocab)
 // stay on the device: *dev_logits gets the device pointer, on the model's
 // stream, valid until the next step (for sampling on the device). A CPU model
-// fails with SKPO_EUNSUPPORTED. Implemented in model_cuda.c.
+// fails with SKPO_EUNSUPPORTED.
 skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
                                 const int32_t *toks, const int *off, const float **dev_logits, skpo_err *err);
 
@@ -129,5 +131,21 @@ typedef struct skpo_dev_params {
     float *grad;        // (numel) float32 gradients (rank-local sums before a step)
     size_t numel;
 } skpo_dev_params;
+
+// Keep only each layer's input in the training forward and recompute the
+// layer in backward (off by default). A CPU model ignores it.
+void skpo_model_set_recompute(skpo_model *m, int on);
+// The flat device buffers the device optimizer works on (model loaded on cuda
+// with trainable = 1); SKPO_EUNSUPPORTED otherwise.
+skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err);
+// Copy the device weights (fp32 masters when trainable) into the host
+// parameters, so skpo_model_save / skpo_optim_save see them; after host-side
+// changes (a loaded optimizer state's masters) skpo_model_sync_device pushes
+// them back. Both are no-ops on a CPU model.
+skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err);
+skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err);
+// Sum of squares (double) of the device gradient buffer; SKPO_EUNSUPPORTED
+// for a model without device gradients.
+skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * model_cuda.c - a model's device mirror (bf16 weights at the host offsets,
  * fp32 master/grad when trainable), the KV pool on the device, and inference
- * steps over it (see model_cuda.h). Host code only: every kernel comes from
+ * steps over it (the CUDA backend of model_impl.h). Host code only: every kernel comes from
  * cuda.h / cuda_infer.h and runs on the model's one stream.
  *
  * A step reserves KV positions on the host (kvcache.c, copy-on-write blocks
@@ -16,47 +16,13 @@
  * Pure decode steps (one row per sequence) are captured in a CUDA graph per
  * (batch, table width) and replayed (SKPO_CUDA_GRAPHS=0 turns that off).
  */
-#include "model/model_cuda.h"
+#include "model/model_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_CUDA "this build has no CUDA (rebuild with nvcc on the PATH)"
-
-skpo_device skpo_model_device(const skpo_model *m) { return m->cuda ? SKPO_DEV_CUDA : SKPO_DEV_CPU; }
-skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return model_cuda_ctx(m); }
-
-#ifndef SKPO_HAVE_CUDA
-
-static int visible_devices(void) { return 0; }
-
-skpo_status model_cuda_probe(int device, skpo_err *err) { return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA); }
-skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
-}
-void model_cuda_close(skpo_model *m) { SKPO_ASSERT(!m->cuda); }
-skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
-}
-skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
-}
-skpo_cuda *model_cuda_ctx(const skpo_model *m) { return NULL; }
-skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
-    skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
-    return NULL;
-}
-skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
-                            const int *off, float *logits, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, NO_CUDA);
-}
-int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
-    *dev_logits = NULL;
-    return 0;
-}
-
-#else
+#ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_infer.h"
@@ -535,37 +501,35 @@ int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
     return *dev_logits ? in->last_nseq : 0;
 }
 
-#endif /* SKPO_HAVE_CUDA */
+static skpo_status cuda_open(skpo_model *m, skpo_err *err) { return model_cuda_open(m, 0, NULL, err); }
 
-skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
-                                const int *off, const float **dev_logits, skpo_err *err) {
-    *dev_logits = NULL;
-    if (!m->cuda)
-        return skpo_err_set(err, SKPO_EUNSUPPORTED, "skpo_model_step_dev: the model is on the cpu (use skpo_model_step)");
+static skpo_status cuda_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                                 const int *off, const float **dev_logits, skpo_err *err) {
     skpo_status s = model_cuda_step(m, kv, seq, nseq, toks, off, NULL, err);
     if (!s) model_cuda_last_logits(m, dev_logits);
     return s;
 }
 
-skpo_status skpo_device_parse(const char *name, skpo_device *out, skpo_err *err) {
-    if (!name) name = getenv("SKPO_DEVICE");
-    if (!name || !*name) {
-        *out = visible_devices() > 0 ? SKPO_DEV_CUDA : SKPO_DEV_CPU;
-        return SKPO_OK;
-    }
-    if (!strcmp(name, "cpu")) {
-        *out = SKPO_DEV_CPU;
-        return SKPO_OK;
-    }
-    if (strcmp(name, "cuda"))
-        return skpo_err_set(err, SKPO_ERANGE, "device '%s': expected cuda or cpu", name);
-#ifndef SKPO_HAVE_CUDA
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "device cuda: " NO_CUDA);
-#else
-    if (visible_devices() <= 0)
-        return skpo_err_set(err, SKPO_EDEVICE,
-                            "device cuda: no CUDA device visible (check the driver and CUDA_VISIBLE_DEVICES, or use --device cpu)");
-    *out = SKPO_DEV_CUDA;
-    return SKPO_OK;
-#endif
-}
+const model_backend model_backend_cuda = {
+    .name = "cuda",
+    .device = SKPO_DEV_CUDA,
+    .visible = visible_devices,
+    .probe = model_cuda_probe,
+    .open = cuda_open,
+    .close = model_cuda_close,
+    .sync_to_host = model_cuda_sync_to_host,
+    .sync_from_host = model_cuda_sync_from_host,
+    .kv_new = model_cuda_kv_new,
+    .step = model_cuda_step,
+    .step_dev = cuda_step_dev,
+    .cuda_ctx = model_cuda_ctx,
+    .logprobs = model_cuda_logprobs,
+    .train_forward = model_cuda_train_forward,
+    .train_backward = model_cuda_train_backward,
+    .zero_grad = model_cuda_zero_grad,
+    .set_recompute = model_cuda_set_recompute,
+    .dev_params = model_cuda_dev_params,
+    .grad_sumsq = model_cuda_grad_sumsq,
+};
+
+#endif /* SKPO_HAVE_CUDA */

@@ -1,5 +1,6 @@
 /*
- * model_cuda_train.c - see model_cuda_train.h. The math is model_train.c's,
+ * model_cuda_train.c - scoring and training of the CUDA backend (model_impl.h).
+ * The math is model_train.c's,
  * op for op, on the device: bf16 activations, fp32 statistics, fp32 weight
  * gradients (cuBLAS accumulates dW into the fp32 buffer). Differences forced
  * by the kernels: attention's dK/dV come out in fp32 (atomics) and are rounded
@@ -8,38 +9,15 @@
  * All device memory of a pass comes from one arena that grows to the largest
  * micro-batch seen and is kept until the model is closed.
  */
-#include "model/model_cuda_train.h"
+#include "model/model_impl.h"
 
-#include "model/model_cuda.h"
+#ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
+
+#include "cuda/cuda_train.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err) {
-    return m->cuda ? model_cuda_sync_to_host(m, err) : SKPO_OK;
-}
-skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err) {
-    return m->cuda ? model_cuda_sync_from_host(m, err) : SKPO_OK;
-}
-
-#ifndef SKPO_HAVE_CUDA
-
-#define NOCUDA(err) skpo_err_set((err), SKPO_EUNSUPPORTED, "this build has no CUDA (rebuild with nvcc on the PATH)")
-void skpo_model_set_recompute(skpo_model *m, int on) { (void)m, (void)on; }
-skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) { return NOCUDA(err); }
-skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) { return NOCUDA(err); }
-skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
-                                float *entropy, skpo_err *err) { return NOCUDA(err); }
-skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
-                                     float *entropy, skpo_err *err) { return NOCUDA(err); }
-skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
-    return NOCUDA(err);
-}
-skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) { return NOCUDA(err); }
-
-#else
-#include "cuda/cuda_train.h"
 
 #ifndef LOGIT_CHUNK_ELEMS   // tests shrink it to run many chunks on small models
 #define LOGIT_CHUNK_ELEMS ((size_t)1 << 26)   // 128 MiB of bf16 logits per chunk
@@ -95,19 +73,17 @@ static cutrain *tr(skpo_model *m) {
     return m->cuda->train;
 }
 
-void skpo_model_set_recompute(skpo_model *m, int on) {
-    if (m->cuda) tr(m)->recompute = on != 0;
-}
+void model_cuda_set_recompute(skpo_model *m, int on) { tr(m)->recompute = on != 0; }
 
-skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
-    if (!m->cuda || !m->cuda->master || !m->cuda->grad)
+skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
+    if (!m->cuda->master || !m->cuda->grad)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model is not a trainable model on cuda");
     *out = (skpo_dev_params){m->cuda->cu, m->cuda->master, m->cuda->w, m->cuda->grad, m->numel};
     return SKPO_OK;
 }
 
-skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
-    if (!m->cuda || !m->cuda->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
+skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
+    if (!m->cuda->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
     return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
 }
 
@@ -440,4 +416,4 @@ skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) {
     }
     return st;
 }
-#endif
+#endif /* SKPO_HAVE_CUDA */

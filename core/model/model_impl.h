@@ -1,7 +1,16 @@
 /*
- * model_impl.h - private to model.c / model_train.c: the layout of the model
- * struct, its weights and the saved activations of a training pass. Not a
- * public interface; tools and other modules use model.h only.
+ * model_impl.h - private to core/model/: the layout of the model struct, its
+ * weights and the saved activations of a training pass, and the backend
+ * interface (model_backend) that the generic code (model.c) calls and each
+ * backend fills: the CPU reference (model_cpu.c, model_train.c) and, in
+ * builds with nvcc, CUDA (model_cuda.c, model_cuda_train.c). backends.c is
+ * the one place that names them. Not a public interface; tools and other
+ * modules use model.h only (white-box tests in tests/unit/ may include it).
+ *
+ *     model.c (load, save, params, the public calls)
+ *        -> backends.c (which backends this build has)
+ *             -> model_cpu.c + model_train.c | model_cuda.c + model_cuda_train.c
+ *                  -> model_check.c (argument checks both backends share)
  */
 #ifndef SKPO_MODEL_IMPL_H
 #define SKPO_MODEL_IMPL_H
@@ -63,27 +72,173 @@ struct skpo_model {
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)
     model_acts acts;          // of the last train_forward
     int have_acts;
-    struct model_cuda *cuda;  // device mirror (model_cuda.h); NULL on CPU
+    const struct model_backend *be; // the backend the model computes on (never NULL after model_alloc)
+    struct model_cuda *cuda;  // the CUDA backend's state (below); only model_cuda*.c touch it
 };
 
 // Gradient buffer matching a parameter pointer.
 static inline float *model_grad_of(const skpo_model *m, const float *w) { return w ? m->grad + (w - m->mem) : NULL; }
 
-// Argument checks shared by the CPU and CUDA paths (model.c, model_train.c):
-// the skpo_model_step contract (sequences, offsets, token ids) and the
-// skpo_seq batch of scoring/training (start, length, ids, temperature).
+// --- the backend interface -------------------------------------------------------------------
+//
+// Each public call of model.h that depends on where the model computes goes
+// through m->be. Slots marked (nullable) may be NULL: model.c then does what
+// the comment says. Every other slot is filled by every backend.
+typedef struct model_backend {
+    const char *name;        // the --device spelling: "cpu", "cuda"
+    skpo_device device;
+    int (*visible)(void);    // devices of this kind visible now
+    // Before any weight is read: fails when device `device` cannot be used.
+    skpo_status (*probe)(int device, skpo_err *err);                             // (nullable: always usable)
+    // After the weights are in m->mem (load, init): move them where the backend computes.
+    skpo_status (*open)(skpo_model *m, skpo_err *err);                           // (nullable: nothing to do)
+    // Frees everything the backend made (open, passes, packed copies, saved activations).
+    void (*close)(skpo_model *m);
+    // The caller may write the host weights next (skpo_model_params): drop derived copies.
+    void (*host_weights_changed)(skpo_model *m);                                 // (nullable)
+    // Device -> m->mem (save, the CPU reference) and m->mem -> device (resume).
+    skpo_status (*sync_to_host)(const skpo_model *m, skpo_err *err);             // (nullable: m->mem is current)
+    skpo_status (*sync_from_host)(skpo_model *m, skpo_err *err);                 // (nullable)
+    // --- inference (model.h: skpo_model_kv_new, skpo_model_step, skpo_model_step_dev)
+    skpo_kv *(*kv_new)(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err);
+    skpo_status (*step)(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
+                        float *logits, skpo_err *err);
+    skpo_status (*step_dev)(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                            const int *off, const float **dev_logits, skpo_err *err);  // (nullable: unsupported)
+    struct skpo_cuda *(*cuda_ctx)(const skpo_model *m);                            // (nullable: NULL)
+    // --- scoring and training (model.h)
+    skpo_status (*logprobs)(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                            float *entropy, skpo_err *err);
+    skpo_status (*train_forward)(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                 float *entropy, skpo_err *err);
+    skpo_status (*train_backward)(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
+    // --- optimizer hooks
+    skpo_status (*zero_grad)(skpo_model *m, skpo_err *err);
+    void (*set_recompute)(skpo_model *m, int on);                                  // (nullable: ignored)
+    skpo_status (*dev_params)(skpo_model *m, skpo_dev_params *out, skpo_err *err); // (nullable: unsupported)
+    skpo_status (*grad_sumsq)(skpo_model *m, double *ss, skpo_err *err);           // (nullable: unsupported)
+} model_backend;
+
+// backends.c: the backend for device d, or an error naming why there is none
+// (SKPO_EUNSUPPORTED: not in this build, or an unknown device).
+skpo_status model_backend_get(skpo_device d, const model_backend **out, skpo_err *err);
+
+// --- model_check.c: argument checks shared by the backends -----------------------------------
+
+// The skpo_model_step contract (sequences, offsets, token ids).
 skpo_status model_step_check(const skpo_model *m, const int *seq, int nseq, const int32_t *toks, const int *off,
                              skpo_err *err);
 // Reserve off[i+1]-off[i] positions of kv sequence seq[i] for every i, all or
 // nothing; old[i] gets each sequence's previous length.
 skpo_status model_step_reserve(const skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *old,
                                skpo_err *err);
+// The skpo_seq batch of scoring/training (start, length, ids, temperature).
 skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err);
 
-// model_train.c
+// --- the CPU backend (model_cpu.c: inference; model_train.c: scoring and training) --------
+
+extern const model_backend model_backend_cpu;
 void model_acts_free(model_acts *a);
 // Forward over whole sequences: fills logp / entropy (nullable) of the scored tokens.
 skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
                                float *logp, float *entropy, model_acts *a, skpo_err *err);
+skpo_status model_cpu_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                               float *entropy, skpo_err *err);
+skpo_status model_cpu_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                    float *entropy, skpo_err *err);
+skpo_status model_cpu_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
+
+// --- the CUDA backend (model_cuda.c: the device mirror and inference; ------------------------
+// --- model_cuda_train.c: scoring and training). Compiled only with SKPO_HAVE_CUDA. ----------
+//
+// Contract of the device mirror:
+//   - every parameter lives on the device in bf16 at the SAME element offset
+//     as in the host buffer m->mem, so a host parameter pointer p maps to
+//     model_cuda_w(m, p) = w + (p - m->mem) (NULL stays NULL);
+//   - a trainable model also keeps fp32 master weights and fp32 gradients on
+//     the device (same offsets); the training code (model_cuda_train.c) owns
+//     `train`, model_cuda.c owns `infer`;
+//   - the host copy m->mem is only refreshed by model_cuda_sync_to_host (save
+//     and the CPU reference call it); after the host changes the weights
+//     (resume, tests) call model_cuda_sync_from_host;
+//   - kernels come from cuda/cuda.h, cuda/cuda_infer.h and cuda/cuda_train.h
+//     only; one stream per model.
+// For the sampling engine (device-side sampling without the logits copy):
+// skpo_model_step_dev() (model.h), or model_cuda_step() with logits == NULL
+// followed by model_cuda_last_logits(): the float32 logits (nseq, vocab) of
+// the last step stay on the device, on the model's stream, valid until the
+// next step. Pass them to skpo_cuda_sample() with skpo_model_cuda_ctx(m).
+
+typedef uint16_t skpo_bf16;  // same typedef as cuda.h
+typedef struct skpo_cuda skpo_cuda;
+
+typedef struct model_cuda {
+    skpo_cuda *cu;            // context on the chosen device (its stream is the model's stream)
+    skpo_bf16 *w;             // every parameter in bf16, same element offsets as the host m->mem
+    float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
+    float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
+    void *train;              // owned by model_cuda_train.c: saved activations, scratch
+    void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first
+    void *infer;              // owned by model_cuda.c: step scratch, staging buffers, last logits
+} model_cuda;
+
+// Device pointer of a host parameter pointer (NULL stays NULL).
+static inline skpo_bf16 *model_cuda_w(const skpo_model *m, const float *p) {
+    return p ? m->cuda->w + (p - m->mem) : NULL;
+}
+static inline float *model_cuda_master(const skpo_model *m, const float *p) {
+    return p && m->cuda->master ? m->cuda->master + (p - m->mem) : NULL;
+}
+static inline float *model_cuda_grad(const skpo_model *m, const float *p) {
+    return p && m->cuda->grad ? m->cuda->grad + (p - m->mem) : NULL;
+}
+
+extern const model_backend model_backend_cuda;
+// model_cuda.c
+// Fails (EDEVICE without a visible device `device`) before anything is loaded.
+skpo_status model_cuda_probe(int device, skpo_err *err);
+// Upload m->mem as bf16 (and as fp32 master + zeroed fp32 grad when
+// m->o.trainable) to device `device` (0 = first visible one). Checks the
+// bytes needed against the free device memory first. Sets m->cuda (and *out
+// when out is non-NULL).
+skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err);
+// Frees everything on the device (train/infer parts included); m->cuda = NULL.
+void model_cuda_close(skpo_model *m);
+// Device -> m->mem: fp32 master when trainable, else the bf16 weights widened.
+skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err);
+// m->mem -> device (bf16 weights, and the fp32 master when trainable).
+skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err);
+// The model's device context (kernels from cuda.h take it); NULL on CPU.
+skpo_cuda *model_cuda_ctx(const skpo_model *m);
+// A KV cache whose pool (bf16, kvcache.h layout) lives on the device. Bookkeeping
+// stays on the host (kvcache.c); copy-on-write copies blocks on the device.
+// Fails with SKPO_ENOMEM naming bytes needed and free.
+skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err);
+// skpo_model_step on the device, same contract; logits == NULL leaves them on
+// the device only (see model_cuda_last_logits).
+skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                            const int *off, float *logits, skpo_err *err);
+// *dev_logits = device pointer to the float32 logits (nseq, vocab) of the last
+// successful step (NULL before any or after a failed one); returns nseq (0
+// then). Valid until the next step.
+int model_cuda_last_logits(const skpo_model *m, const float **dev_logits);
+
+// model_cuda_train.c: the packed-sequence forward (bf16 activations, fp32
+// rstd / log-sum-exp saved), the backward of every op with fp32 gradients
+// accumulated into the device gradient buffer, and optional per-layer
+// activation recomputation; same contracts as the model.h calls.
+// Memory of one micro-batch of N tokens (bytes, bf16 = 2): saved per layer
+// 2 N (4C + 2QD + 2KVD + 2F) + 12 N (rstd x2, lse NH); with recompute only the
+// layer inputs 2 N C per layer plus one layer's worth. The lm_head runs on
+// the scored rows in chunks of at most 2^26 logits, so no (N, vocab) tensor.
+skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                float *entropy, skpo_err *err);
+skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                     float *entropy, skpo_err *err);
+skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
+skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err);
+void model_cuda_set_recompute(skpo_model *m, int on);
+skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err);
+skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
 
 #endif

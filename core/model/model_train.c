@@ -7,9 +7,9 @@
  * the lm_head, in chunks of rows, so (T, vocab) logits never exist at once;
  * backward recomputes each chunk's logits from the saved final-norm output
  * and the saved log-normaliser instead of keeping them.
- * Not here: KV-cache inference (model.c) and the optimiser (optim).
+ * The CPU backend's half for scoring and training (model_impl.h); inference
+ * is model_cpu.c. Not here: the optimiser (train/optim).
  */
-#include "model/model_cuda_train.h"
 #include "model/model_impl.h"
 
 #include <math.h>
@@ -27,24 +27,6 @@ void model_acts_free(model_acts *a) {
     free(a->gate); free(a->up); free(a->h); free(a->lnf); free(a->rstdf);
     free(a->srow); free(a->stgt); free(a->slse); free(a->sent);
     memset(a, 0, sizeof *a);
-}
-
-skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, skpo_err *err) {
-    if (!(temperature > 0) || !isfinite(temperature))
-        return skpo_err_set(err, SKPO_ERANGE, "temperature %g must be positive", (double)temperature);
-    for (int i = 0; i < nseq; i++) {
-        const skpo_seq *s = &seqs[i];
-        if (s->start < 1 || s->start > s->n)
-            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: start %d outside [1, %d]", i, s->start, s->n);
-        if (s->n > m->c.max_position_embeddings)
-            return skpo_err_set(err, SKPO_ERANGE, "sequence %d: %d tokens exceed max_position_embeddings %d", i, s->n,
-                                m->c.max_position_embeddings);
-        for (int t = 0; t < s->n; t++)
-            if (s->ids[t] < 0 || s->ids[t] >= m->c.vocab_size)
-                return skpo_err_set(err, SKPO_ERANGE, "sequence %d: token id %d outside the vocabulary (%d)", i,
-                                    s->ids[t], m->c.vocab_size);
-    }
-    return SKPO_OK;
 }
 
 // Index the batch and allocate activations (per layer when save, else one layer's worth).
@@ -171,18 +153,16 @@ skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, fl
     return SKPO_OK;
 }
 
-skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
-                                float *entropy, skpo_err *err) {
-    if (m->cuda) return model_cuda_logprobs(m, seqs, nseq, temperature, logp, entropy, err);
+skpo_status model_cpu_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                               float *entropy, skpo_err *err) {
     model_acts a = {0};
     skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 0, logp, entropy, &a, err);
     model_acts_free(&a);
     return s;
 }
 
-skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
-                                     float *entropy, skpo_err *err) {
-    if (m->cuda) return model_cuda_train_forward(m, seqs, nseq, temperature, logp, entropy, err);
+skpo_status model_cpu_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                                    float *entropy, skpo_err *err) {
     if (!m->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     m->have_acts = 0;
     skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 1, logp, entropy, &m->acts, err);
@@ -254,8 +234,7 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
 #undef G
 }
 
-skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
-    if (m->cuda) return model_cuda_train_backward(m, dlogp, dentropy, err);
+skpo_status model_cpu_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
     if (!m->have_acts) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_backward without a train_forward before it");
     model_acts *a = &m->acts;
     for (int i = 0; i < a->S; i++)

@@ -4,7 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "train/checkpoint.h"
-#include "model/model_cuda_train.h"
+#include "model/model.h"
 
 #include <dirent.h>
 #include <errno.h>

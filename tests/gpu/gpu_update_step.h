@@ -9,7 +9,6 @@
 
 #include "train/comm.h"
 #include "model/model.h"
-#include "model/model_cuda_train.h"
 #include "train/optim.h"
 
 typedef struct bench_opt {

@@ -12,7 +12,7 @@
 #include "harness.h"
 #include "model/kvcache.h"
 #include "model/model.h"
-#include "model/model_cuda.h"
+#include "model/model_impl.h"
 
 #ifdef SKPO_HAVE_CUDA
 #include "cuda/cuda.h"

@@ -32,7 +32,6 @@
 #include "train/checkpoint.h"
 #include "train/comm.h"
 #include "model/model.h"
-#include "model/model_cuda_train.h"
 
 #include <string.h>
 

@@ -15,6 +15,7 @@
 #include "../../core/model/model_cuda.c"
 #include "../../core/model/model_cuda_train.c"
 #include "../../core/train/optim_dev.c"
+#include "../../core/model/backends.c"          // a backend list that has the CUDA backend
 #include "test_cuda_train.c"
 #else
 #include "harness.h"

@@ -6,7 +6,7 @@
  * = the segment's uid from skpo-splice; correct/reward/pred from skpo-reward).
  * read.c gathers them into prefixes (one per segment, with the outcomes of its
  * continuations in input order); signs.c and outcomes.c aggregate prefixes
- * into rows; main.c prints the rows and writes metrics records.
+ * into rows (rows.c); main.c prints the rows and writes metrics records.
  */
 #ifndef SKPO_TOOL_ANALYZE_H
 #define SKPO_TOOL_ANALYZE_H
@@ -51,7 +51,7 @@ typedef struct prefixes {
 void prefixes_read(prefixes *ps, const char *path);
 void prefixes_free(prefixes *ps);
 
-// --- result rows (main.c prints them) ---
+// --- result rows (rows.c; main.c prints them) ---
 #define ROW_MAX_COLS 12
 
 typedef struct row {

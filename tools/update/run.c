@@ -6,7 +6,7 @@
 #include "tool.h"
 
 #include "cuda/cuda.h"
-#include "model/model_cuda_train.h"
+#include "model/model.h"
 
 #include <inttypes.h>
 #include <math.h>

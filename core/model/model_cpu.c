@@ -1,0 +1,192 @@
+/*
+ * model_cpu.c - the CPU backend of the model (model_impl.h): float32 weights
+ * in host memory, every kernel from cpu/ops.h (OpenBLAS + OpenMP). It is the
+ * readable reference the CUDA backend (model_cuda.c) mirrors op for op. This
+ * file is inference over the paged KV cache; scoring and training are in
+ * model_train.c. Each layer is
+ *     ln = rmsnorm(x) ; q,k,v = ln Wq^T (+b) ... ; rope(q, k) ;
+ *     x += attention(q, k, v) Wo^T ; ln = rmsnorm(x) ;
+ *     x += (silu(ln Wg^T) * ln Wu^T) Wd^T
+ * followed by a final rmsnorm and the lm_head (tied to the embedding or not).
+ */
+#include "model/model_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// --- packed inference weights --------------------------------------------------------------
+//
+// A non-trainable model keeps the backend's packed copy of every matrix
+// (ops.h pack), made at its first step: batched decode then streams weights
+// already laid out for the kernel instead of re-laying them out every step.
+// Trainable models, whose weights change under the optimizer, use
+// matmul_invariant on the weights as they are (bit-identical results).
+enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
+
+static void model_unpack(skpo_model *m) {
+    if (!m->packed) return;
+    for (int i = 0; i < m->c.num_hidden_layers * PK_PER_LAYER + 1; i++) m->ops->pack_free(m->packed[i]);
+    free(m->packed);
+    m->packed = NULL;
+}
+
+static void model_pack(skpo_model *m) {
+    const skpo_config *c = &m->c;
+    if (m->packed || m->o.trainable || !m->ops->pack || !m->ops->matmul_packed) return;
+    int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
+    int KVD = c->num_key_value_heads * c->head_dim, nl = c->num_hidden_layers;
+    void **pk = skpo_xmalloc(((size_t)nl * PK_PER_LAYER + 1) * sizeof *pk);
+    for (int l = 0; l < nl; l++) {
+        const model_layer *L = &m->layers[l];
+        void **p = pk + (size_t)l * PK_PER_LAYER;
+        p[PK_Q] = m->ops->pack(L->wq, C, QD);
+        p[PK_K] = m->ops->pack(L->wk, C, KVD);
+        p[PK_V] = m->ops->pack(L->wv, C, KVD);
+        p[PK_O] = m->ops->pack(L->wo, QD, C);
+        p[PK_G] = m->ops->pack(L->wg, C, F);
+        p[PK_U] = m->ops->pack(L->wu, C, F);
+        p[PK_D] = m->ops->pack(L->wd, F, C);
+    }
+    pk[(size_t)nl * PK_PER_LAYER] = m->ops->pack(m->lm_head, C, c->vocab_size);
+    m->packed = pk;
+}
+
+// out (N, O) (+)= in (N, K) @ w^T + bias, batch-invariant; slot names w's packed copy.
+static void model_linear(const skpo_model *m, int slot, float *out, const float *in, const float *w,
+                         const float *bias, int N, int K, int O, int acc) {
+    const skpo_ops *op = m->ops;
+    if (m->packed) op->matmul_packed(out, in, m->packed[slot], bias, N, K, O, acc);
+    else (op->matmul_invariant ? op->matmul_invariant : op->matmul)(out, in, w, bias, N, K, O, acc);
+}
+
+// --- inference over the paged cache -----------------------------------------------------------
+
+static skpo_kv *cpu_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
+    skpo_kv_shape sh = {
+        .n_layers = m->c.num_hidden_layers,
+        .kv_dim = m->c.num_key_value_heads * m->c.head_dim,
+        .block_size = 16,
+        .n_blocks = (max_tokens + 15) / 16 + (size_t)(max_seqs > 0 ? max_seqs : 1), // partial last blocks
+        .max_seqs = max_seqs,
+    };
+    return skpo_kv_new(&sh, err);
+}
+
+// model_step_reserve, then pos (N) and blocks (N) of every new row.
+static skpo_status step_reserve(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int *off, int *pos,
+                                const int **blocks, skpo_err *err) {
+    int *old = skpo_xmalloc((size_t)nseq * sizeof(int));
+    skpo_status s = model_step_reserve(m, kv, seq, nseq, off, old, err);
+    int i;
+    if (s) {
+        free(old);
+        return s;
+    }
+    for (i = 0; i < nseq; i++) {
+        int nb;
+        const int *b = skpo_kv_seq_blocks(kv, seq[i], &nb);
+        for (int r = off[i]; r < off[i + 1]; r++) {
+            pos[r] = old[i] + (r - off[i]);
+            blocks[r] = b;
+        }
+    }
+    free(old);
+    return SKPO_OK;
+}
+
+// One layer on N new rows; x (N, C) is updated in place. K/V go into the cache.
+static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, const int **blocks, skpo_kv *kv,
+                       float *ln, float *q, float *k, float *v, float *att, float *gate, float *up) {
+    const skpo_config *c = &m->c;
+    const skpo_ops *op = m->ops;
+    const model_layer *L = &m->layers[l];
+    int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
+    int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS, pw = l * PK_PER_LAYER;
+    op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
+    model_linear(m, pw + PK_Q, q, ln, L->wq, L->bq, N, C, QD, 0);
+    model_linear(m, pw + PK_K, k, ln, L->wk, L->bk, N, C, KVD, 0);
+    model_linear(m, pw + PK_V, v, ln, L->wv, L->bv, N, C, KVD, 0);
+    op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
+    op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
+    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
+    float *pk = skpo_kv_pool_k(kv), *pv = skpo_kv_pool_v(kv);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        size_t b = (size_t)blocks[r][pos[r] / ks->block_size];
+        size_t o = ((b * (size_t)ks->n_layers + (size_t)l) * (size_t)ks->block_size + (size_t)(pos[r] % ks->block_size)) *
+                   (size_t)KVD;
+        memcpy(pk + o, k + (size_t)r * KVD, (size_t)KVD * sizeof(float));
+        memcpy(pv + o, v + (size_t)r * KVD, (size_t)KVD * sizeof(float));
+    }
+    skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
+    op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
+    model_linear(m, pw + PK_O, x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
+    model_linear(m, pw + PK_G, gate, ln, L->wg, NULL, N, C, F, 0);
+    model_linear(m, pw + PK_U, up, ln, L->wu, NULL, N, C, F, 0);
+    op->swiglu(gate, gate, up, (size_t)N * F);
+    model_linear(m, pw + PK_D, x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+}
+
+static skpo_status cpu_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
+                            const int *off, float *logits, skpo_err *err) {
+    if (skpo_kv_pool_ctx(kv))
+        return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
+    skpo_status s = model_step_check(m, seq, nseq, toks, off, err);
+    if (s) return s;
+    model_pack(m);
+    const skpo_config *c = &m->c;
+    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
+    int N = off[nseq], C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int QD = c->num_attention_heads * c->head_dim, KVD = c->num_key_value_heads * c->head_dim;
+    SKPO_ASSERT(ks->n_layers == c->num_hidden_layers && ks->kv_dim == KVD);
+    int *pos = skpo_xmalloc((size_t)N * sizeof(int));
+    const int **blocks = skpo_xmalloc((size_t)N * sizeof(int *));
+    if ((s = step_reserve(m, kv, seq, nseq, off, pos, blocks, err))) {
+        free(pos);
+        free(blocks);
+        return s;
+    }
+    float *x = skpo_xmalloc((size_t)N * C * sizeof(float)), *ln = skpo_xmalloc((size_t)N * C * sizeof(float));
+    float *q = skpo_xmalloc((size_t)N * QD * sizeof(float)), *att = skpo_xmalloc((size_t)N * QD * sizeof(float));
+    float *k = skpo_xmalloc((size_t)N * KVD * sizeof(float)), *v = skpo_xmalloc((size_t)N * KVD * sizeof(float));
+    float *gate = skpo_xmalloc((size_t)N * F * sizeof(float)), *up = skpo_xmalloc((size_t)N * F * sizeof(float));
+    m->ops->embed(x, m->wte, toks, N, C);
+    for (int l = 0; l < c->num_hidden_layers; l++) step_layer(m, l, x, N, pos, blocks, kv, ln, q, k, v, att, gate, up);
+    // Only the last new row of each sequence needs logits.
+    for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
+    m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
+    model_linear(m, c->num_hidden_layers * PK_PER_LAYER, logits, x, m->lm_head, NULL, nseq, C, V, 0);
+    free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
+    free(pos);
+    free(blocks);
+    return SKPO_OK;
+}
+
+// --- the backend ----------------------------------------------------------------------------------
+
+static int cpu_visible(void) { return 1; }
+
+static void cpu_close(skpo_model *m) {
+    model_unpack(m);
+    model_acts_free(&m->acts);
+}
+
+static skpo_status cpu_zero_grad(skpo_model *m, skpo_err *err) {
+    if (m->grad) memset(m->grad, 0, m->numel * sizeof(float));
+    return SKPO_OK;
+}
+
+const model_backend model_backend_cpu = {
+    .name = "cpu",
+    .device = SKPO_DEV_CPU,
+    .visible = cpu_visible,
+    .close = cpu_close,
+    .host_weights_changed = model_unpack,   // packed copies would go stale
+    .kv_new = cpu_kv_new,
+    .step = cpu_step,
+    .logprobs = model_cpu_logprobs,
+    .train_forward = model_cpu_train_forward,
+    .train_backward = model_cpu_train_backward,
+    .zero_grad = cpu_zero_grad,
+};
