@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pipelines/eval.sh [OPTIONS] MODEL BENCH... - evaluate a checkpoint on benchmarks
-# with the paper's protocol (SKPO.md section 6): avg@32 for AIME, avg@3 otherwise,
+# with the paper's protocol (docs/algorithm.md section 6): avg@32 for AIME, avg@3 otherwise,
 # 3072 new tokens, T = 1.0, top-p = 0.7 (DAPO's evaluation setting).
 #
 # BENCH is a name in ${SKPO_SHARED:-../shared}/data/benchmarks (aime24, aime25,

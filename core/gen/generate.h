@@ -32,7 +32,7 @@
  * decoded text (skpo_gen_stop hooks; skpo_gen_stops_new gives stop strings
  * over a tokenizer; the token completing a stop string is the last token),
  * max_new tokens, or the context limit: a sample of a prompt of P tokens gets
- * at most ctx_limit - P tokens (SKPO.md Q3).
+ * at most ctx_limit - P tokens (docs/algorithm.md Q3).
  *
  * Results come back whole, one group at a time, in submission order.
  * Not here: records and the SKPO selection (tools/sample, tools/splice).

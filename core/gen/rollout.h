@@ -3,7 +3,7 @@
  * tokenizer, KV cache and engine from command-line settings, the seeds of
  * each sequence, and the response fields of a rollout record.
  *
- * Seeds (SKPO.md "Randomness is explicit"): every sequence's generator is
+ * Seeds (docs/algorithm.md "Randomness"): every sequence's generator is
  * seeded with skpo_rollout_seed(run seed, step, tag, id, index), e.g.
  * (S, 7, "full", pid, k) for the k-th response to pid at step 7, and that
  * value is stored in the record's `seed`. Re-running one sequence with that

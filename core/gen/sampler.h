@@ -64,7 +64,7 @@ double skpo_sample_logprob(const float *logits, int vocab, double temperature, i
 // byte offset where the first such match starts, or -1.
 long skpo_stop_find(const char *text, size_t len, size_t from, const char *const *stops, int nstops);
 
-// --- SKPO upstream (SKPO.md sections 3, Q9, Q13, Q14) ---------------------------------
+// --- SKPO upstream (docs/algorithm.md sections 3, Q9, Q13, Q14) ---------------------------------
 
 // Split position t_q = uniform_int(ceil(L/6), floor(L/2)) drawn from r. L must
 // be finite and > 0. For L < 6 the range is empty or starts at 0; the result is

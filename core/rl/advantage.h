@@ -1,5 +1,5 @@
 /*
- * advantage.h - advantages for every algorithm skpo trains (SKPO.md sections 3,
+ * advantage.h - advantages for every algorithm skpo trains (docs/algorithm.md sections 3,
  * 4.2-4.4, Q4, Q6) computed over one whole step of records in memory.
  *
  * Modes and the records they read (other kinds pass through untouched):
@@ -22,7 +22,7 @@
  * skpo and spo also store the segment (tokens, logp, prompt) for the next D.
  * rho: clamp(2^(-D/tau)) with D from the caller's divergence function on
  * revisits, D = 0 on first visits; without a divergence function rho = rho_max
- * (SPO's constant-rho variant, SKPO.md Q1).
+ * (SPO's constant-rho variant, docs/algorithm.md Q1).
  */
 #ifndef SKPO_ADVANTAGE_H
 #define SKPO_ADVANTAGE_H
@@ -61,7 +61,7 @@ double skpo_adv_std(const double *a, size_t n);
 // D for each of n stored segments (see tracker.h): mean_t |logp_now - seg.logp|.
 typedef skpo_status (*skpo_divergence_fn)(void *ctx, const skpo_tracker_seg *segs, size_t n, double *D, skpo_err *err);
 
-// The divergence of SKPO.md Q1 / SPO's code, with the current checkpoint:
+// The divergence of docs/algorithm.md Q1 / SPO's code, with the current checkpoint:
 // D = mean_t |logp_model(seg.tokens[t] | seg.prompt, seg.tokens[<t]) - seg.logp[t]|
 // at the given sampling temperature. Segments without tokens or prompt get D = 0.
 // Sequences are scored in batches of at most max_tokens tokens (0 = 16384).

@@ -1,6 +1,6 @@
 /*
  * signsim.h - sign consistency of group-normalised Monte Carlo advantages
- * (SKPO.md section 8, the paper's appendix A), and the small exact pieces it
+ * (docs/algorithm.md section 8, the paper's appendix A), and the small exact pieces it
  * is built from: an explicit RNG, exact binomial sampling for any n, and the
  * "are all G signs right" test that the empirical analysis shares.
  *

@@ -132,7 +132,7 @@ char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int a
 
 // --- prompt wordings -------------------------------------------------------------
 
-// DAPO-Math-17k's stored user message (SKPO.md section 5), around the problem.
+// DAPO-Math-17k's stored user message (docs/algorithm.md section 5), around the problem.
 static const char DAPO_HEAD[] =
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n";

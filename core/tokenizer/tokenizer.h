@@ -64,7 +64,7 @@ typedef struct skpo_chat_msg {
 // Render messages and, if add_generation_prompt, the assistant opener.
 // Returns malloc'd text, NULL with err set for an unknown template.
 char *skpo_chat_render(const char *tmpl, const skpo_chat_msg *msgs, int n, int add_generation_prompt, skpo_err *err);
-// Prompt wordings for a problem: "dapo" (SKPO.md section 5), "boxed", "raw".
+// Prompt wordings for a problem: "dapo" (docs/algorithm.md section 5), "boxed", "raw".
 char *skpo_prompt_wording(const char *wording, const char *problem, skpo_err *err);
 
 #endif

@@ -2,7 +2,7 @@
  * loss.h - per-token policy losses, their gradient with respect to the current
  * log-probs, and the aggregation normalisers of a mini-batch.
  *
- * Notation (SKPO.md 4.5): d_t = clamp(logp_t - old_t, -20, 20), r_t = exp(d_t),
+ * Notation (docs/algorithm.md 4.5): d_t = clamp(logp_t - old_t, -20, 20), r_t = exp(d_t),
  * A = the record's advantage; per-token losses are minimised.
  *   PPO    loss_t = max(-A r_t, -A clamp(r_t, 1 - eps_low, 1 + eps_high)), and
  *          for A < 0 with dual clip c > 0: loss_t = min(loss_t, -A c)
@@ -11,12 +11,12 @@
  *   CISPO  loss_t = -stopgrad(clamp(r_t, 1 - eps_low, 1 + eps_high)) A logp_t
  *          (clipped tokens keep a capped gradient).
  *   SFT    loss_t = -logp_t (next-token cross-entropy on `tokens`).
- * Optional terms added to every token (both off by default, SKPO.md 2):
+ * Optional terms added to every token (both off by default, docs/algorithm.md 2):
  *   kl_coef * k3(ref, logp)  with verl's low_var_kl clamps: k = clamp(ref - logp,
  *                            -20, 20), k3 = clamp(exp(k) - k - 1, -10, 10);
  *   -entropy_coef * H_t      (H_t from the model; its gradient goes to dH).
  *
- * Aggregation of one phase over a mini-batch (SKPO.md 4.6). The trainer counts
+ * Aggregation of one phase over a mini-batch (docs/algorithm.md 4.6). The trainer counts
  * tokens and sequences of each phase over the WHOLE mini-batch (all micro-
  * batches, all ranks) before the first backward, so accumulation is exact:
  *   token-mean               sum_t loss_t / tokens(phase)
@@ -25,7 +25,7 @@
  *                            token sum of each sequence over a constant, e.g. the
  *                            generation budget, averaged over sequences)
  * The mini-batch objective is sum over phases of weight * L_phase with the
- * weight taken from each record (SKPO.md Q5: 0.5 up + 0.5 down). Records with
+ * weight taken from each record (docs/algorithm.md Q5: 0.5 up + 0.5 down). Records with
  * weight 0 or advantage 0 still count in tokens(phase), as in verl.
  */
 #ifndef SKPO_LOSS_H
@@ -61,7 +61,7 @@ typedef struct skpo_phase_loss {
 
 typedef struct skpo_loss_cfg {
     skpo_phase_loss phase[SKPO_NPHASE];
-    skpo_loss_agg agg[SKPO_NPHASE];   // per phase (SKPO.md Q5: a seq-mean upstream is one flag away)
+    skpo_loss_agg agg[SKPO_NPHASE];   // per phase (docs/algorithm.md Q5: a seq-mean upstream is one flag away)
     double agg_norm;       // constant of seq-mean-token-sum-norm
     double kl_coef;        // 0 = off; otherwise every record needs ref_logp
     double entropy_coef;   // 0 = off
@@ -69,7 +69,7 @@ typedef struct skpo_loss_cfg {
 
 // --- configuration ---------------------------------------------------------------
 
-// Defaults of SKPO.md Q7: up = PPO [0.8, 1.2] dual-clip 3; down = CISPO
+// Defaults of docs/algorithm.md Q7: up = PPO [0.8, 1.2] dual-clip 3; down = CISPO
 // [0.8, 1.28]; full (GRPO/DAPO/SPO baselines) = PPO clip-higher [0.8, 1.28]
 // dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);

@@ -13,7 +13,7 @@
  * A non-finite norm leaves parameters, moments and t untouched and returns
  * SKPO_ENUMERIC (verl skips such an update; the trainer stops instead).
  *
- * Schedule (SKPO.md 2, Q12): the lr of training step s (1-based) is
+ * Schedule (docs/algorithm.md 2, Q12): the lr of training step s (1-based) is
  * lr * min(1, s / warmup_steps), the same for every optimizer update of the
  * step. verl's LambdaLR starts its counter at 0 and so runs the first step at
  * lr 0; we start at 1 so no step is wasted.

@@ -19,7 +19,7 @@
  * rank, a plan every rank computes identically. Micro-batches: a rank's records of one mini-batch are packed
  * in order up to `micro_tokens` (prompt + response) per forward/backward (a
  * longer record goes alone). Normalisers are counted over the whole mini-batch
- * on all ranks first (SKPO.md 4.6), so the sum of micro-batch gradients equals
+ * on all ranks first (docs/algorithm.md 4.6), so the sum of micro-batch gradients equals
  * the gradient of the whole mini-batch (up to float summation order).
  *
  * Old log-probs: the records' `logp` (behaviour policy), or with recompute_old

@@ -1,5 +1,5 @@
 /*
- * evalstats.h - evaluation metrics over k samples per problem (SKPO.md section 6,
+ * evalstats.h - evaluation metrics over k samples per problem (docs/algorithm.md section 6,
  * SPO App.D definitions), per problem; callers average over problems.
  *
  *   avg@k (Mean@k)  c / n, the fraction of a problem's n samples that are correct

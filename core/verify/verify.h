@@ -18,7 +18,7 @@
  *   boxed  the same comparison, but only a \boxed{}/\fbox{} answer counts.
  *   dapo   verl's math_dapo.compute_score reproduced byte for byte: last 300
  *          chars, last "Answer:" match, normalize_final_answer, exact string
- *          equality (spec/SKPO.md section 5).
+ *          equality (docs/algorithm.md section 5).
  *
  * Work is bounded: inputs are scanned linearly, an extracted answer is capped at
  * SKPO_VERIFY_ANSWER_MAX bytes, expression trees at a fixed node count and
@@ -86,8 +86,8 @@ typedef struct skpo_reward_opts {
     skpo_verify_opts verify;
     bool zero_one;         // rewards 1/0 instead of +1/-1
     long overlong_max;     // DAPO soft overlong penalty on len(tokens): L_max (0 = off)
-    long overlong_cache;   //   and L_cache (SKPO.md 4.7)
-    bool keep_truncated;   // finish == "length": keep the verdict (default: wrong, SKPO.md Q3)
+    long overlong_cache;   //   and L_cache (docs/algorithm.md 4.7)
+    bool keep_truncated;   // finish == "length": keep the verdict (default: wrong, docs/algorithm.md Q3)
 } skpo_reward_opts;
 
 void skpo_reward_opts_default(skpo_reward_opts *o);

@@ -1,6 +1,6 @@
 /*
  * verify_dapo.c - verl's math_dapo.compute_score, ported for paper
- * reproduction (spec/SKPO.md section 5). Default (non-strict) mode only:
+ * reproduction (docs/algorithm.md section 5). Default (non-strict) mode only:
  *
  *   1. keep the last 300 characters (code points) of the response;
  *   2. findall (?i)Answer\s*:\s*([^\n]+), take the last match, else "[INVALID]";

@@ -1,8 +1,8 @@
 /*
  * verify_reward.c - the reward of one rollout record: verdict of the chosen
  * verifier, the truncation rule (a response cut at the length limit is wrong
- * unless asked otherwise, SKPO.md Q3) and DAPO's soft overlong penalty
- * (SKPO.md 4.7) added to the +1/-1 (or 1/0) correctness reward.
+ * unless asked otherwise, docs/algorithm.md Q3) and DAPO's soft overlong penalty
+ * (docs/algorithm.md 4.7) added to the +1/-1 (or 1/0) correctness reward.
  */
 #include "verify/verify.h"
 #include "record/record.h"

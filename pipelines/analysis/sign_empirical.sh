@@ -1,6 +1,6 @@
 #!/bin/sh
 # sign_empirical.sh - sign consistency of Monte Carlo advantages on real
-# rollouts of a checkpoint (docs/analyses.md, analysis 2; SKPO.md section 8).
+# rollouts of a checkpoint (docs/analyses.md, analysis 2; docs/algorithm.md section 8).
 #
 # For each prompt: G responses (skpo-sample --n G), rewarded; each response cut
 # at the relative positions --at (skpo-cut); each segment continued N times

@@ -1,5 +1,5 @@
 #!/bin/sh
-# signsim.sh - the sign-consistency simulation (SKPO.md section 8, paper
+# signsim.sh - the sign-consistency simulation (docs/algorithm.md section 8, paper
 # appendix A) for several quality spreads: one skpo-signsim run per spread,
 # a TSV of all rows, the tables, and a gnuplot PNG of "fraction of groups with
 # all G signs right" against the number of continuations N (log scale). The

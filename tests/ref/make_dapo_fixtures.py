@@ -2,7 +2,7 @@
 """Reference fixtures for skpo's `dapo` verifier (core/verify/verify_dapo.c).
 
 A Python port of verl's math_dapo.compute_score (default, non-strict mode),
-written from spec/SKPO.md section 5 and verl's recipe: last 300 characters,
+written from docs/algorithm.md section 5 and verl's recipe: last 300 characters,
 findall of (?i)Answer\\s*:\\s*([^\\n]+) (last match, else "[INVALID]"),
 normalize_final_answer on prediction and gold, exact string match, +1/-1.
 

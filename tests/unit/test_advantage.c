@@ -1,4 +1,4 @@
-// test_advantage.c - advantage formulas against SKPO.md's hand-computed values
+// test_advantage.c - advantage formulas against docs/algorithm.md's hand-computed values
 // (section 4.4 GRPO sanity values, section 4.3 tracker trace) and a whole step
 // over records: groups spread over the input in any order, the up reward and
 // its batch normalisation, dapo's filter, spo, the divergence hook, and the

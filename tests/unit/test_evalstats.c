@@ -1,5 +1,5 @@
 // test_evalstats.c - pass@k, maj@k and the reported k list against hand values
-// (SKPO.md section 6) and against the binomial definition computed exactly.
+// (docs/algorithm.md section 6) and against the binomial definition computed exactly.
 #include "verify/evalstats.h"
 #include "harness.h"
 

@@ -2,7 +2,7 @@
  * test_signsim.c - core/rl/signsim: binomial sampling against exact moments and
  * pmfs, the sign test's edge cases, and the simulation against closed forms
  * (G = 2 by convolution, the GRPO reference as a product) and against the
- * behaviour SKPO.md section 8 reports. Every statistical check uses a fixed
+ * behaviour docs/algorithm.md section 8 reports. Every statistical check uses a fixed
  * seed and a tolerance of about 5 standard errors, stated next to it.
  */
 #include "harness.h"
@@ -191,7 +191,7 @@ static void grpo_reference_matches_product_formula(void) {
     CHECK_NEAR(rows[1].sign_acc, acc, 0.003);
 }
 
-// SKPO.md section 8: for a small quality spread even N = 512 stays below 50 %;
+// docs/algorithm.md section 8: for a small quality spread even N = 512 stays below 50 %;
 // for reasonable spreads sign accuracy is near perfect at N = 8192; MC with
 // N = 8 already beats the one-outcome GRPO reference; more N never hurts.
 static void small_spread_stays_below_half_at_512(void) {

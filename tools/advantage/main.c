@@ -48,7 +48,7 @@ static void parse(int argc, char **argv, args *a) {
         {"group", 0, SKPO_OPT_INT, &a->group, 1, 65536, "G", "records per group (default 8)"},
         {"w-up", 0, SKPO_OPT_DOUBLE, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"},
         {"w-down", 0, SKPO_OPT_DOUBLE, &a->w_down, 0, 1e6, "W", "downstream loss weight in skpo mode (default 0.5)"},
-        {"norm-down", 0, SKPO_OPT_FLAG, &a->norm_down, 0, 0, NULL, "batch-normalise downstream advantages too (SKPO.md Q4)"},
+        {"norm-down", 0, SKPO_OPT_FLAG, &a->norm_down, 0, 0, NULL, "batch-normalise downstream advantages too (docs/algorithm.md Q4)"},
         {"tau", 0, SKPO_OPT_DOUBLE, &a->tau, 1e-12, 1e12, "T", "rho half-life: rho = 2^(-D/T) (default 8.0; SPO code: 0.06)"},
         {"rho-min", 0, SKPO_OPT_DOUBLE, &a->rho_min, 1e-6, 1, "R", "lower clamp of rho (default 0.875)"},
         {"rho-max", 0, SKPO_OPT_DOUBLE, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"},

@@ -2,7 +2,7 @@
  * emit.c - skpo-sample's generation loop and output records.
  *   full: K records per prompt, uid "<pid>:<step>:<k>", gid "<pid>:<step>".
  *   up:   one record per prompt, uid "<pid>:<step>:up", gid "<pid>:<step>":
- *         the median-NLL candidate cut to its segment (SKPO.md section 3 step
+ *         the median-NLL candidate cut to its segment (docs/algorithm.md section 3 step
  *         2, Q9, Q13, Q14), with `cut` = t_q and `nll` = its mean NLL.
  * Every field of the prompt record is kept (problem, answer, source and any
  * field we do not know); `text` becomes the response's.

@@ -3,7 +3,7 @@
  *
  *   --n K        K whole responses per prompt, `full` records (GRPO/SPO/DAPO
  *                baselines, evaluation).
- *   --segment    SKPO upstream (SKPO.md section 3 steps 1-2): B prompts drawn
+ *   --segment    SKPO upstream (docs/algorithm.md section 3 steps 1-2): B prompts drawn
  *                by prioritized sampling from the tracker weights (or all, in
  *                file order, with --all); G candidates per prompt cut at
  *                t_q ~ U[ceil(L_q/6), floor(L_q/2)]; the median-NLL candidate

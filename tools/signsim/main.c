@@ -1,5 +1,5 @@
 /*
- * skpo-signsim - the sign-consistency simulation of SKPO.md section 8 (the
+ * skpo-signsim - the sign-consistency simulation of docs/algorithm.md section 8 (the
  * paper's appendix A) over a list of continuation counts N, with the GRPO
  * reference (one outcome per prefix) as the last row. core/rl/signsim.h holds
  * the method; this file parses flags and prints a table (stdout), or with

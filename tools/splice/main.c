@@ -1,5 +1,5 @@
 /*
- * skpo-splice - the SKPO downstream stage (SKPO.md sections 3 step 3, 3.1, Q2,
+ * skpo-splice - the SKPO downstream stage (docs/algorithm.md sections 3 step 3, 3.1, Q2,
  * Q3): for each `up` record, prefill the skip-connected input [s, q] once and
  * fork G rollouts that share its KV; write the `up` record, then its G `down`
  * records. Work starts on the first `up` record read (a reader thread feeds

@@ -72,7 +72,7 @@ typedef struct splicer {
 } splicer;
 
 // Queue an up record's rollouts; a prefix that fills the context gets G empty
-// `length` responses (SKPO.md Q3: no room = truncated = wrong).
+// `length` responses (docs/algorithm.md Q3: no room = truncated = wrong).
 static void start_up(splicer *sp, slot *s) {
     const char *uid = skpo_rec_str(&s->rec, F_UID), *pid = skpo_rec_str(&s->rec, F_PID);
     size_t ns = 0, nq = 0;

@@ -49,7 +49,7 @@ void splice_cfg_check(splice_cfg *c, const char *synopsis);
 // record is followed by its G `down` records.
 skpo_status splice_run(const splice_cfg *c, skpo_rollout *ro, skpo_reader *rd, skpo_writer *w, skpo_err *err);
 
-// The conditioning prefix of the downstream rollouts (SKPO.md Q2): skip =
+// The conditioning prefix of the downstream rollouts (docs/algorithm.md Q2): skip =
 // s ++ q (a leading BOS of q moves to the front), continual = q ++ s.
 int32_t *splice_prefix(int layout, const int32_t *s, size_t ns, const int32_t *q, size_t nq, int bos, size_t *n);
 

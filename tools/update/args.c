@@ -1,5 +1,5 @@
 /*
- * args.c - skpo-update's option table. Defaults are SKPO.md's (section 2, Q7,
+ * args.c - skpo-update's option table. Defaults are docs/algorithm.md's (section 2, Q7,
  * Q12); every number is range-checked, never clamped.
  */
 #include "base/cli.h"
@@ -16,7 +16,7 @@ static const char *SYNOPSIS =
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
     "weight; other kinds are ignored) from FILE or stdin, update the policy in --model with\n"
-    "the clipped objectives of SKPO.md 4.5 (token-mean per phase, 0.5 up + 0.5 down from the\n"
+    "the clipped objectives of docs/algorithm.md 4.5 (token-mean per phase, 0.5 up + 0.5 down from the\n"
     "records' weight) and AdamW, and write --out atomically as a Hugging Face checkpoint plus\n"
     "optimizer state and step. Optimizer state in --model is continued when present.\n"
     "Under `mpirun -np N` the records are split by prompt across ranks and gradients are\n"

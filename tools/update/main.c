@@ -1,6 +1,6 @@
 /*
  * skpo-update - one policy update: records in, next checkpoint out.
- * See `skpo-update --help`, docs/update.md and SKPO.md sections 3 (step 8),
+ * See `skpo-update --help`, docs/update.md and docs/algorithm.md sections 3 (step 8),
  * 4.5 and 4.6. The math lives in core/train/update.c, loss.c, optim.c; this file
  * wires the steps together (run.c has the helpers, args.c the options).
  */
