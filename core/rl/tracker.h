@@ -3,7 +3,7 @@
  * V(q), its discounted count N(q), the tracked response length L(q) with its
  * own count NL(q), and the last upstream segment of q (tokens, the log-probs
  * stored for it, the prompt ids needed to rescore it) from which the
- * KL-adaptive forgetting factor rho is computed. SKPO.md sections 3 (step 9),
+ * KL-adaptive forgetting factor rho is computed. docs/algorithm.md sections 3 (step 9),
  * 4.2, 4.3, Q1, Q6.
  *
  * Math (V lives in reward space [-1, 1]):
@@ -41,7 +41,7 @@
 
 typedef struct skpo_tracker skpo_tracker;
 
-// Hyperparameters stored in the state file (defaults: SKPO.md section 2).
+// Hyperparameters stored in the state file (defaults: docs/algorithm.md section 2).
 typedef struct skpo_tracker_params {
     double rho_min;  // 0.875
     double rho_max;  // 0.96
@@ -79,6 +79,9 @@ double skpo_tracker_len(const skpo_tracker *t, const char *pid);    // L_q; len_
 double skpo_tracker_value(const skpo_tracker *t, const char *pid);  // V(q) in [-1,1]; 0 unseen
 double skpo_tracker_count(const skpo_tracker *t, const char *pid);  // N(q); 0 unseen
 double skpo_tracker_weight(const skpo_tracker *t, const char *pid); // sqrt(p(1-p)) + eps
+// The prioritized-sampling weight of a value V with floor eps (docs/algorithm.md
+// section 3 step 1): sqrt(p (1 - p)) + eps, p = (V + 1) / 2 clamped to [0, 1].
+double skpo_prio_weight(double V, double eps);
 
 // The stored last segment of pid (NULL/0 when unseen or none stored). Pointers
 // stay valid until the next update of pid or free.

@@ -1,4 +1,4 @@
-// test_tracker.c - the per-prompt tracker: SKPO.md section 4.3's hand-computed
+// test_tracker.c - the per-prompt tracker: docs/algorithm.md section 4.3's hand-computed
 // two-visit trace, rho clamping, the length tracker, and the state folder
 // (round trip, CURRENT, keeping the last two states, re-reading a kept step).
 #include "harness.h"
@@ -191,6 +191,17 @@ static void corrupt_or_missing_current_and_version_mismatch_are_errors(void) {
     rmdir_all(d);
 }
 
+// The weight skpo-sample draws with (also with its own --prio-eps): p is
+// clamped to [0, 1], so a value outside [-1, 1] (overlong penalties) gives
+// the floor, not NaN.
+static void prio_weight_clamps_values_outside_the_reward_range(void) {
+    CHECK_NEAR(skpo_prio_weight(0.0, 0.05), 0.55, 1e-12);
+    CHECK_NEAR(skpo_prio_weight(1.0, 0.05), 0.05, 1e-12);
+    CHECK_NEAR(skpo_prio_weight(1.5, 0.05), 0.05, 1e-12);
+    CHECK_NEAR(skpo_prio_weight(-3.0, 0.2), 0.2, 1e-12);
+    CHECK_NEAR(skpo_prio_weight(0.117347, 0.05), 0.546545, 1e-6); // docs/algorithm.md 4.3 trace
+}
+
 int main(void) {
     RUN(unseen_prompt_reads_init_values);
     RUN(two_visit_trace_matches_spec);
@@ -202,5 +213,6 @@ int main(void) {
     RUN(state_round_trips_values_segments_and_params);
     RUN(saving_keeps_the_last_two_states_and_a_kept_step_reloads);
     RUN(corrupt_or_missing_current_and_version_mismatch_are_errors);
+    RUN(prio_weight_clamps_values_outside_the_reward_range);
     return TEST_SUMMARY();
 }

@@ -67,15 +67,14 @@ static void check_prompt(const skpo_rec *r, size_t idx, const skpo_rollout *ro, 
     *it = (sample_item){.rec = r, .pid = pid, .prompt = ids, .n_prompt = (int)n};
 }
 
-// Prioritized draw of per_step prompts (SKPO.md Q10): same on every shard.
+// Prioritized draw of per_step prompts (docs/algorithm.md Q10): same on every shard.
 static void draw(const sample_cfg *c, const skpo_tracker *t, sample_job *job, sample_item *all, size_t nall) {
     if ((size_t)c->per_step > nall)
         skpo_die("--prompts-per-step %ld is more than the %zu prompts in '%s'", c->per_step, nall, c->prompts);
     double *w = skpo_xmalloc(nall * sizeof *w);
     for (size_t i = 0; i < nall; i++) {
-        if (c->prio_eps < 0) { w[i] = skpo_tracker_weight(t, all[i].pid); continue; }
-        double p = (skpo_tracker_value(t, all[i].pid) + 1) / 2; // SKPO.md section 3 step 1
-        w[i] = sqrt(p * (1 - p)) + c->prio_eps;
+        if (c->prio_eps < 0) w[i] = skpo_tracker_weight(t, all[i].pid);
+        else w[i] = skpo_prio_weight(skpo_tracker_value(t, all[i].pid), c->prio_eps);
     }
     size_t *pick = skpo_xmalloc((size_t)c->per_step * sizeof *pick);
     skpo_rng r;
