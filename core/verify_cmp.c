@@ -158,6 +158,27 @@ static bool is_name(const vctx *c, int id) {
     return false;
 }
 
+// The left side of a labelled value: a name, a function value f(2), |AB|, A_{\max},
+// m\angle ABC, S_1 : S_2 -- something with a variable and no arithmetic.
+static bool is_label(const vctx *c, int id, int depth) {
+    const vnode *n = &c->nodes[id];
+    if (depth > 8) return false;
+    if (n->kind == VN_VAR) return true;
+    if (n->kind == VN_FUNC && n->op == VF_ABS) return is_label(c, kid(c, id, 0), depth + 1);
+    if (n->kind == VN_RATIO) return is_label(c, kid(c, id, 0), depth + 1) && is_label(c, kid(c, id, 1), depth + 1);
+    if (n->kind == VN_MUL) {
+        bool var = false;
+        for (int i = 0; i < n->n; i++) {
+            const vnode *k = &c->nodes[kid(c, id, i)];
+            if (i > 0 && var && ((k->kind == VN_BRACKET && k->op == '(') || k->kind == VN_NUM)) continue; // f(2)
+            if (!is_label(c, kid(c, id, i), depth + 1)) return false;
+            var = true;
+        }
+        return var;
+    }
+    return false;
+}
+
 static bool same_tree(const vctx *c, int a, int b) {
     const vnode *x = &c->nodes[a], *y = &c->nodes[b];
     if (x->kind != y->kind || x->n != y->n || x->op != y->op) return false;
@@ -470,6 +491,7 @@ static int eq_chain_value(const vctx *c, int r) {
     }
     if (last == 0) return is_name(c, kid(c, r, 0)) ? 0 : kid(c, r, 0);
     if (is_name(c, kid(c, r, 0))) return kid(c, r, last);
+    if (is_label(c, kid(c, r, 0), 0) && !vhas_vars(c, kid(c, r, last), 0)) return kid(c, r, last);
     for (int i = 0; i < last; i++) if (vhas_vars(c, kid(c, r, i), 0)) return 0;
     return kid(c, r, last);
 }
@@ -518,7 +540,8 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
     if (x->kind == VN_REL && y->kind == VN_REL) return rel_eq(c, g, p, depth);
     if (x->kind == VN_REL) {
         int op = rel_op(c, g, 0);
-        if (x->n == 2 && (op == VR_EQ || op == VR_IN) && is_name(c, kid(c, g, 0)))
+        if (x->n == 2 && (op == VR_EQ || op == VR_IN) &&
+            (is_name(c, kid(c, g, 0)) || (is_label(c, kid(c, g, 0), 0) && !vhas_vars(c, kid(c, g, 1), 0))))
             return cmp(c, kid(c, g, 1), gm, p, pm, depth + 1);
         return interval_like(c, g) && intervals_eq(c, g, p);
     }

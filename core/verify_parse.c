@@ -390,10 +390,21 @@ static int parse_postfix(parser *P) {
             while (cur(P)->type == T_UNIT) {
                 if (strlen(u) + strlen(cur(P)->txt) < sizeof u) strcat(u, cur(P)->txt);
                 P->p++;
-                if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) P->p += 2; // cm^2
+                const char *pw = NULL; // the power is part of the unit: m^2 is not m
+                if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) { pw = P->t[P->p + 1].txt; P->p += 2; } // cm^2
                 else if (is_op(P, '^') && P->t[P->p + 1].type == T_OP && P->t[P->p + 1].op == '{' &&
-                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}')
+                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}') {
+                    pw = P->t[P->p + 2].txt;
                     P->p += 4; // cm^{2}
+                }
+                if (pw && strlen(u) + strlen(pw) + 2 < sizeof u) { strcat(u, "^"); strcat(u, pw); }
+            }
+            size_t ul = strlen(u); // "square meters" is m^2, "cubic feet" ft^3
+            if (ul > 2 && ul + 3 < sizeof u && (!strncmp(u, "sq", 2) || !strncmp(u, "cu", 2)) && !strchr(u, '^')) {
+                char p2 = u[0] == 's' ? '2' : '3';
+                memmove(u, u + 2, ul - 1);
+                ul -= 2;
+                u[ul++] = '^'; u[ul++] = p2; u[ul] = 0;
             }
             x = mk1(P, VN_UNIT, x);
             if (x > 0) {
