@@ -95,10 +95,15 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     vrat a, b;
     // integers beyond 2^125 have no exact value here: a double would call
     // 2^200 and 2^200 + 1 equal, so only the identical string (canon) matches
-    if (huge_int_literal(c, g) || huge_int_literal(c, p)) return false;
     bool pmfree = vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0;
     int gl = decimal_literal(c, g), pl = decimal_literal(c, p);
     bool gd = vhas_decimal(c, g, 0), pd = vhas_decimal(c, p, 0);
+    if (pmfree) { // exact rationals of any size (GMP): equal is equal; unequal decides without decimals
+        int v = vbig_exact(c, g, p);
+        if (v == 1) return true;
+        if (v == 0 && !gd && !pd) return false;
+    }
+    if (huge_int_literal(c, g) || huge_int_literal(c, p)) return false;
     if (pmfree && veval_exact(c, g, NULL, &a, 0) && veval_exact(c, p, NULL, &b, 0)) {
         if (a.n == b.n && a.d == b.d) return true;
         if (gl && !pd && !terminates(b)) return rounds_to(vrat_to_double(a), N(c, gl)->ndec, vrat_to_double(b));
@@ -112,12 +117,20 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     if (isnan(creal(x)) || isnan(creal(y)) || isnan(cimag(x)) || isnan(cimag(y))) return false;
     if (gl && !pd) return cimag(y) == 0 ? rounds_to(creal(x), N(c, gl)->ndec, creal(y)) : false;
     if (pd && !gd) return pl && cimag(x) == 0 && cimag(y) == 0 && long_decimal_of(creal(x), N(c, pl), creal(y));
+    if (pmfree) { // real values at 256 bits (MPFR) decide what doubles only approximate
+        int v = vbig_real(c, g, p);
+        if (v >= 0) return v == 1;
+    }
     return approx_eq(x, y, 1e-9);
 }
 
 // Symbolic comparison at deterministic points. Point k: variable j gets a
 // value from a fixed LCG; the last two points are negative.
 static bool symbolic_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
+    if (vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0) { // rational functions: exact (FLINT)
+        int v = vbig_poly(c, g, p);
+        if (v >= 0) return v == 1;
+    }
     uint64_t s = 0x9E3779B97F4A7C15ull;
     int compared = 0;
     for (int k = 0; k < 8; k++) {

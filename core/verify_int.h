@@ -122,6 +122,8 @@ typedef struct vtok {
     vrat q;
     double d;
     char txt[48];      // T_NUM: integer digits; T_VAR: name; T_TEXT: words; T_UNIT: unit
+    const char *src;   // T_NUM: the literal in the lexed string (all its digits: a big integer)
+    int srclen;
 } vtok;
 
 // Tokenize s; returns the token count (the last is T_END) or -1 on unknown input.
@@ -142,6 +144,13 @@ int vcount_pm(const vctx *c, int node, int depth);
 bool vhas_vars(const vctx *c, int node, int depth);
 bool vhas_decimal(const vctx *c, int node, int depth);
 bool vhas_kind(const vctx *c, int node, int kind, int depth);
+
+// --- exact and high-precision arithmetic (verify_big.c: GMP, FLINT, MPFR) -------------
+// Each returns 1 (equal), 0 (not equal) or -1 (not modelled / over a budget).
+
+int vbig_exact(const vctx *c, int g, int p); // variable-free trees as exact rationals (GMP)
+int vbig_poly(const vctx *c, int g, int p);  // rational functions, exact (FLINT fmpq_mpoly)
+int vbig_real(const vctx *c, int g, int p);  // variable-free real values at 256 bits (MPFR)
 
 // --- comparison ----------------------------------------------------------------------
 

@@ -346,9 +346,12 @@ static void lex_number(lexer *L, frame *f) {
             }
         }
     }
+    size_t st = f->i;
     f->i = i;
     vtok *t = emit(L, T_NUM);
     if (!t) return;
+    t->src = s + st;
+    t->srclen = (int)(i - st);
     int nid = ni;
     if (ni >= (int)sizeof t->txt) nid = (int)sizeof t->txt - 1;
     memcpy(t->txt, id, (size_t)nid);

@@ -120,6 +120,16 @@ static int num_node(parser *P, const vtok *t) {
     if (id < 0) return fail(P);
     vnode *n = &P->c->nodes[id];
     n->q = t->q; n->d = t->d; n->flags = t->flags; n->ndec = t->ndec; n->sig = t->sig;
+    if ((t->flags & NF_INTLIT) && !(t->flags & NF_EXACT) && t->src && t->srclen > 0 && t->srclen < VMAX_STR / 2) {
+        // an integer past 128 bits keeps all its digits (thousands separators dropped) for GMP
+        char dg[VMAX_STR / 2];
+        int nd = 0;
+        for (int i = 0; i < t->srclen; i++) if (t->src[i] >= '0' && t->src[i] <= '9') dg[nd++] = t->src[i];
+        n->str = vctx_str(P->c, dg, (size_t)nd);
+        n->slen = nd;
+        if (n->str < 0) return fail(P);
+        return id;
+    }
     n->str = vctx_str(P->c, t->txt, strlen(t->txt));
     n->slen = (int)strlen(t->txt);
     if (n->str < 0) return fail(P);
