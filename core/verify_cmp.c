@@ -509,8 +509,32 @@ static int eq_chain_value(const vctx *c, int r) {
     return kid(c, r, last);
 }
 
+// k * matrix (or matrix * k) as the matrix of k * entries: 2\begin{pmatrix}1\\2\end{pmatrix}
+static int scale_matrix(vctx *c, int id) {
+    const vnode *x = N(c, id);
+    if (x->kind != VN_MUL || x->n != 2) return id;
+    int a = kid(c, id, 0), b = kid(c, id, 1);
+    int m = N(c, b)->kind == VN_MATRIX ? b : N(c, a)->kind == VN_MATRIX ? a : 0;
+    if (!m) return id;
+    int s = m == b ? a : b, cnt = N(c, m)->n;
+    if (N(c, s)->kind == VN_MATRIX || N(c, s)->kind == VN_BRACKET || cnt > 256 || cnt <= 0) return id;
+    int ids[256];
+    for (int i = 0; i < cnt; i++)
+        if ((ids[i] = new_node(c, VN_MUL, s, kid(c, m, i))) < 0) return id;
+    if (c->nk + cnt > VMAX_KIDS) return id;
+    int r = vnode_new(c, VN_MATRIX);
+    if (r < 0) return id;
+    *N(c, r) = *N(c, m);
+    N(c, r)->kid = c->nk;
+    memcpy(c->kids + c->nk, ids, sizeof(int32_t) * (size_t)cnt);
+    c->nk += cnt;
+    return r;
+}
+
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
     if (g <= 0 || p <= 0 || depth > 24) return false;
+    g = scale_matrix(c, g);
+    p = scale_matrix(c, p);
     vnode *x = N(c, g), *y = N(c, p);
     if (x->kind == VN_UNIT || y->kind == VN_UNIT) {
         if (x->kind == VN_UNIT && y->kind == VN_UNIT && x->slen && y->slen && strcmp(vstr(c, x), vstr(c, y)))

@@ -57,6 +57,7 @@ enum vkind {
     VN_BASED,    // str = digits, aux = base
     VN_RATIO,    // 2 kids
     VN_SETMINUS, // 2 kids: a set (intervals) minus a set of points
+    VN_BIGOP,    // 3 kids (lower, upper, body): op 'S' \sum or 'P' \prod, aux = bound variable
 };
 
 enum vconst { VC_PI = 1, VC_E, VC_I, VC_INF, VC_EMPTY };
@@ -111,7 +112,7 @@ int vparse(vctx *c, const char *s, size_t len);
 enum vtoktype {
     T_END = 0, T_NUM, T_VAR, T_CONST, T_FUNC, T_OP, T_REL, T_PM, T_SETOPEN, T_SETCLOSE,
     T_ROWSEP, T_FRAC, T_SQRT, T_BINOM, T_TEXT, T_UNIT, T_PERCENT, T_SEP, T_BEGIN, T_ENDENV,
-    T_CUP, T_REALS, T_DOTS, T_SKIP, T_SETMINUS,
+    T_CUP, T_REALS, T_DOTS, T_SKIP, T_SETMINUS, T_BIGOP,
 };
 
 typedef struct vtok {

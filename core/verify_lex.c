@@ -68,7 +68,7 @@ static const word WORDS[] = {
 typedef struct cmd { const char *name; int tok; int op; } cmd;
 
 static const cmd CMDS[] = {
-    {"left", T_SKIP, 0}, {"right", T_SKIP, 0}, {"big", T_SKIP, 0}, {"Big", T_SKIP, 0},
+    {"sum", T_BIGOP, 'S'}, {"prod", T_BIGOP, 'P'}, {"left", T_SKIP, 0}, {"right", T_SKIP, 0}, {"big", T_SKIP, 0}, {"Big", T_SKIP, 0},
     {"bigg", T_SKIP, 0}, {"Bigg", T_SKIP, 0}, {"bigl", T_SKIP, 0}, {"bigr", T_SKIP, 0},
     {"Bigl", T_SKIP, 0}, {"Bigr", T_SKIP, 0}, {"biggl", T_SKIP, 0}, {"biggr", T_SKIP, 0},
     {"displaystyle", T_SKIP, 0}, {"textstyle", T_SKIP, 0}, {"scriptstyle", T_SKIP, 0},

@@ -100,11 +100,34 @@ static int parse_sum(parser *P);
 static int parse_unary(parser *P);
 static int parse_power(parser *P);
 static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_groups);
+static int parse_term(parser *P);
+static int parse_arg(parser *P);
+
+// \sum_{k=a}^{b} body, \prod_{k=a}^{b} body: the body is one term (\sum_{k=1}^{n} 2k + 1 is (sum 2k) + 1)
+static int parse_bigop(parser *P, int op) {
+    if (!eat_op(P, '_') || !eat_op(P, '{')) return fail(P);
+    vtok *v = cur(P);
+    if (v->type != T_VAR) return fail(P);
+    int var = vctx_var(P->c, v->txt, strlen(v->txt));
+    P->p++;
+    if (var < 0 || cur(P)->type != T_REL || cur(P)->op != VR_EQ) return fail(P);
+    P->p++;
+    int lo = parse_sum(P);
+    if (lo < 0 || !eat_op(P, '}') || !eat_op(P, '^')) return fail(P);
+    int hi = parse_arg(P);
+    if (hi < 0) return fail(P);
+    int body = parse_term(P);
+    if (body < 0) return fail(P);
+    int k[3] = {lo, hi, body};
+    int r = mk(P, VN_BIGOP, k, 3);
+    if (r > 0) { P->c->nodes[r].op = (uint8_t)op; P->c->nodes[r].aux = var; }
+    return r;
+}
 
 static bool starts_primary(parser *P) {
     vtok *t = cur(P);
     switch (t->type) {
-    case T_NUM: case T_VAR: case T_CONST: case T_FUNC: case T_FRAC: case T_SQRT: case T_BINOM:
+    case T_NUM: case T_VAR: case T_CONST: case T_FUNC: case T_FRAC: case T_SQRT: case T_BINOM: case T_BIGOP:
         return true;
     case T_OP:
         return t->op == '(' || t->op == '{' || t->op == 'F' || t->op == 'C' || (t->op == '|' && P->absdepth == 0);
@@ -327,6 +350,7 @@ static int parse_primary(parser *P) {
     case T_NUM: LEAVE(P, parse_number(P));
     case T_VAR: LEAVE(P, parse_var(P));
     case T_CONST: P->p++; LEAVE(P, mk_const(P, t->op));
+    case T_BIGOP: P->p++; LEAVE(P, parse_bigop(P, t->op));
     case T_REALS: P->p++; LEAVE(P, mk_reals(P));
     case T_FUNC: LEAVE(P, parse_func(P));
     case T_TEXT:
