@@ -107,8 +107,9 @@ static int parse_arg(parser *P);
 static int parse_bigop(parser *P, int op) {
     if (!eat_op(P, '_') || !eat_op(P, '{')) return fail(P);
     vtok *v = cur(P);
-    if (v->type != T_VAR) return fail(P);
-    int var = vctx_var(P->c, v->txt, strlen(v->txt));
+    bool imag = v->type == T_CONST && v->op == VC_I; // \prod_{i=1}^{n} i: here i is the index
+    if (v->type != T_VAR && !imag) return fail(P);
+    int var = imag ? vctx_var(P->c, "i", 1) : vctx_var(P->c, v->txt, strlen(v->txt));
     P->p++;
     if (var < 0 || cur(P)->type != T_REL || cur(P)->op != VR_EQ) return fail(P);
     P->p++;
@@ -116,8 +117,15 @@ static int parse_bigop(parser *P, int op) {
     if (lo < 0 || !eat_op(P, '}') || !eat_op(P, '^')) return fail(P);
     int hi = parse_arg(P);
     if (hi < 0) return fail(P);
+    int n0 = P->c->nn;
     int body = parse_term(P);
     if (body < 0) return fail(P);
+    for (int i = n0; imag && i < P->c->nn; i++) // the body's i are the index
+        if (P->c->nodes[i].kind == VN_CONST && P->c->nodes[i].op == VC_I) {
+            P->c->nodes[i].kind = VN_VAR;
+            P->c->nodes[i].op = 0;
+            P->c->nodes[i].aux = var;
+        }
     int k[3] = {lo, hi, body};
     int r = mk(P, VN_BIGOP, k, 3);
     if (r > 0) { P->c->nodes[r].op = (uint8_t)op; P->c->nodes[r].aux = var; }
@@ -128,6 +136,7 @@ static bool starts_primary(parser *P) {
     vtok *t = cur(P);
     switch (t->type) {
     case T_NUM: case T_VAR: case T_CONST: case T_FUNC: case T_FRAC: case T_SQRT: case T_BINOM: case T_BIGOP:
+    case T_BEGIN: // 2\begin{pmatrix}...: a scalar times a matrix
         return true;
     case T_OP:
         return t->op == '(' || t->op == '{' || t->op == 'F' || t->op == 'C' || (t->op == '|' && P->absdepth == 0);
