@@ -236,6 +236,11 @@ static bool peval(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int 
         for (int i = 1; ok && i < n->n; i++) {
             if (!(ok = peval(c, kid(c, id, i), &a, x, depth + 1))) break;
             fmpq_mpoly_struct *on = out->n, *od = out->d, *an = a.n, *ad = a.d;
+            // a product of polynomials of s and t terms has up to s*t terms: bound it before
+            double lo = (double)fmpq_mpoly_length(on, x), ld = (double)fmpq_mpoly_length(od, x);
+            double la = (double)fmpq_mpoly_length(an, x), lb = (double)fmpq_mpoly_length(ad, x);
+            double m1 = lo > ld ? lo : ld, m2 = la > lb ? la : lb;
+            if (m1 * m2 > POLY_TERMS * 8.0) { ok = false; break; }
             if (n->kind == VN_ADD) { // n/d + an/ad = (n ad + an d) / (d ad)
                 if (fmpq_mpoly_equal(od, ad, x)) fmpq_mpoly_add(on, on, an, x);
                 else {
@@ -265,8 +270,11 @@ static bool peval(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int 
         mpq_clear(e);
         if (!ok || !peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
         unsigned long ak = (unsigned long)(k < 0 ? -k : k);
-        double terms = (double)fmpq_mpoly_length(out->n, x) + (double)fmpq_mpoly_length(out->d, x);
-        if (terms > 1 && terms * (double)ak > POLY_TERMS * 4.0) return false;
+        // (t terms)^k has up to C(k + t - 1, t - 1) terms: bound it before expanding
+        double t1 = (double)fmpq_mpoly_length(out->n, x), t2 = (double)fmpq_mpoly_length(out->d, x);
+        double t = t1 > t2 ? t1 : t2, bound = 1;
+        for (double j = 1; j < t && bound <= POLY_TERMS; j++) bound = bound * ((double)ak + j) / j;
+        if (bound > POLY_TERMS) return false;
         if (!fmpq_mpoly_pow_ui(out->n, out->n, ak, x) || !fmpq_mpoly_pow_ui(out->d, out->d, ak, x)) return false;
         if (k < 0) {
             if (fmpq_mpoly_is_zero(out->n, x)) return false;
