@@ -22,6 +22,13 @@ bool skpo_verifier_parse(const char *name, skpo_verifier *out) {
     return true;
 }
 
+static bool parsed_equal(vctx *c, const char *g, size_t gl, const char *p, size_t pl) {
+    vctx_init(c);
+    int gr = vparse(c, g, gl);
+    int pr = gr > 0 ? vparse(c, p, pl) : -1;
+    return gr > 0 && pr > 0 && vcmp_answers(c, gr, pr);
+}
+
 // gold and pred are clean ASCII answers.
 static bool answers_equal(vctx *c, const char *g, const char *p) {
     size_t gl = strlen(g), pl = strlen(p);
@@ -38,10 +45,39 @@ static bool answers_equal(vctx *c, const char *g, const char *p) {
     free(a);
     free(b);
     if (same) return true;
-    vctx_init(c);
-    int gr = vparse(c, g, gl);
-    int pr = gr > 0 ? vparse(c, p, pl) : -1;
-    return gr > 0 && pr > 0 && vcmp_answers(c, gr, pr);
+    if (parsed_equal(c, g, gl, p, pl)) return true;
+    // second readings of the prediction, tried only after the first fails:
+    // "x = 1 \quad x = 3" / "1 and 3" as the list "1, 3"; "2,5" (a comma that
+    // is not a thousands separator) as the decimal 2.5
+    char *alt = skpo_xmalloc(pl + 1);
+    size_t al = 0;
+    int depth = 0;
+    bool changed = false;
+    for (size_t i = 0; i < pl;) {
+        if (p[i] == '{') depth++;
+        if (p[i] == '}') depth--;
+        static const char *const seps[] = {"\\qquad", "\\quad", "\\text{ and }", "\\text{and}", " and ", NULL};
+        size_t k = 0;
+        for (int s = 0; depth == 0 && seps[s]; s++)
+            if (!strncmp(p + i, seps[s], strlen(seps[s]))) { k = strlen(seps[s]); break; }
+        if (k) { alt[al++] = ','; i += k; changed = true; continue; }
+        alt[al++] = p[i++];
+    }
+    alt[al] = 0;
+    size_t s0 = p[0] == '-' ? 1 : 0, nd1 = 0, nd2 = 0, commas = 0;
+    for (size_t i = s0; i < pl; i++) {
+        if (p[i] == ',') commas++;
+        else if (p[i] >= '0' && p[i] <= '9') { if (commas) nd2++; else nd1++; }
+        else { commas = 9; break; }
+    }
+    if (!changed && commas == 1 && nd1 > 0 && nd2 > 0 && nd2 != 3 && !strchr(g, ',')) {
+        memcpy(alt, p, pl + 1);
+        *strchr(alt, ',') = '.';
+        changed = true;
+    }
+    bool eq = changed && parsed_equal(c, g, gl, alt, al);
+    free(alt);
+    return eq;
 }
 
 static void set_pred(skpo_verify_result *res, const char *p) {

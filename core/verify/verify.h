@@ -7,9 +7,10 @@
  *   math   extraction (last \boxed{}/\fbox{} with hedging detection, the last
  *          "Answer:" line / "answer is" phrase / "####" line, then optionally the
  *          last math segment or number), LaTeX normalisation, and a mathematical
- *          comparison: exact 128-bit rationals for numbers, complex double
- *          evaluation with a relative tolerance for irrational values, symbolic
- *          expressions compared at deterministic random points, tuples and
+ *          comparison: exact rationals of any size (GMP) for numbers, 256-bit
+ *          real evaluation (MPFR) for irrational values, rational functions
+ *          compared exactly (FLINT fmpq_mpoly), other symbolic expressions at
+ *          deterministic random points, tuples and
  *          intervals (order and brackets matter), sets and answer lists (order
  *          does not), equations, inequalities, matrices, text and choice letters.
  *          The conventions are those of tests/fixtures/verify/cases.jsonl (see

@@ -95,10 +95,15 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     vrat a, b;
     // integers beyond 2^125 have no exact value here: a double would call
     // 2^200 and 2^200 + 1 equal, so only the identical string (canon) matches
-    if (huge_int_literal(c, g) || huge_int_literal(c, p)) return false;
     bool pmfree = vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0;
     int gl = decimal_literal(c, g), pl = decimal_literal(c, p);
     bool gd = vhas_decimal(c, g, 0), pd = vhas_decimal(c, p, 0);
+    if (pmfree) { // exact rationals of any size (GMP): equal is equal; unequal decides without decimals
+        int v = vbig_exact(c, g, p);
+        if (v == 1) return true;
+        if (v == 0 && !gd && !pd) return false;
+    }
+    if (huge_int_literal(c, g) || huge_int_literal(c, p)) return false;
     if (pmfree && veval_exact(c, g, NULL, &a, 0) && veval_exact(c, p, NULL, &b, 0)) {
         if (a.n == b.n && a.d == b.d) return true;
         if (gl && !pd && !terminates(b)) return rounds_to(vrat_to_double(a), N(c, gl)->ndec, vrat_to_double(b));
@@ -112,12 +117,20 @@ static bool numeric_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
     if (isnan(creal(x)) || isnan(creal(y)) || isnan(cimag(x)) || isnan(cimag(y))) return false;
     if (gl && !pd) return cimag(y) == 0 ? rounds_to(creal(x), N(c, gl)->ndec, creal(y)) : false;
     if (pd && !gd) return pl && cimag(x) == 0 && cimag(y) == 0 && long_decimal_of(creal(x), N(c, pl), creal(y));
+    if (pmfree) { // real values at 256 bits (MPFR) decide what doubles only approximate
+        int v = vbig_real(c, g, p);
+        if (v >= 0) return v == 1;
+    }
     return approx_eq(x, y, 1e-9);
 }
 
 // Symbolic comparison at deterministic points. Point k: variable j gets a
 // value from a fixed LCG; the last two points are negative.
 static bool symbolic_eq(vctx *c, int g, unsigned gm, int p, unsigned pm) {
+    if (vcount_pm(c, g, 0) == 0 && vcount_pm(c, p, 0) == 0) { // rational functions: exact (FLINT)
+        int v = vbig_poly(c, g, p);
+        if (v >= 0) return v == 1;
+    }
     uint64_t s = 0x9E3779B97F4A7C15ull;
     int compared = 0;
     for (int k = 0; k < 8; k++) {
@@ -154,6 +167,27 @@ static bool is_name(const vctx *c, int id) {
     if (n->kind == VN_MUL || (n->kind == VN_BRACKET && n->op == '(')) {
         for (int i = 0; i < n->n; i++) if (!is_name(c, kid(c, id, i))) return false;
         return n->n > 0;
+    }
+    return false;
+}
+
+// The left side of a labelled value: a name, a function value f(2), |AB|, A_{\max},
+// m\angle ABC, S_1 : S_2 -- something with a variable and no arithmetic.
+static bool is_label(const vctx *c, int id, int depth) {
+    const vnode *n = &c->nodes[id];
+    if (depth > 8) return false;
+    if (n->kind == VN_VAR) return true;
+    if (n->kind == VN_FUNC && n->op == VF_ABS) return is_label(c, kid(c, id, 0), depth + 1);
+    if (n->kind == VN_RATIO) return is_label(c, kid(c, id, 0), depth + 1) && is_label(c, kid(c, id, 1), depth + 1);
+    if (n->kind == VN_MUL) {
+        bool var = false;
+        for (int i = 0; i < n->n; i++) {
+            const vnode *k = &c->nodes[kid(c, id, i)];
+            if (i > 0 && var && ((k->kind == VN_BRACKET && k->op == '(') || k->kind == VN_NUM)) continue; // f(2)
+            if (!is_label(c, kid(c, id, i), depth + 1)) return false;
+            var = true;
+        }
+        return var;
     }
     return false;
 }
@@ -470,12 +504,37 @@ static int eq_chain_value(const vctx *c, int r) {
     }
     if (last == 0) return is_name(c, kid(c, r, 0)) ? 0 : kid(c, r, 0);
     if (is_name(c, kid(c, r, 0))) return kid(c, r, last);
+    if (is_label(c, kid(c, r, 0), 0) && !vhas_vars(c, kid(c, r, last), 0)) return kid(c, r, last);
     for (int i = 0; i < last; i++) if (vhas_vars(c, kid(c, r, i), 0)) return 0;
     return kid(c, r, last);
 }
 
+// k * matrix (or matrix * k) as the matrix of k * entries: 2\begin{pmatrix}1\\2\end{pmatrix}
+static int scale_matrix(vctx *c, int id) {
+    const vnode *x = N(c, id);
+    if (x->kind != VN_MUL || x->n != 2) return id;
+    int a = kid(c, id, 0), b = kid(c, id, 1);
+    int m = N(c, b)->kind == VN_MATRIX ? b : N(c, a)->kind == VN_MATRIX ? a : 0;
+    if (!m) return id;
+    int s = m == b ? a : b, cnt = N(c, m)->n;
+    if (N(c, s)->kind == VN_MATRIX || N(c, s)->kind == VN_BRACKET || cnt > 256 || cnt <= 0) return id;
+    int ids[256];
+    for (int i = 0; i < cnt; i++)
+        if ((ids[i] = new_node(c, VN_MUL, s, kid(c, m, i))) < 0) return id;
+    if (c->nk + cnt > VMAX_KIDS) return id;
+    int r = vnode_new(c, VN_MATRIX);
+    if (r < 0) return id;
+    *N(c, r) = *N(c, m);
+    N(c, r)->kid = c->nk;
+    memcpy(c->kids + c->nk, ids, sizeof(int32_t) * (size_t)cnt);
+    c->nk += cnt;
+    return r;
+}
+
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
     if (g <= 0 || p <= 0 || depth > 24) return false;
+    g = scale_matrix(c, g);
+    p = scale_matrix(c, p);
     vnode *x = N(c, g), *y = N(c, p);
     if (x->kind == VN_UNIT || y->kind == VN_UNIT) {
         if (x->kind == VN_UNIT && y->kind == VN_UNIT && x->slen && y->slen && strcmp(vstr(c, x), vstr(c, y)))
@@ -518,7 +577,8 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
     if (x->kind == VN_REL && y->kind == VN_REL) return rel_eq(c, g, p, depth);
     if (x->kind == VN_REL) {
         int op = rel_op(c, g, 0);
-        if (x->n == 2 && (op == VR_EQ || op == VR_IN) && is_name(c, kid(c, g, 0)))
+        if (x->n == 2 && (op == VR_EQ || op == VR_IN) &&
+            (is_name(c, kid(c, g, 0)) || (is_label(c, kid(c, g, 0), 0) && !vhas_vars(c, kid(c, g, 1), 0))))
             return cmp(c, kid(c, g, 1), gm, p, pm, depth + 1);
         return interval_like(c, g) && intervals_eq(c, g, p);
     }

@@ -276,6 +276,22 @@ double complex veval(const vctx *c, int id, vpoint *p, int depth) {
         return fin(func_eval(n->op, a, b));
     case VN_PERCENT: case VN_UNIT:
         return veval(c, k[0], p, depth + 1);
+    case VN_BIGOP: { // integer bounds, at most 100000 terms, the bound variable restored after
+        if (!p || n->aux < 0 || n->aux >= VMAX_VARS) return nan_c();
+        a = veval(c, k[0], p, depth + 1);
+        b = veval(c, k[1], p, depth + 1);
+        if (cimag(a) != 0 || cimag(b) != 0 || creal(a) != floor(creal(a)) || creal(b) != floor(creal(b)) ||
+            creal(b) - creal(a) > 100000)
+            return nan_c();
+        double complex save = p->v[n->aux], acc = n->op == 'S' ? 0 : 1;
+        for (double v = creal(a); v <= creal(b); v++) {
+            p->v[n->aux] = v;
+            double complex t = veval(c, k[2], p, depth + 1);
+            acc = n->op == 'S' ? acc + t : fin(acc * t);
+        }
+        p->v[n->aux] = save;
+        return fin(acc);
+    }
     default:
         return nan_c();
     }

@@ -79,6 +79,16 @@ static bool clean_answer(const char *t, size_t a, size_t b, char *out, size_t ca
     while (b > a && t[b - 1] == '$') b--;
     while (b > a && t[a] == '$') a++;
     trim(t, &a, &b);
+    if (b > a && b - a < SKPO_VERIFY_ANSWER_MAX) { // unbalanced: "{{{5}}" drops the unmatched outer braces
+        long d = 0;
+        for (size_t i = a; i < b; i++) {
+            if (t[i] == '\\' && i + 1 < b) { i++; continue; }
+            d += t[i] == '{' ? 1 : t[i] == '}' ? -1 : 0;
+        }
+        while (d > 0 && b > a && t[a] == '{') { a++; d--; }
+        while (d < 0 && b > a && t[b - 1] == '}') { b--; d++; }
+        if (d == 0) strip_braces(t, &a, &b);
+    }
     if (b <= a || b - a >= SKPO_VERIFY_ANSWER_MAX || b - a + 1 > cap) return false;
     for (size_t i = a; i < b; i++) { size_t nl; if (t[i] == '\\' && box_at(t, i, b, &nl)) return false; }
     memcpy(out, t + a, b - a);
@@ -172,6 +182,27 @@ static bool boxes_answer(const char *t, box *ring, int nb, char *out, size_t cap
 
 // --- phrases --------------------------------------------------------------------------------
 
+// A choice letter at t[i]: "(C)", "C." or "C," or "C" ending the text, "\\textbf{(C)}",
+// after spaces, '*' and '$'. Sets *end past it.
+static bool choice_at(const char *t, size_t i, size_t n, size_t *end) {
+    while (i < n && (t[i] == ' ' || t[i] == '*' || t[i] == '$')) i++;
+    if (i + 8 <= n && !memcmp(t + i, "\\textbf{", 8)) i += 8;
+    else if (i + 6 <= n && !memcmp(t + i, "\\text{", 6)) i += 6;
+    bool par = i < n && t[i] == '(';
+    if (par) i++;
+    if (i >= n || t[i] < 'A' || t[i] > 'E') return false;
+    i++;
+    if (par) { if (i >= n || t[i] != ')') return false; i++; }
+    else if (i < n && !strchr(".,;:)} \n$*", t[i])) return false;
+    else if (i + 1 < n && t[i] == ' ' && isalpha((unsigned char)t[i + 1]) && !par) {
+        // "C because ...", "C since": a letter then an explanation; "A total of" is a word
+        if (strncmp(t + i + 1, "because", 7) && strncmp(t + i + 1, "since", 5) && strncmp(t + i + 1, "as ", 3)) return false;
+    }
+    while (i < n && t[i] == '}') i++;
+    if (end) *end = i;
+    return true;
+}
+
 // Last "answer:" / "answer is" / "answer =" / "answer would be" / "####".
 // Returns the phrase position and sets *content to where the answer begins.
 static bool find_phrase(const char *t, size_t n, size_t *pos, size_t *content) {
@@ -186,9 +217,14 @@ static bool find_phrase(const char *t, size_t n, size_t *pos, size_t *content) {
     }
     for (size_t i = n >= 6 ? n - 6 + 1 : 0; i-- > 0;) {
         if (found && i < *pos) break;
-        if (tolower((unsigned char)t[i]) != 'a' || strncasecmp(t + i, "answer", 6)) continue;
+        size_t wl = 0;
+        int lc = tolower((unsigned char)t[i]);
+        if (lc == 'a' && !strncasecmp(t + i, "answer", 6)) wl = 6;
+        else if (lc == 'o' && i + 6 <= n && !strncasecmp(t + i, "option", 6)) wl = 6;
+        else if (lc == 'c' && i + 6 <= n && !strncasecmp(t + i, "choice", 6)) wl = 6;
+        if (!wl) continue;
         if (i > 0 && isalpha((unsigned char)t[i - 1])) continue;
-        size_t j = i + 6;
+        size_t j = i + wl;
         if (j < n && (t[j] == 's' || t[j] == 'S')) j++;
         while (j < n && (t[j] == ' ' || t[j] == '*')) j++;
         size_t c = 0;
@@ -198,6 +234,7 @@ static bool find_phrase(const char *t, size_t n, size_t *pos, size_t *content) {
         else if (j + 9 <= n && !strncasecmp(t + j, "should be", 9)) c = j + 9;
         if (!c) continue;
         while (c < n && (t[c] == '*' || t[c] == ':')) c++;
+        if (lc != 'a' && !choice_at(t, c, n, NULL)) continue; // "option is" only before a letter
         if (!found || i > *pos) { *pos = i; *content = c; found = true; }
         break;
     }
@@ -256,11 +293,27 @@ static bool sentence_answer(const char *t, size_t a, size_t n, bool lone_number,
             !(i > a && isdigit((unsigned char)t[i - 1]) && i + 1 < b && isdigit((unsigned char)t[i + 1])) &&
             !in_math_at(t, a, i)) { b = i; break; }
     }
+    size_t ce;
+    if (choice_at(t, a, b, &ce)) { // "(C) because ...": the letter; "(B) or (C)" is a hedge
+        size_t k = ce;
+        while (k < b && (t[k] == ' ' || t[k] == ',')) k++;
+        if (k + 2 < b && !strncasecmp(t + k, "or", 2) && !isalpha((unsigned char)t[k + 2])) return false;
+        return clean_answer(t, a, ce, out, cap);
+    }
     for (size_t i = b; i-- > a + 1;) { // "... is X": keep X
         if (i + 3 < b && t[i] == ' ' && !strncasecmp(t + i + 1, "is ", 3) && !in_math_at(t, a, i)) { a = i + 4; break; }
     }
     size_t ms, me;
-    if (first_math(t, a, b, &ms, &me)) return clean_answer(t, ms, me, out, cap);
+    if (first_math(t, a, b, &ms, &me)) {
+        size_t ms2, me2; // "either $a$ or $b$": a hedge
+        if (me + 1 < b && first_math(t, me + 1, b, &ms2, &me2)) {
+            for (size_t k = me + 1; k + 2 < ms2; k++)
+                if ((k == me + 1 || !isalpha((unsigned char)t[k - 1])) && !strncasecmp(t + k, "or", 2) &&
+                    !isalpha((unsigned char)t[k + 2]))
+                    return false;
+        }
+        return clean_answer(t, ms, me, out, cap);
+    }
     trim(t, &a, &b);
     if (a >= b) return false;
     char c0 = t[a];
@@ -316,8 +369,23 @@ static bool last_number(const char *t, size_t n, size_t *ns, size_t *ne) {
                      ((t[s - 1] == ',' || t[s - 1] == '.') && s >= 2 && isdigit((unsigned char)t[s - 2]))))
         s--;
     if (s > 0 && t[s - 1] == '-') s--;
+    // never a digit out of noise: the number stands alone ("user12", "x7f9", "ERR_3_" are not answers)
+    if (s > 0 && !strchr(" \t\n([{$=:~+-", t[s - 1])) return false;
     if (e < n && t[e] == '%') e++;
     else if (e + 1 < n && t[e] == '\\' && t[e + 1] == '%') e += 2;
+    if (e < n && !strchr(" \t\n.,;:!?)]}$\\", t[e])) return false;
+    // and in the last sentence: "= 115. Then we multiply" is unfinished work, not an answer
+    for (size_t k = e; k < n; k++) {
+        bool stop = t[k] == '\n' || ((t[k] == '.' || t[k] == '!' || t[k] == '?') && (k + 1 == n || isspace((unsigned char)t[k + 1])));
+        if (!stop) continue;
+        // a further sentence must be finished ("I hope it is correct."), not cut off ("Then we multiply")
+        size_t z = n;
+        while (z > k + 1 && isspace((unsigned char)t[z - 1])) z--;
+        bool more = false;
+        for (size_t j = k + 1; j < z; j++) if (isalpha((unsigned char)t[j])) more = true;
+        if (more && (z - k > 300 || !strchr(".!?)", t[z - 1]))) return false;
+        break;
+    }
     *ns = s; *ne = e;
     return true;
 }

@@ -57,6 +57,7 @@ enum vkind {
     VN_BASED,    // str = digits, aux = base
     VN_RATIO,    // 2 kids
     VN_SETMINUS, // 2 kids: a set (intervals) minus a set of points
+    VN_BIGOP,    // 3 kids (lower, upper, body): op 'S' \sum or 'P' \prod, aux = bound variable
 };
 
 enum vconst { VC_PI = 1, VC_E, VC_I, VC_INF, VC_EMPTY };
@@ -111,7 +112,7 @@ int vparse(vctx *c, const char *s, size_t len);
 enum vtoktype {
     T_END = 0, T_NUM, T_VAR, T_CONST, T_FUNC, T_OP, T_REL, T_PM, T_SETOPEN, T_SETCLOSE,
     T_ROWSEP, T_FRAC, T_SQRT, T_BINOM, T_TEXT, T_UNIT, T_PERCENT, T_SEP, T_BEGIN, T_ENDENV,
-    T_CUP, T_REALS, T_DOTS, T_SKIP, T_SETMINUS,
+    T_CUP, T_REALS, T_DOTS, T_SKIP, T_SETMINUS, T_BIGOP,
 };
 
 typedef struct vtok {
@@ -122,6 +123,8 @@ typedef struct vtok {
     vrat q;
     double d;
     char txt[48];      // T_NUM: integer digits; T_VAR: name; T_TEXT: words; T_UNIT: unit
+    const char *src;   // T_NUM: the literal in the lexed string (all its digits: a big integer)
+    int srclen;
 } vtok;
 
 // Tokenize s; returns the token count (the last is T_END) or -1 on unknown input.
@@ -142,6 +145,13 @@ int vcount_pm(const vctx *c, int node, int depth);
 bool vhas_vars(const vctx *c, int node, int depth);
 bool vhas_decimal(const vctx *c, int node, int depth);
 bool vhas_kind(const vctx *c, int node, int kind, int depth);
+
+// --- exact and high-precision arithmetic (verify_big.c: GMP, FLINT, MPFR) -------------
+// Each returns 1 (equal), 0 (not equal) or -1 (not modelled / over a budget).
+
+int vbig_exact(const vctx *c, int g, int p); // variable-free trees as exact rationals (GMP)
+int vbig_poly(const vctx *c, int g, int p);  // rational functions, exact (FLINT fmpq_mpoly)
+int vbig_real(const vctx *c, int g, int p);  // variable-free real values at 256 bits (MPFR)
 
 // --- comparison ----------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ static const word WORDS[] = {
     {"pounds", T_UNIT, 0, "lb"}, {"lb", T_UNIT, 0, "lb"}, {"lbs", T_UNIT, 0, "lb"},
     {"ounce", T_UNIT, 0, "oz"}, {"ounces", T_UNIT, 0, "oz"}, {"oz", T_UNIT, 0, "oz"},
     {"sq", T_UNIT, 0, "sq"}, {"square", T_UNIT, 0, "sq"}, {"cubic", T_UNIT, 0, "cu"},
-    {"unit", T_UNIT, 0, ""}, {"units", T_UNIT, 0, ""}, {"per", T_UNIT, 0, "/"},
+    {"infinity", T_CONST, VC_INF, NULL}, {"unit", T_UNIT, 0, ""}, {"units", T_UNIT, 0, ""}, {"per", T_UNIT, 0, "/"},
     {"radian", T_UNIT, 0, "rad"}, {"radians", T_UNIT, 0, "rad"},
     {"ways", T_UNIT, 0, ""}, {"people", T_UNIT, 0, ""}, {"students", T_UNIT, 0, ""},
     {"points", T_UNIT, 0, ""},
@@ -68,7 +68,7 @@ static const word WORDS[] = {
 typedef struct cmd { const char *name; int tok; int op; } cmd;
 
 static const cmd CMDS[] = {
-    {"left", T_SKIP, 0}, {"right", T_SKIP, 0}, {"big", T_SKIP, 0}, {"Big", T_SKIP, 0},
+    {"sum", T_BIGOP, 'S'}, {"prod", T_BIGOP, 'P'}, {"left", T_SKIP, 0}, {"right", T_SKIP, 0}, {"big", T_SKIP, 0}, {"Big", T_SKIP, 0},
     {"bigg", T_SKIP, 0}, {"Bigg", T_SKIP, 0}, {"bigl", T_SKIP, 0}, {"bigr", T_SKIP, 0},
     {"Bigl", T_SKIP, 0}, {"Bigr", T_SKIP, 0}, {"biggl", T_SKIP, 0}, {"biggr", T_SKIP, 0},
     {"displaystyle", T_SKIP, 0}, {"textstyle", T_SKIP, 0}, {"scriptstyle", T_SKIP, 0},
@@ -83,7 +83,7 @@ static const cmd CMDS[] = {
     {"ge", T_REL, VR_GE}, {"geq", T_REL, VR_GE}, {"geqslant", T_REL, VR_GE},
     {"lt", T_REL, VR_LT}, {"gt", T_REL, VR_GT}, {"ne", T_REL, VR_NE}, {"neq", T_REL, VR_NE},
     {"in", T_REL, VR_IN}, {"approx", T_REL, VR_APPROX}, {"colon", T_OP, ':'},
-    {"setminus", T_SETMINUS, 0}, {"backslash", T_SETMINUS, 0}, {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF},
+    {"setminus", T_SETMINUS, 0}, {"backslash", T_SETMINUS, 0}, {"cup", T_CUP, 0}, {"infty", T_CONST, VC_INF}, {"infinity", T_CONST, VC_INF}, {"infin", T_CONST, VC_INF},
     {"pi", T_CONST, VC_PI}, {"emptyset", T_CONST, VC_EMPTY}, {"varnothing", T_CONST, VC_EMPTY},
     {"sin", T_FUNC, VF_SIN}, {"cos", T_FUNC, VF_COS}, {"tan", T_FUNC, VF_TAN},
     {"sec", T_FUNC, VF_SEC}, {"csc", T_FUNC, VF_CSC}, {"cot", T_FUNC, VF_COT},
@@ -346,9 +346,12 @@ static void lex_number(lexer *L, frame *f) {
             }
         }
     }
+    size_t st = f->i;
     f->i = i;
     vtok *t = emit(L, T_NUM);
     if (!t) return;
+    t->src = s + st;
+    t->srclen = (int)(i - st);
     int nid = ni;
     if (ni >= (int)sizeof t->txt) nid = (int)sizeof t->txt - 1;
     memcpy(t->txt, id, (size_t)nid);
@@ -425,6 +428,14 @@ static void lex_textgroup(lexer *L, frame *f) {
             if (j - i >= 2 && !find_word(f->s + i, j - i)) text = true;
             i = j;
         } else i++;
+    }
+    size_t a = cs, b = ce;
+    while (a < b && f->s[a] == ' ') a++;
+    while (b > a && f->s[b - 1] == ' ') b--;
+    if (b == a + 1 && strchr("mgsh", f->s[a]) && L->nt > 0 && L->toks[L->nt - 1].type == T_NUM) {
+        vtok *t = emit(L, T_UNIT); // 5\,\text{m}: a one-letter unit after a number
+        if (t) { t->txt[0] = f->s[a]; t->txt[1] = 0; }
+        return;
     }
     frame nf = {f->s, cs, ce, text};
     L->fr[L->nf++] = nf;

@@ -100,11 +100,43 @@ static int parse_sum(parser *P);
 static int parse_unary(parser *P);
 static int parse_power(parser *P);
 static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_groups);
+static int parse_term(parser *P);
+static int parse_arg(parser *P);
+
+// \sum_{k=a}^{b} body, \prod_{k=a}^{b} body: the body is one term (\sum_{k=1}^{n} 2k + 1 is (sum 2k) + 1)
+static int parse_bigop(parser *P, int op) {
+    if (!eat_op(P, '_') || !eat_op(P, '{')) return fail(P);
+    vtok *v = cur(P);
+    bool imag = v->type == T_CONST && v->op == VC_I; // \prod_{i=1}^{n} i: here i is the index
+    if (v->type != T_VAR && !imag) return fail(P);
+    int var = imag ? vctx_var(P->c, "i", 1) : vctx_var(P->c, v->txt, strlen(v->txt));
+    P->p++;
+    if (var < 0 || cur(P)->type != T_REL || cur(P)->op != VR_EQ) return fail(P);
+    P->p++;
+    int lo = parse_sum(P);
+    if (lo < 0 || !eat_op(P, '}') || !eat_op(P, '^')) return fail(P);
+    int hi = parse_arg(P);
+    if (hi < 0) return fail(P);
+    int n0 = P->c->nn;
+    int body = parse_term(P);
+    if (body < 0) return fail(P);
+    for (int i = n0; imag && i < P->c->nn; i++) // the body's i are the index
+        if (P->c->nodes[i].kind == VN_CONST && P->c->nodes[i].op == VC_I) {
+            P->c->nodes[i].kind = VN_VAR;
+            P->c->nodes[i].op = 0;
+            P->c->nodes[i].aux = var;
+        }
+    int k[3] = {lo, hi, body};
+    int r = mk(P, VN_BIGOP, k, 3);
+    if (r > 0) { P->c->nodes[r].op = (uint8_t)op; P->c->nodes[r].aux = var; }
+    return r;
+}
 
 static bool starts_primary(parser *P) {
     vtok *t = cur(P);
     switch (t->type) {
-    case T_NUM: case T_VAR: case T_CONST: case T_FUNC: case T_FRAC: case T_SQRT: case T_BINOM:
+    case T_NUM: case T_VAR: case T_CONST: case T_FUNC: case T_FRAC: case T_SQRT: case T_BINOM: case T_BIGOP:
+    case T_BEGIN: // 2\begin{pmatrix}...: a scalar times a matrix
         return true;
     case T_OP:
         return t->op == '(' || t->op == '{' || t->op == 'F' || t->op == 'C' || (t->op == '|' && P->absdepth == 0);
@@ -120,6 +152,16 @@ static int num_node(parser *P, const vtok *t) {
     if (id < 0) return fail(P);
     vnode *n = &P->c->nodes[id];
     n->q = t->q; n->d = t->d; n->flags = t->flags; n->ndec = t->ndec; n->sig = t->sig;
+    if ((t->flags & NF_INTLIT) && !(t->flags & NF_EXACT) && t->src && t->srclen > 0 && t->srclen < VMAX_STR / 2) {
+        // an integer past 128 bits keeps all its digits (thousands separators dropped) for GMP
+        char dg[VMAX_STR / 2];
+        int nd = 0;
+        for (int i = 0; i < t->srclen; i++) if (t->src[i] >= '0' && t->src[i] <= '9') dg[nd++] = t->src[i];
+        n->str = vctx_str(P->c, dg, (size_t)nd);
+        n->slen = nd;
+        if (n->str < 0) return fail(P);
+        return id;
+    }
     n->str = vctx_str(P->c, t->txt, strlen(t->txt));
     n->slen = (int)strlen(t->txt);
     if (n->str < 0) return fail(P);
@@ -317,6 +359,7 @@ static int parse_primary(parser *P) {
     case T_NUM: LEAVE(P, parse_number(P));
     case T_VAR: LEAVE(P, parse_var(P));
     case T_CONST: P->p++; LEAVE(P, mk_const(P, t->op));
+    case T_BIGOP: P->p++; LEAVE(P, parse_bigop(P, t->op));
     case T_REALS: P->p++; LEAVE(P, mk_reals(P));
     case T_FUNC: LEAVE(P, parse_func(P));
     case T_TEXT:
@@ -390,10 +433,21 @@ static int parse_postfix(parser *P) {
             while (cur(P)->type == T_UNIT) {
                 if (strlen(u) + strlen(cur(P)->txt) < sizeof u) strcat(u, cur(P)->txt);
                 P->p++;
-                if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) P->p += 2; // cm^2
+                const char *pw = NULL; // the power is part of the unit: m^2 is not m
+                if (is_op(P, '^') && P->t[P->p + 1].type == T_NUM) { pw = P->t[P->p + 1].txt; P->p += 2; } // cm^2
                 else if (is_op(P, '^') && P->t[P->p + 1].type == T_OP && P->t[P->p + 1].op == '{' &&
-                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}')
+                         P->t[P->p + 2].type == T_NUM && P->t[P->p + 3].type == T_OP && P->t[P->p + 3].op == '}') {
+                    pw = P->t[P->p + 2].txt;
                     P->p += 4; // cm^{2}
+                }
+                if (pw && strlen(u) + strlen(pw) + 2 < sizeof u) { strcat(u, "^"); strcat(u, pw); }
+            }
+            size_t ul = strlen(u); // "square meters" is m^2, "cubic feet" ft^3
+            if (ul > 2 && ul + 3 < sizeof u && (!strncmp(u, "sq", 2) || !strncmp(u, "cu", 2)) && !strchr(u, '^')) {
+                char p2 = u[0] == 's' ? '2' : '3';
+                memmove(u, u + 2, ul - 1);
+                ul -= 2;
+                u[ul++] = '^'; u[ul++] = p2; u[ul] = 0;
             }
             x = mk1(P, VN_UNIT, x);
             if (x > 0) {

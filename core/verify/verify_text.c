@@ -227,7 +227,11 @@ char vtext_choice(const char *s, size_t len, bool strict) {
     if (o == 1 && buf[0] >= 'A' && buf[0] <= 'E') return buf[0];
     if (o == 3 && buf[0] == '(' && buf[2] == ')' && buf[1] >= 'A' && buf[1] <= 'E') return buf[1];
     if (strict) return 0;
-    if (o >= 3 && buf[0] == '(' && buf[2] == ')' && buf[1] >= 'A' && buf[1] <= 'E') return buf[1];
+    if (o >= 3 && buf[0] == '(' && buf[2] == ')' && buf[1] >= 'A' && buf[1] <= 'E') {
+        for (size_t j = 3; j + 2 < o; j++) // "(A) or (B)": two letters are a hedge
+            if (buf[j] == '(' && buf[j + 2] == ')' && buf[j + 1] >= 'A' && buf[j + 1] <= 'E') return 0;
+        return buf[1];
+    }
     if (o == 2 && buf[1] == ')' && buf[0] >= 'A' && buf[0] <= 'E') return buf[0];
     return 0;
 }

@@ -16,7 +16,7 @@ CC=${FUZZ_CC:-clang}
 command -v "$CC" >/dev/null || { echo "SKIP fuzz: clang not found"; exit 0; }
 SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CFL="-O1 -g -std=gnu11 -D_GNU_SOURCE -Wno-macro-redefined -Wno-unknown-attributes -Icore -I/usr/include/x86_64-linux-gnu/openblas-pthread $(pkg-config --cflags ompi-c 2>/dev/null) -fopenmp=libgomp"
-LIBS="-lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -lgomp $(pkg-config --libs ompi-c 2>/dev/null)"
+LIBS="-lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lflint -lmpfr -lgmp -lm -lpthread -lgomp $(pkg-config --libs ompi-c 2>/dev/null)"
 mkdir -p "$B/obj"
 # clang < 15 has no _Float16 on x86; its storage-only __fp16 converts the same
 # way (round to nearest even, through compiler-rt), which is all core/train/optim.c

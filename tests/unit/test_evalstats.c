@@ -35,6 +35,21 @@ static void maj_ties_go_to_the_answer_seen_first(void) {
     CHECK(skpo_maj_index(p, 1) == 0);
 }
 
+static void maj_groups_answers_the_verifier_calls_equal(void) {
+    // three forms of 1/2 outvote two identical strings "3"
+    const char *p[] = {"3", "\\frac{1}{2}", "3", "0.5", "x = \\frac12"};
+    int ok[] = {0, 1, 0, 1, 1};
+    CHECK(skpo_maj_index(p, 5) == 1);
+    CHECK(skpo_maj_at_k(p, ok, 5) == 1.0);
+    CHECK(skpo_maj_index(p, 3) == 0); // before the third form: 3 twice
+    long cls[5];
+    skpo_answer_classes(p, 5, cls);
+    CHECK(cls[0] == 0 && cls[1] == 1 && cls[2] == 0 && cls[3] == 1 && cls[4] == 1);
+    CHECK(!skpo_same_answer("0.5", "0.6"));
+    CHECK(skpo_same_answer("(1, 2)", "\\left(1,2\\right)"));
+    CHECK(!skpo_same_answer("(1, 2)", "(2, 1)"));
+}
+
 static void maj_ignores_samples_without_an_answer(void) {
     const char *p[] = {NULL, "3", NULL, NULL};
     int ok[] = {1, 0, 1, 1};
@@ -60,6 +75,7 @@ int main(void) {
     RUN(pass_at_k_equals_binomial_definition);
     RUN(pass_at_1_is_fraction_correct_and_edges_are_exact);
     RUN(maj_ties_go_to_the_answer_seen_first);
+    RUN(maj_groups_answers_the_verifier_calls_equal);
     RUN(maj_ignores_samples_without_an_answer);
     RUN(reported_ks_are_powers_of_two_then_K);
     return TEST_SUMMARY();

@@ -4,6 +4,8 @@
  * (layout or method) and relative position.
  */
 #include "analyze.h"
+#include "base/common.h"
+#include "verify/evalstats.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,16 +17,19 @@ static double mean_ok(const prefix *p) {
     return p->n ? s / p->n : 0;
 }
 
-// Distinct extracted answers among the continuations; a missing answer is one value.
+// Distinct extracted answers among the continuations, equal answers in another
+// form counted once (the math verifier's equality); a missing answer is one value.
 static int distinct_preds(const prefix *p) {
-    int d = 0;
+    if (p->n <= 0) return 0;
+    long *cls = skpo_xmalloc(sizeof(long) * (size_t)p->n);
+    skpo_answer_classes((const char *const *)p->pred, p->n, cls);
+    int d = 0, none = 0;
     for (int j = 0; j < p->n; j++) {
-        int seen = 0;
-        for (int i = 0; i < j && !seen; i++)
-            seen = (!p->pred[i] && !p->pred[j]) || (p->pred[i] && p->pred[j] && !strcmp(p->pred[i], p->pred[j]));
-        d += !seen;
+        if (cls[j] < 0) none = 1;
+        else d += cls[j] == j;
     }
-    return d;
+    free(cls);
+    return d + none;
 }
 
 enum { S_PREF, S_DIST, S_SAME, S_ACC, S_LEN, S_SEG, S_CONT };

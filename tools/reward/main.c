@@ -84,7 +84,7 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
     if (skpo_verify_cases_load(a->cases, &c, &n, err, sizeof err)) skpo_die("%s", err);
     if (n == 0) skpo_die("no cases in '%s'", a->cases);
     const char *kinds[128];
-    int nk = 0, tot[128] = {0}, ok[128] = {0}, right = 0, fp = 0;
+    int nk = 0, tot[128] = {0}, ok[128] = {0}, kfp[128] = {0}, kfn[128] = {0}, right = 0, fp = 0, fn = 0;
     for (size_t i = 0; i < n; i++) {
         skpo_verify_result r;
         skpo_verify(&o->verify, c[i].response, c[i].rlen, c[i].gold, c[i].glen, &r);
@@ -94,9 +94,11 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
         if (k >= 128) k = 127;
         tot[k]++;
         if (r.correct == c[i].expect) { ok[k]++; right++; }
-        else if (r.correct) { fp++; printf("false-positive %s\n", c[i].id); }
+        else if (r.correct) { fp++; kfp[k]++; printf("false-positive %s pred=%s\n", c[i].id, r.pred); }
+        else { fn++; kfn[k]++; printf("false-negative %s pred=%s\n", c[i].id, r.found ? r.pred : "(none)"); }
     }
-    for (int k = 0; k < nk; k++) printf("kind %-20s %4d/%-4d %6.1f%%\n", kinds[k], ok[k], tot[k], 100.0 * ok[k] / tot[k]);
+    for (int k = 0; k < nk; k++)
+        printf("kind %-20s %4d/%-4d %6.1f%% fp %d fn %d\n", kinds[k], ok[k], tot[k], 100.0 * ok[k] / tot[k], kfp[k], kfn[k]);
     double t0 = skpo_now(), el = 0;
     long passes = 0;
     while (a->repeat ? passes < a->repeat : el < 1.0) {
@@ -107,7 +109,7 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
         passes++;
         el = skpo_now() - t0;
     }
-    printf("accuracy %d/%zu %.2f%% false_positives %d\n", right, n, 100.0 * right / (double)n, fp);
+    printf("accuracy %d/%zu %.2f%% false_positives %d false_negatives %d\n", right, n, 100.0 * right / (double)n, fp, fn);
     printf("speed %.1f verifications/s (%ld passes, %.3f s, 1 thread)\n", (double)passes * (double)n / el, passes, el);
     skpo_verify_cases_free(c, n);
     skpo_close_stdout_or_die();
