@@ -72,3 +72,20 @@ t "a code rollout without tests is an error naming it" sh -c '
     skpo-reward >/dev/null 2>"$0/e2"; [ $? = 1 ] && grep -q "code rollout .x1. has no .tests." "$0/e2"' "$TMP"
 
 t "bad --task is a usage error" expect_exit 2 skpo-reward --task sql
+
+if bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 /usr/bin/true 2>/dev/null; then
+  # a tiny model with room for the long prompts; its answers are all wrong, so the
+  # reward command marks every MMLU-Pro sample right: the columns are 100 and 0
+  t "eval.sh runs mmlu_pro and livecodebench; the summary has one column per benchmark and their mean" sh -c '
+    cp -r "$0/sample/tiny-qwen2" "$1/tq" && sed -i "s/\"max_position_embeddings\": 128/\"max_position_embeddings\": 4096/" "$1/tq/config.json" &&
+    cp "$0/ood/mmlu_pro.jsonl" "$1/mp.jsonl" &&
+    REWARD_CMD="skpo-reward --code-timeout 2 | skpo-cat | sed \"/\\\"source\\\":\\\"mmlu_pro\\\"/s/\\\"correct\\\":false/\\\"correct\\\":true/\" | skpo-cat --pack --no-meta" \
+    MMLU_PRO="$1/mp.jsonl" LIVECODEBENCH="$0/ood/livecodebench.jsonl" OMP_NUM_THREADS=1 \
+      bash "$2/pipelines/eval.sh" --k 2 --max-tokens 8 --after 2024-01-01 --template qwen2.5 --out "$1/ev" "$1/tq" mmlu_pro livecodebench \
+      >"$1/ev.out" 2>&1 || { tail -5 "$1/ev.out"; exit 1; }
+    grep -Eq "^model +mmlu_pro +livecodebench +avg$" "$1/ev.out" &&
+    grep -Eq "^tq +100.00 +0.00 +50.00$" "$1/ev.out" &&
+    grep -Eq "^livecodebench/easy +1 +2 " "$1/ev.out" && grep -Eq "^mmlu_pro/biology +2 +2 +100.00 " "$1/ev.out"' "$FIX" "$TMP" "$TOP"
+else
+  skip "eval.sh runs mmlu_pro and livecodebench" "bubblewrap cannot create namespaces here"
+fi
