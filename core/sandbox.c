@@ -107,7 +107,7 @@ typedef struct slot {
     int pidfd;        // -1: none (then poll ticks)
     bool reaped, killed;
     double t0, deadline, kill_deadline;
-    size_t cap[3];
+    size_t cap[3], err_total;
     char **buf[3];
     size_t *len[3];
 } slot;
@@ -315,7 +315,11 @@ static void slot_read(const skpo_sandbox *sb, slot *s, int k) {
         if (r == 0) { close(s->fd[k]); s->fd[k] = -1; return; }
         size_t n = (size_t)r, *len = s->len[k];
         char **buf = s->buf[k];
-        if (k == 1) { // stderr: keep the last ERR_KEEP bytes
+        if (k == 1) { // stderr: keep the last ERR_KEEP bytes, and no more than out_bytes in all
+            if ((s->err_total += n) > sb->o.out_bytes) {
+                slot_kill(s, SKPO_SB_OUTPUT);
+                return;
+            }
             if (n >= ERR_KEEP) { memcpy(chunk, chunk + n - ERR_KEEP, ERR_KEEP); n = ERR_KEEP; }
             if (*len + n > ERR_KEEP) {
                 size_t drop = *len + n - ERR_KEEP;

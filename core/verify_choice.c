@@ -87,8 +87,9 @@ static int parse_letters(const char *t, size_t i, size_t end, letters *s) {
             else if (word_at(t, j, end, "and")) j += 3, conn = true;
             else break;
             j = skip_deco(t, j, end);
-            for (int w = 0; w < 2; w++)
-                if (word_at(t, j, end, "option")) j = skip_deco(t, j + 6, end);
+            static const char *const soft[] = {"option", "possibly", "perhaps", "maybe", "also", "even", NULL};
+            for (int w = 0; soft[w]; w++)
+                if (word_at(t, j, end, soft[w])) j = skip_deco(t, j + strlen(soft[w]), end), w = -1;
         }
         if (!conn || !(e = letter_at(t, j, end, &c))) break;
         add_letter(s, c);

@@ -89,3 +89,9 @@ if bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/
 else
   skip "eval.sh runs mmlu_pro and livecodebench" "bubblewrap cannot create namespaces here"
 fi
+
+# written after the extraction rules, as a held-out check (13/14 before the
+# "or possibly (D)" hedge was handled; see the report of issue 22)
+t "choice: held-out responses get the verdict a grader gives (want)" sh -c '
+  skpo-cat --pack "$0/choice_heldout_full.jsonl" | skpo-reward | skpo-cat --fields uid,correct,want | grep -v "^{}$" >"$1/ho" &&
+  [ "$(wc -l <"$1/ho")" = 14 ] && ! grep -v "\"correct\":\(true\|false\),\"want\":\1" "$1/ho"' "$O" "$TMP"
