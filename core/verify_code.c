@@ -2,16 +2,20 @@
  * verify_code.c - code-generation reward: extract the program, run it on the
  * tests in the sandbox, compare outputs as LiveCodeBench does (verify_task.h).
  *
- * Inside each sandbox a small trusted driver (DRIVER below, /w/driver.py) runs
- * the program once per test as its own process (/w/prog.py, stdin = the test
- * input) with RLIMIT_CPU = the per-test timeout + 1 s set before exec, kills
- * its process group at the per-test wall timeout, reads at most OUT_CAP bytes
- * of its stdout and keeps the tail of its stderr. It reports each test on fd 3
- * as "INDEX STATUS LENGTH\n" + LENGTH bytes (status ok: the program's stdout,
- * or for a functional test the JSON of the result; other statuses: a short
- * reason). The parent compares while the job runs and stops it at the first
- * failure. The program's process gets no fd 3 (close_fds), and the expected
- * outputs stay in the parent.
+ * Inside each sandbox a small trusted driver (DRIVER below, /w/driver.py)
+ * compiles the program once, imports LiveCodeBench's prelude modules once, and
+ * forks one process per test (a fork server: no interpreter start or prelude
+ * import per test). The test process starts a new session, gets the test's
+ * pipes as fd 0/1/2 and nothing else (the report pipe is closed), sets
+ * RLIMIT_CPU = the per-test timeout + 1 s, and runs the program as __main__
+ * (SystemExit ends it normally, as in lcb_runner) or, for a functional test,
+ * calls the method and writes the result's JSON to its stdout while the
+ * program's own prints go to /dev/null. The driver kills the test's process
+ * group at the per-test wall timeout, reads at most OUT_CAP bytes of its
+ * stdout, keeps the tail of its stderr, and reports each test on fd 3 as
+ * "INDEX STATUS LENGTH\n" + LENGTH bytes (status ok: the output; otherwise a
+ * short reason). The parent compares while the job runs and stops it at the
+ * first failure. The expected outputs stay in the parent.
  */
 #define _GNU_SOURCE
 #include "verify_task.h"
@@ -35,88 +39,118 @@ static const char PRELUDE[] =
     "import itertools\nimport functools\nimport operator\nimport io\nimport sys\nimport json\n"
     "sys.setrecursionlimit(50000)\n\n";
 
-// Runs in the sandbox: one process per test, results framed on fd 3.
+// Runs in the sandbox as pid 1 of its namespace: one forked process per test, results framed on fd 3.
 static const char DRIVER[] =
-    "import json, os, resource, selectors, signal, subprocess, sys, time\n"
+    "import json, os, resource, selectors, signal, sys, time, traceback\n"
     "spec = json.load(open('/w/tests.json'))\n"
     "T = float(spec['timeout']); CAP = int(spec['out_max']); fn = spec.get('fn_name')\n"
+    "SRC = open('/w/prog.py').read()\n"
+    "try:\n"
+    "    CODE = compile(SRC, '/w/prog.py', 'exec')\n"
+    "except (SyntaxError, ValueError) as e:\n"
+    "    os.write(3, b'0 error %d\\n' % len(m := ('compile error: %s: %s' % (type(e).__name__, e)).encode()[:150]) + m)\n"
+    "    sys.exit(0)\n"
+    "# the prelude's modules, loaded once here and inherited by every test process\n"
+    "exec(compile(SRC[:SRC.index('\\n\\n') + 1], '/w/prelude', 'exec'), {'__name__': 'prelude'})\n"
     "def frame(i, st, payload):\n"
     "    b = b'%d %s %d\\n' % (i, st.encode(), len(payload)) + payload\n"
     "    while b:\n"
     "        b = b[os.write(3, b):]\n"
-    "def limits():\n"
-    "    c = int(T) + 1\n"
-    "    resource.setrlimit(resource.RLIMIT_CPU, (c, c + 1))\n"
     "def last_line(err):\n"
     "    lines = [l for l in err.decode('utf-8', 'replace').strip().split('\\n') if l.strip()]\n"
     "    return (lines[-1].strip() if lines else '')[:150]\n"
-    "argv = ['/usr/bin/python3', '-S', '/w/prog.py'] if fn is None else ['/usr/bin/python3', '-S', '/w/call.py', fn]\n"
+    "def child(r0, w1, w2):\n"
+    "    # a test process: fd 0/1/2 are the test's pipes, nothing else is open\n"
+    "    os.setsid()\n"
+    "    os.dup2(r0, 0); os.dup2(w1, 1); os.dup2(w2, 2)\n"
+    "    os.closerange(3, 4096)\n"
+    "    c = int(T) + 1\n"
+    "    resource.setrlimit(resource.RLIMIT_CPU, (c, c + 1))\n"
+    "    signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+    "    rc = 0\n"
+    "    try:\n"
+    "        if fn is None:\n"
+    "            exec(CODE, {'__name__': '__main__', '__builtins__': __builtins__})\n"
+    "        else:\n"
+    "            args = [json.loads(line) for line in sys.stdin.read().split('\\n')]\n"
+    "            res = os.dup(1)\n"
+    "            nul = os.open('/dev/null', os.O_WRONLY); os.dup2(nul, 1); os.close(nul)\n"
+    "            g = {'__name__': 'tmp_sol', '__builtins__': __builtins__}\n"
+    "            exec(CODE, g)\n"
+    "            obj = g['Solution']() if 'class Solution' in SRC else None\n"
+    "            m = getattr(obj, fn) if obj is not None else g[fn]\n"
+    "            r = m(*args)\n"
+    "            if isinstance(r, tuple): r = list(r)\n"
+    "            sys.stdout.flush()\n"
+    "            b = json.dumps(r).encode()\n"
+    "            while b: b = b[os.write(res, b):]\n"
+    "    except SystemExit:\n"
+    "        pass  # LiveCodeBench catches SystemExit and grades the output\n"
+    "    except BaseException:\n"
+    "        try: traceback.print_exc()\n"
+    "        except BaseException: pass\n"
+    "        rc = 1\n"
+    "    try: sys.stdout.flush()\n"
+    "    except BaseException: rc = rc or 1\n"
+    "    os._exit(rc)\n"
     "for i, data in enumerate(spec['inputs']):\n"
     "    data = data.encode('utf-8', 'surrogatepass')\n"
+    "    p0 = os.pipe(); p1 = os.pipe(); p2 = os.pipe()\n"
+    "    sys.stdout.flush(); sys.stderr.flush()\n"
     "    try:\n"
-    "        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,\n"
-    "                             cwd='/w', start_new_session=True, preexec_fn=limits)\n"
+    "        pid = os.fork()\n"
     "    except OSError as e:\n"
     "        frame(i, 'error', ('cannot start the program: %s' % e.strerror).encode()); break\n"
+    "    if pid == 0:\n"
+    "        try: child(p0[0], p1[1], p2[1])\n"
+    "        finally: os._exit(1)\n"
+    "    os.close(p0[0]); os.close(p1[1]); os.close(p2[1])\n"
+    "    pidfd = os.pidfd_open(pid)\n"
     "    sel = selectors.DefaultSelector()\n"
-    "    out = bytearray(); err = bytearray(); pos = 0; view = memoryview(data); st = None\n"
-    "    os.set_blocking(p.stdin.fileno(), False)\n"
-    "    if data: sel.register(p.stdin, selectors.EVENT_WRITE)\n"
-    "    else: p.stdin.close()\n"
-    "    sel.register(p.stdout, selectors.EVENT_READ); sel.register(p.stderr, selectors.EVENT_READ)\n"
+    "    out = bytearray(); err = bytearray(); pos = 0; view = memoryview(data); st = None; status = None\n"
+    "    win, rout, rerr = p0[1], p1[0], p2[0]\n"
+    "    os.set_blocking(win, False)\n"
+    "    if data: sel.register(win, selectors.EVENT_WRITE)\n"
+    "    else: os.close(win)\n"
+    "    sel.register(rout, selectors.EVENT_READ); sel.register(rerr, selectors.EVENT_READ); sel.register(pidfd, selectors.EVENT_READ)\n"
     "    end = time.monotonic() + T\n"
-    "    while sel.get_map() and st is None:\n"
+    "    while st is None and (status is None or len(sel.get_map()) > 0):\n"
     "        left = end - time.monotonic()\n"
     "        if left <= 0: st = 'timeout'; break\n"
-    "        for key, _ in sel.select(left):\n"
-    "            f = key.fileobj\n"
-    "            if f is p.stdin:\n"
-    "                try: pos += os.write(f.fileno(), view[pos:pos + 65536])\n"
-    "                except (BrokenPipeError, BlockingIOError) as e: pos = len(data) if isinstance(e, BrokenPipeError) else pos\n"
-    "                if pos >= len(data): sel.unregister(f); f.close()\n"
-    "                continue\n"
-    "            chunk = os.read(f.fileno(), 65536)\n"
-    "            if not chunk: sel.unregister(f); continue\n"
-    "            if f is p.stdout:\n"
-    "                out += chunk\n"
-    "                if len(out) > CAP: st = 'olimit'; break\n"
+    "        ev = sel.select(left if status is None else min(left, 0.05))\n"
+    "        if status is not None and not ev: break  # exited; its pipes are drained\n"
+    "        for key, _ in ev:\n"
+    "            f = key.fd\n"
+    "            if f == pidfd:\n"
+    "                sel.unregister(f); status = os.waitpid(pid, 0)[1]\n"
+    "            elif f == win:\n"
+    "                try: pos += os.write(f, view[pos:pos + 65536])\n"
+    "                except BlockingIOError: pass\n"
+    "                except BrokenPipeError: pos = len(data)\n"
+    "                if pos >= len(data): sel.unregister(f); os.close(f)\n"
     "            else:\n"
-    "                err += chunk; del err[:-4096]\n"
-    "    if st is None:\n"
-    "        try: p.wait(max(0.0, end - time.monotonic()))\n"
-    "        except subprocess.TimeoutExpired: st = 'timeout'\n"
-    "    try: os.killpg(p.pid, signal.SIGKILL)\n"
+    "                chunk = os.read(f, 65536)\n"
+    "                if not chunk: sel.unregister(f); continue\n"
+    "                if f == rout:\n"
+    "                    out += chunk\n"
+    "                    if len(out) > CAP: st = 'olimit'; break\n"
+    "                else:\n"
+    "                    err += chunk; del err[:-4096]\n"
+    "    try: os.killpg(pid, signal.SIGKILL)\n"
     "    except OSError: pass\n"
-    "    p.wait()\n"
-    "    for f in (p.stdin, p.stdout, p.stderr):\n"
-    "        try: f.close()\n"
-    "        except OSError: pass\n"
-    "    rc = p.returncode\n"
+    "    if status is None: status = os.waitpid(pid, 0)[1]\n"
+    "    for f in list(sel.get_map()):\n"
+    "        if f != pidfd: os.close(f)\n"
+    "    sel.close(); os.close(pidfd)\n"
     "    if st == 'timeout': frame(i, 'timeout', b'time limit exceeded (%g s)' % T); break\n"
     "    if st == 'olimit': frame(i, 'olimit', b'output limit exceeded (%d bytes)' % CAP); break\n"
-    "    if rc == -signal.SIGXCPU: frame(i, 'timeout', b'CPU time limit exceeded (%d s)' % (int(T) + 1)); break\n"
-    "    if rc < 0: frame(i, 'signal', ('killed by signal %d (%s)' % (-rc, signal.Signals(-rc).name)).encode()); break\n"
+    "    if os.WIFSIGNALED(status):\n"
+    "        s = os.WTERMSIG(status)\n"
+    "        if s == signal.SIGXCPU: frame(i, 'timeout', b'CPU time limit exceeded (%d s)' % (int(T) + 1)); break\n"
+    "        frame(i, 'signal', ('killed by signal %d (%s)' % (s, signal.Signals(s).name)).encode()); break\n"
+    "    rc = os.WEXITSTATUS(status)\n"
     "    if rc != 0: frame(i, 'error', ('runtime error: %s' % (last_line(err) or 'exit %d' % rc)).encode()); break\n"
     "    frame(i, 'ok', bytes(out))\n";
-
-// The functional runner: the program's own prints go to /dev/null; the
-// result's JSON goes to the saved stdout.
-static const char CALLER[] =
-    "import json, os, sys\n"
-    "fn = sys.argv[1]\n"
-    "args = [json.loads(line) for line in sys.stdin.read().split('\\n')]\n"
-    "res = os.dup(1)\n"
-    "nul = os.open('/dev/null', os.O_WRONLY); os.dup2(nul, 1); os.close(nul)\n"
-    "src = open('/w/prog.py').read()\n"
-    "g = {'__name__': 'tmp_sol', '__builtins__': __builtins__}\n"
-    "exec(compile(src, '/w/prog.py', 'exec'), g)\n"
-    "obj = g['Solution']() if 'class Solution' in src else None\n"
-    "m = getattr(obj, fn) if obj is not None else g[fn]\n"
-    "r = m(*args)\n"
-    "if isinstance(r, tuple): r = list(r)\n"
-    "sys.stdout.flush()\n"
-    "b = json.dumps(r).encode()\n"
-    "while b: b = b[os.write(res, b):]\n";
 
 #define OUT_CAP ((size_t)8 << 20)
 
@@ -445,10 +479,9 @@ skpo_status skpo_code_judge(skpo_sandbox *sb, const skpo_code_opts *o, skpo_code
         skpo_sandbox_job *j = &jobs[nj];
         j->argv = argv;
         j->files[0] = (skpo_sandbox_file){"driver.py", DRIVER, sizeof DRIVER - 1};
-        j->files[1] = (skpo_sandbox_file){"call.py", CALLER, sizeof CALLER - 1};
-        j->files[2] = (skpo_sandbox_file){"prog.py", progs[nj], pl + it->code_len + 1};
-        j->files[3] = (skpo_sandbox_file){"tests.json", specs[nj], strlen(specs[nj])};
-        j->nfiles = 4;
+        j->files[1] = (skpo_sandbox_file){"prog.py", progs[nj], pl + it->code_len + 1};
+        j->files[2] = (skpo_sandbox_file){"tests.json", specs[nj], strlen(specs[nj])};
+        j->nfiles = 3;
         // LiveCodeBench's global budget: (timeout + 1) per test + 5 s
         j->wall_s = (o->timeout_s + 1) * (double)it->tests->n + 5;
         ctx[nj] = (judge_ctx){.it = it};

@@ -95,6 +95,8 @@ static void test_correct_stdin_program_passes_and_wrong_one_fails(void) {
         {"wrong", "print(6)\n", "test 2/2: wrong answer"},
         {"crash", "print(1 // 0)\n", "test 1/2: runtime error: ZeroDivisionError: integer division or modulo by zero"},
         {"prelude names are there (LiveCodeBench)", "print(floor(int(input()) * 2.0))\n", "passed 2/2 tests"},
+        {"syntax error", "print(int(input()) * 2\n", "test 1/2: compile error: SyntaxError: '(' was never closed (prog.py, line 37)"},
+        {"sys.exit after the output (LiveCodeBench grades the output)", "print(int(input()) * 2)\nexit(3)\n", "passed 2/2 tests"},
     };
     int n = (int)(sizeof p / sizeof p[0]);
     skpo_code_item it[8];
