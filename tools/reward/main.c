@@ -18,7 +18,7 @@
 
 static const char synopsis[] =
     "[--task auto|math|choice|code] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
-    "       [--truncated wrong|keep] [--no-fallback] [--code-timeout S] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
+    "       [--truncated wrong|keep] [--no-fallback] [--code-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
 static const char about[] =
     "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down` or\n"
     "`full`) it extracts the final answer from `text`, compares it with the gold `answer` and sets `pred`\n"
@@ -51,7 +51,7 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
         {"overlong-cache", 0, SKPO_OPT_INT, &a->ocache, 1, 1 << 30, "N", "L_cache of the overlong penalty (with --overlong-max)"},
         {"truncated", 0, SKPO_OPT_STR, &a->truncated, 0, 0, "RULE", "finish=length: wrong (default) or keep the verdict"},
         {"no-fallback", 0, SKPO_OPT_FLAG, &a->no_fallback, 0, 0, NULL, "math: no last-math/last-number fallback"},
-        {"code-timeout", 0, SKPO_OPT_DOUBLE, &a->code_timeout, 0.1, 600, "S", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"},
+        {"code-timeout", 0, SKPO_OPT_DOUBLE, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"},
         {"code-jobs", 0, SKPO_OPT_INT, &a->code_jobs, 1, 64, "N", "code: programs run at once (default: online CPUs)"},
         {"code-mem", 0, SKPO_OPT_INT, &a->code_mem, 64, 1 << 20, "MB", "code: address-space limit per process (default 2048)"},
         {"code-batch", 0, SKPO_OPT_INT, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"},
