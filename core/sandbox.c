@@ -137,6 +137,12 @@ static void argv_free(argvb *a) {
     free(a->v);
 }
 
+static size_t job_bytes(const skpo_sandbox_job *j) {
+    size_t n = 0;
+    for (int i = 0; i < j->nfiles; i++) n += j->files[i].len;
+    return n;
+}
+
 // bwrap's command line for job j whose files arrive on fds 10, 11, ...
 static void build_argv(const skpo_sandbox *sb, const skpo_sandbox_job *j, argvb *a) {
     char num[64];
@@ -150,7 +156,7 @@ static void build_argv(const skpo_sandbox *sb, const skpo_sandbox_job *j, argvb 
     push(a, "--symlink"), push(a, "usr/lib"), push(a, "/lib");
     push(a, "--symlink"), push(a, "usr/bin"), push(a, "/bin");
     push(a, "--dev"), push(a, "/dev");
-    snprintf(num, sizeof num, "%ld", sb->o.fsize_mb * 4 * 1048576L);
+    snprintf(num, sizeof num, "%zu", (size_t)sb->o.fsize_mb * 4 * 1048576 + job_bytes(j)); // room for the job's files
     push(a, "--size"), push(a, num), push(a, "--tmpfs"), push(a, "/w");
     push(a, "--tmpfs"), push(a, "/tmp");
     push(a, "--remount-ro"), push(a, "/");
@@ -173,7 +179,7 @@ static void set_limit(int res, rlim_t soft, rlim_t hard) {
 
 // In the forked child: async-signal-safe calls only. fds: [0]=stdin [1]=out
 // [2]=err [3]=result [4]=bwrap's info, then the file memfds -> 10, 11, ...
-static void child(const skpo_sandbox *sb, int slotno, int *fds, int nfds, char **argv) {
+static void child(const skpo_sandbox *sb, int slotno, int *fds, int nfds, char **argv, size_t files) {
     if (setsid() < 0) _exit(126);
     int tmp[5 + SKPO_SANDBOX_MAX_FILES];
     for (int i = 0; i < nfds; i++)
@@ -188,7 +194,9 @@ static void child(const skpo_sandbox *sb, int slotno, int *fds, int nfds, char *
     rlim_t cpu = (rlim_t)ceil(sb->o.cpu_s);
     set_limit(RLIMIT_CPU, cpu, cpu + 1);
     set_limit(RLIMIT_AS, (rlim_t)sb->o.mem_mb << 20, (rlim_t)sb->o.mem_mb << 20);
-    set_limit(RLIMIT_FSIZE, (rlim_t)sb->o.fsize_mb << 20, (rlim_t)sb->o.fsize_mb << 20);
+    // bwrap itself writes the job's files into /w: the largest of them must fit
+    rlim_t fsz = ((rlim_t)sb->o.fsize_mb << 20) + (rlim_t)files;
+    set_limit(RLIMIT_FSIZE, fsz, fsz);
     set_limit(RLIMIT_NOFILE, 256, 256);
     set_limit(RLIMIT_CORE, 0, 0);
     set_limit(RLIMIT_NPROC, (rlim_t)sb->o.nproc, (rlim_t)sb->o.nproc);
@@ -277,7 +285,7 @@ static skpo_status slot_start(skpo_sandbox *sb, slot *s, int slotno, skpo_sandbo
         build_argv(sb, j, &a);
         s->t0 = skpo_now();
         s->pid = fork();
-        if (s->pid == 0) child(sb, slotno, fds, nfds, a.v);
+        if (s->pid == 0) child(sb, slotno, fds, nfds, a.v, job_bytes(j));
         if (s->pid < 0) st = skpo_err_set(err, SKPO_EIO, "sandbox: fork: %s", strerror(errno));
     }
     argv_free(&a);

@@ -14,7 +14,9 @@
  *     RLIMIT_CPU (SIGXCPU, then SIGKILL one second later), RLIMIT_AS (memory),
  *     RLIMIT_NPROC (processes; counted per uid, so when run as root every
  *     parallel slot runs under its own otherwise unused uid, see below),
- *     RLIMIT_FSIZE (largest file written), RLIMIT_NOFILE, RLIMIT_CORE = 0;
+ *     RLIMIT_FSIZE (largest file written: fsize_mb plus the size of the job's
+ *     files, which bwrap writes into /w; a driver can lower it for what it
+ *     runs), RLIMIT_NOFILE, RLIMIT_CORE = 0;
  *   - wall time: the parent SIGKILLs the job's process group at its deadline
  *     (and bwrap's pid namespace takes every process inside with it);
  *   - output size: stdout, stderr and the result pipe (fd 3) are read by the

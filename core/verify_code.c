@@ -43,7 +43,7 @@ static const char PRELUDE[] =
 static const char DRIVER[] =
     "import json, os, resource, selectors, signal, sys, time, traceback\n"
     "spec = json.load(open('/w/tests.json'))\n"
-    "T = float(spec['timeout']); CAP = int(spec['out_max']); fn = spec.get('fn_name')\n"
+    "T = float(spec['timeout']); CAP = int(spec['out_max']); FSIZE = int(spec['fsize']); fn = spec.get('fn_name')\n"
     "SRC = open('/w/prog.py').read()\n"
     "try:\n"
     "    CODE = compile(SRC, '/w/prog.py', 'exec')\n"
@@ -66,6 +66,7 @@ static const char DRIVER[] =
     "    os.closerange(3, 4096)\n"
     "    c = int(T) + 1\n"
     "    resource.setrlimit(resource.RLIMIT_CPU, (c, c + 1))\n"
+    "    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE, FSIZE))\n"
     "    signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
     "    rc = 0\n"
     "    try:\n"
@@ -153,6 +154,7 @@ static const char DRIVER[] =
     "    frame(i, 'ok', bytes(out))\n";
 
 #define OUT_CAP ((size_t)8 << 20)
+#define FSIZE_CAP ((size_t)16 << 20) // largest file a test process may write
 
 // --- tests ----------------------------------------------------------------------------
 
@@ -449,6 +451,7 @@ static char *tests_spec(const skpo_code_tests *t, double timeout) {
     json_object_set_new(o, "inputs", in);
     json_object_set_new(o, "timeout", json_real(timeout));
     json_object_set_new(o, "out_max", json_integer((json_int_t)OUT_CAP));
+    json_object_set_new(o, "fsize", json_integer((json_int_t)FSIZE_CAP));
     if (t->fn_name) json_object_set_new(o, "fn_name", json_string(t->fn_name));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
