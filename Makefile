@@ -19,7 +19,7 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 
 WARN    = -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS  += $(OPT) -g -std=gnu11 -fopenmp -fno-fast-math $(WARN) -Icore -I/usr/include/x86_64-linux-gnu/openblas-pthread $(MPI_CFLAGS) $(SAN)
-LDLIBS  += -lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lflint -lmpfr -lgmp -lm -lpthread $(MPI_LIBS)
+LDLIBS  += -lmsgpackc -lzstd -lz -lopenblas -lpcre2-8 -lutf8proc -ljansson -lflint -lmpfr -lgmp -lm -lpthread $(MPI_LIBS)
 LDFLAGS += -fopenmp -Wl,--as-needed $(SAN)
 
 ifeq ($(CUDA),1)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian packages skpo needs (when root), or print the apt line.
 # Quiet when everything is present.
-PKGS="build-essential pkg-config libmsgpack-dev libzstd-dev zstd libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libgmp-dev libmpfr-dev libflint-dev"
+PKGS="build-essential pkg-config libmsgpack-dev libzstd-dev zstd libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libgmp-dev libmpfr-dev libflint-dev bubblewrap zlib1g-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

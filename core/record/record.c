@@ -49,6 +49,12 @@ const skpo_field_def skpo_schema[] = {
     {F_SEG_TOKENS, SKPO_FT_I32S, "state records: token ids of the prompt's last upstream segment"},
     {F_SEG_LOGP, SKPO_FT_F32S, "state records: behaviour log-probs of that segment"},
     {F_SEG_PROMPT, SKPO_FT_I32S, "state records: prompt ids that segment was conditioned on"},
+    {F_TASK, SKPO_FT_STR, "reward task of a prompt: choice, code (absent or math: a math answer)"},
+    {F_TESTS, SKPO_FT_STR, "code: LiveCodeBench input_output JSON {inputs, outputs, fn_name}"},
+    {F_REASON, SKPO_FT_STR, "choice/code: short reason for the verdict"},
+    {F_TESTS_PASSED, SKPO_FT_INT, "code: tests passed before the first failing one"},
+    {F_CATEGORY, SKPO_FT_STR, "benchmark category of a problem (MMLU-Pro); skpo-eval reports each"},
+    {F_DIFFICULTY, SKPO_FT_STR, "problem difficulty (LiveCodeBench); skpo-eval reports each"},
     {NULL, 0, NULL},
 };
 

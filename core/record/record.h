@@ -102,6 +102,12 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_SEG_TOKENS "seg_tokens" // i32s: state: last upstream segment of a prompt
 #define F_SEG_LOGP "seg_logp"     // f32s: state: its behaviour log-probs
 #define F_SEG_PROMPT "seg_prompt" // i32s: state: the prompt ids it was conditioned on
+#define F_TASK "task"           // str: reward task of a prompt: math (absent), choice, code
+#define F_TESTS "tests"         // str: code: LiveCodeBench input_output JSON {inputs, outputs, fn_name}
+#define F_REASON "reason"       // str: choice/code: short reason for the verdict
+#define F_TESTS_PASSED "tests_passed" // int: code: tests passed before the first failure
+#define F_CATEGORY "category"   // str: benchmark category (MMLU-Pro), skpo-eval groups by it
+#define F_DIFFICULTY "difficulty" // str: problem difficulty (LiveCodeBench), skpo-eval groups by it
 
 // --- records in memory ---------------------------------------------------------
 

@@ -83,8 +83,14 @@ void skpo_verify_dapo_normalize(const char *s, size_t len, char *out, size_t cap
 
 typedef struct skpo_rec skpo_rec;
 
+// Which judge a rollout gets: auto = its `task` field (choice, code; absent or
+// anything else: math, the verifier above).
+typedef enum skpo_task { SKPO_TASK_AUTO = 0, SKPO_TASK_MATH, SKPO_TASK_CHOICE, SKPO_TASK_CODE } skpo_task;
+
 typedef struct skpo_reward_opts {
     skpo_verify_opts verify;
+    skpo_task task;
+    double code_timeout;   // code: seconds per test (LiveCodeBench: 6)
     bool zero_one;         // rewards 1/0 instead of +1/-1
     long overlong_max;     // DAPO soft overlong penalty on len(tokens): L_max (0 = off)
     long overlong_cache;   //   and L_cache (docs/algorithm.md 4.7)
@@ -99,7 +105,16 @@ double skpo_reward_overlong(const skpo_reward_opts *o, long len);
 // `reward`; other records are left alone. Sets *changed. A rollout without
 // `text` or `answer` (or without `tokens` under the overlong penalty) is an
 // error naming its uid.
+// Code rollouts need the sandbox: skpo_reward_record leaves them alone (with
+// *changed false) and skpo_reward_code judges a batch of records in parallel,
+// setting `pred` (the program), `correct`, `reward`, `reason` and
+// `tests_passed` on each code rollout among them. A code rollout without
+// `tests` (or with malformed tests) is an error naming its uid.
 skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err);
+// The task r is judged under (SKPO_TASK_MATH for records that are not rollouts).
+skpo_task skpo_reward_task(const skpo_reward_opts *o, const skpo_rec *r);
+struct skpo_sandbox;
+skpo_status skpo_reward_code(const skpo_reward_opts *o, struct skpo_sandbox *sb, skpo_rec *recs, size_t n, skpo_err *err);
 
 // --- verifier case files (tests/fixtures/verify/cases.jsonl) -------------------
 

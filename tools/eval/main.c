@@ -6,7 +6,10 @@
  * It is a sink: input records are not passed on.
  * A sample is correct when its `correct` field is true (or, without one, when its
  * reward is > 0). maj@k votes over the `pred` fields of a problem's first k
- * samples in input order.
+ * samples in input order. Problems that carry a `category` (MMLU-Pro) or a
+ * `difficulty` (LiveCodeBench) also get one row per value under their source
+ * ("mmlu_pro/biology", "livecodebench/easy"): accuracy per category, pass@1
+ * per difficulty.
  */
 #include "base/cli.h"
 #include "base/common.h"
@@ -27,6 +30,7 @@ static const char about[] =
 
 typedef struct problem {
     char *pid, *source;
+    char *sub;     // "source/category" or "source/difficulty", NULL when neither
     char **pred;   // (n) extracted answers, NULL = none
     int *ok;       // (n)
     long n, cap;
@@ -66,6 +70,11 @@ static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, s
         c = rew > 0;
     }
     problem *p = problem_of(es, pid, src ? src : "unknown");
+    const char *sub = skpo_rec_str(r, F_CATEGORY) ? skpo_rec_str(r, F_CATEGORY) : skpo_rec_str(r, F_DIFFICULTY);
+    if (sub && !p->sub) {
+        p->sub = skpo_xmalloc(strlen(p->source) + strlen(sub) + 2);
+        sprintf(p->sub, "%s/%s", p->source, sub);
+    }
     if (p->n == p->cap) {
         size_t cap = (size_t)p->cap;
         skpo_xgrow((void **)&p->pred, &cap, (size_t)p->n + 1, sizeof *p->pred);
@@ -125,6 +134,7 @@ static void group_stats(const evalset *es, int (*sel)(const problem *, const cha
 
 static int sel_source(const problem *p, const char *key) { return strcmp(p->source, key) == 0; }
 static int sel_all(const problem *p, const char *key) { return 1; }
+static int sel_sub(const problem *p, const char *key) { return p->sub && strcmp(p->sub, key) == 0; }
 
 // --- output -----------------------------------------------------------------------------
 
@@ -199,6 +209,14 @@ static void report(const evalset *es, const char *by, int table_out, int argc, c
         if (!first) continue;
         nsrc++;
         emit(es, sel_source, p->source, by, table, w, &last_k);
+        // its categories / difficulties, in order of first appearance
+        for (size_t j = i; j < es->np; j++) {
+            const problem *q = &es->p[j];
+            if (!q->sub || strcmp(q->source, p->source)) continue;
+            int seen = 0;
+            for (size_t k = i; k < j && !seen; k++) seen = es->p[k].sub && !strcmp(es->p[k].sub, q->sub);
+            if (!seen) emit(es, sel_sub, q->sub, "sub", table, w, &last_k);
+        }
     }
     if (nsrc > 1) emit(es, sel_all, "all", by, table, w, &last_k);
     if (w && skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
@@ -224,7 +242,7 @@ int main(int argc, char **argv) {
     report(&es, by, table_out, argc, orig);
     for (size_t i = 0; i < es.np; i++) {
         for (long j = 0; j < es.p[i].n; j++) free(es.p[i].pred[j]);
-        free(es.p[i].pred); free(es.p[i].ok); free(es.p[i].pid); free(es.p[i].source);
+        free(es.p[i].pred); free(es.p[i].ok); free(es.p[i].pid); free(es.p[i].source); free(es.p[i].sub);
     }
     free(es.p);
     free(orig);

@@ -25,6 +25,7 @@
  */
 #include "base/cli.h"
 #include "base/common.h"
+#include "prep_ood.h"
 #include "record/record.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,7 +37,8 @@
 
 static const char SYNOPSIS[] =
     "--tokenizer DIR --template NAME [--wording dapo|boxed|raw] [--problem-field F] [--answer-field F]\n"
-    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--dedup] [--no-extra] [--out FILE] FILE.jsonl...";
+    "       [--id-field F] [--source NAME] [--max-prompt-tokens N] [--dedup] [--no-extra] [--after DATE] [--before DATE]\n"
+    "       [--out FILE] FILE.jsonl...";
 static const char ABOUT[] =
     "Turns dataset rows into prompt records (pid, source, problem, answer, text, prompt ids)\n"
     "written to stdout or --out FILE (atomically). The problem is worded (dapo: the\n"
@@ -44,12 +46,17 @@ static const char ABOUT[] =
     "rendered as one user turn with the chat template (qwen2.5, qwen2, qwen2.5-math, llama3,\n"
     "plain) plus the assistant opener. Prompts over --max-prompt-tokens are skipped\n"
     "and reported on stderr. The row's other scalar fields (level, subject, ...) are\n"
-    "kept unless --no-extra. Field detection is described in docs/tokenizer.md.";
+    "kept unless --no-extra. Field detection is described in docs/tokenizer.md.\n"
+    "MMLU-Pro rows (question + options) get MMLU-Pro's CoT prompt and task choice; LiveCodeBench rows\n"
+    "(question_content + test cases) get LiveCodeBench's prompt, task code and their tests; --after/--before\n"
+    "keep LiveCodeBench problems with after <= contest_date < before (docs/eval.md).";
 
 typedef struct prep {
     const char *dir, *tmpl, *wording, *pfield, *afield, *ifield, *source, *out;
     long max_tokens;
     int no_extra, dedup;
+    ood_opts ood;
+    size_t out_of_window;
     const skpo_tok *tok;
     skpo_writer *w;
     size_t written, overlong, dups;
@@ -247,7 +254,10 @@ static void add_bos(const skpo_tok *tok, int bos, char **text, int32_t **ids, si
 // kept in the record, except the field-name candidates read above and names
 // the record schema defines (their types are fixed there).
 static void add_extra(const prep *p, skpo_rec *r, const json_t *row) {
-    static const char *const skip[] = {"problem", "question", "answer", "final_answer", "id", "idx", "unique_id", NULL};
+    static const char *const skip[] = {"problem", "question", "answer", "final_answer", "id", "idx", "unique_id",
+                                       // MMLU-Pro / LiveCodeBench: in problem, text or tests already
+                                       "question_content", "public_test_cases", "private_test_cases", "metadata",
+                                       "cot_content", "question_id", NULL};
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)row, k, v) {
@@ -296,8 +306,16 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
     const char *used = NULL;
     skpo_chat_msg msgs[16];
     int nmsg = 0;
-    const char *problem = json_string_value(first_field(row, p->pfield, pnames, &used));
+    ood_row od = {0};
+    int orc = p->pfield || p->afield ? 0 : ood_parse(row, &p->ood, &od, where, err);
+    if (orc < 0) return SKPO_EFORMAT;
+    if (orc == 2) return p->out_of_window++, SKPO_OK;
+    const char *problem = orc ? od.problem : json_string_value(first_field(row, p->pfield, pnames, &used));
     char *bare = NULL; // the problem without the row's own wording
+    if (orc) {
+        if (od.system) msgs[nmsg++] = (skpo_chat_msg){"system", od.system};
+        msgs[nmsg++] = (skpo_chat_msg){"user", od.user};
+    }
     if (!problem && !p->pfield && (nmsg = row_messages(row, msgs, 16)) > 0) {
         for (int i = 0; i < nmsg; i++)
             if (!strcmp(msgs[i].role, "user")) problem = msgs[i].content;
@@ -307,13 +325,14 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
     if (!problem)
         return skpo_err_set(err, SKPO_ENOTFOUND, "%s: no problem text (field %s; see --problem-field)", where,
                             used ? used : "problem/question/prompt");
-    char *answer = row_answer(p, row), *pid = row_pid(p, row, source, index), *user = NULL, *text = NULL;
+    char *answer = orc ? (od.answer ? skpo_xstrdup(od.answer) : NULL) : row_answer(p, row);
+    char *pid = orc && od.pid && !p->ifield ? skpo_xstrdup(od.pid) : row_pid(p, row, source, index), *user = NULL, *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     skpo_status st = SKPO_OK;
     skpo_err e = {0};
     if (!nmsg && (user = skpo_prompt_wording(p->wording, problem, &e)) != NULL) msgs[0] = (skpo_chat_msg){"user", user}, nmsg = 1;
-    if (!answer) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
+    if (!answer && !(orc && od.tests)) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: no answer (answer, final_answer or \\boxed{} in solution; see --answer-field)", where);
     else if (!pid) st = skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%s' is missing or not a string or number", where, p->ifield);
     else if (!nmsg || !(text = skpo_chat_render(p->tmpl, msgs, nmsg, 1, &e)) ||
              skpo_tok_encode(p->tok, text, strlen(text), 1, &ids, &n, &e) != SKPO_OK)
@@ -330,15 +349,22 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
         skpo_rec_set_str(&r, F_PID, pid);
         skpo_rec_set_str(&r, F_SOURCE, source);
         skpo_rec_set_str(&r, F_PROBLEM, problem);
-        skpo_rec_set_str(&r, F_ANSWER, answer);
+        if (answer) skpo_rec_set_str(&r, F_ANSWER, answer);
         skpo_rec_set_str(&r, F_TEXT, text);
         skpo_rec_set_i32s(&r, F_PROMPT, ids, n);
         if (!p->no_extra) add_extra(p, &r, row);
+        if (orc) {
+            skpo_rec_set_str(&r, F_TASK, od.task);
+            if (od.tests) skpo_rec_set_str(&r, F_TESTS, od.tests);
+            if (od.category) skpo_rec_set_str(&r, F_CATEGORY, od.category);
+            if (od.difficulty) skpo_rec_set_str(&r, F_DIFFICULTY, od.difficulty);
+        }
         st = skpo_writer_put(p->w, &r, err);
         skpo_rec_free(&r);
         p->written += st == SKPO_OK;
     }
     free(ids), free(text), free(user), free(answer), free(pid), free(bare);
+    ood_row_free(&od);
     return st;
 }
 
@@ -382,12 +408,19 @@ int main(int argc, char **argv) {
         {"out", 'o', SKPO_OPT_STR, &p.out, 0, 0, "FILE", "write records to FILE atomically instead of stdout"},
         {"no-extra", 0, SKPO_OPT_FLAG, &p.no_extra, 0, 0, NULL, "do not copy the row's other fields into the record"},
         {"dedup", 0, SKPO_OPT_FLAG, &p.dedup, 0, 0, NULL, "skip rows whose rendered prompt repeats an earlier one"},
+        {"after", 0, SKPO_OPT_STR, &p.ood.after, 0, 0, "DATE", "LiveCodeBench: keep problems with contest_date >= DATE (YYYY-MM-DD)"},
+        {"before", 0, SKPO_OPT_STR, &p.ood.before, 0, 0, "DATE", "LiveCodeBench: keep problems with contest_date < DATE"},
         {0},
     };
     char **argv0 = skpo_xcalloc((size_t)argc + 1, sizeof *argv0); // the parser reorders argv
     memcpy(argv0, argv, (size_t)argc * sizeof *argv);
     int npos = skpo_cli_parse(SYNOPSIS, ABOUT, table, argc, argv);
     if (!p.dir || !p.tmpl) skpo_cli_usage_error(SYNOPSIS, "--tokenizer and --template are required");
+    const char *dates[2] = {p.ood.after, p.ood.before};
+    for (int i = 0; i < 2; i++)
+        if (dates[i] && (strlen(dates[i]) != 10 || dates[i][4] != '-' || dates[i][7] != '-' ||
+                         strspn(dates[i], "0123456789-") != 10))
+            skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not YYYY-MM-DD", i ? "before" : "after", dates[i]);
     if (npos == 0) skpo_cli_usage_error(SYNOPSIS, "no input FILE");
     skpo_err err = {0};
     skpo_chat_msg probe = {"user", "x"};
@@ -413,6 +446,8 @@ int main(int argc, char **argv) {
     if (p.dups)
         skpo_warn("%zu records repeat a pid written before (%s%s); give each file its own run or --id-field", p.dups,
                   p.dup_pids, p.dups > 5 ? ", ..." : "");
+    if (p.out_of_window)
+        fprintf(stderr, "%s: skipped %zu LiveCodeBench problems outside the contest-date window\n", skpo_progname(), p.out_of_window);
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
     for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
     free(p.seen), free(p.texts), free(p.overlong_pids), free(p.dup_pids);

@@ -10,14 +10,15 @@
 #include "base/cli.h"
 #include "base/common.h"
 #include "record/record.h"
+#include "verify/sandbox.h"
 #include "verify/verify.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char synopsis[] =
-    "[--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE] [--truncated wrong|keep]\n"
-    "       [--no-fallback] [FILE]";
+    "[--task auto|math|choice|code] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
+    "       [--truncated wrong|keep] [--no-fallback] [--code-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
 static const char about[] =
     "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down` or\n"
     "`full`) it extracts the final answer from `text`, compares it with the gold `answer` and sets `pred`\n"
@@ -25,17 +26,24 @@ static const char about[] =
     "DAPO's soft overlong penalty on len(tokens) with --overlong. A response that stopped at the length\n"
     "limit (finish = \"length\") counts as wrong unless --truncated keep. Verifiers: math (default;\n"
     "mathematical equivalence), boxed (math, but only a \\boxed{} answer counts), dapo (verl math_dapo,\n"
-    "exact). A rollout without `text` or `answer` is an error naming its uid.";
+    "exact). A rollout without `text` or `answer` is an error naming its uid.\n"
+    "Tasks (--task, default auto: the rollout's `task` field): math (above); choice: the option letter the\n"
+    "response commits to against the gold letter, several letters = wrong; code: the last fenced block run on\n"
+    "the `tests` in a bubblewrap sandbox (docs/reward.md), `reason` and `tests_passed` set. Code rollouts\n"
+    "are judged --code-batch at a time in parallel; records keep their order.";
 
 typedef struct args {
-    const char *verifier, *reward, *overlong, *truncated, *cases, *input;
+    const char *verifier, *reward, *overlong, *truncated, *cases, *input, *task;
     int no_fallback;
-    long repeat, omax, ocache;
+    long repeat, omax, ocache, code_jobs, code_mem, code_batch;
+    double code_timeout;
 } args;
 
 static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
-    *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1};
+    *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1,
+                .task = "auto", .code_timeout = 6, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
     const skpo_opt opts[] = {
+        {"task", 0, SKPO_OPT_STR, &a->task, 0, 0, "T", "auto (default: the record's task field), math, choice or code"},
         {"verifier", 0, SKPO_OPT_STR, &a->verifier, 0, 0, "NAME", "math (default), boxed or dapo"},
         {"reward", 0, SKPO_OPT_STR, &a->reward, 0, 0, "R", "pm1: +1/-1 (default); 01: 1/0"},
         {"overlong", 0, SKPO_OPT_STR, &a->overlong, 0, 0, "MAX:CACHE", "add DAPO's soft overlong penalty (e.g. 16384:4096)"},
@@ -43,6 +51,10 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
         {"overlong-cache", 0, SKPO_OPT_INT, &a->ocache, 1, 1 << 30, "N", "L_cache of the overlong penalty (with --overlong-max)"},
         {"truncated", 0, SKPO_OPT_STR, &a->truncated, 0, 0, "RULE", "finish=length: wrong (default) or keep the verdict"},
         {"no-fallback", 0, SKPO_OPT_FLAG, &a->no_fallback, 0, 0, NULL, "math: no last-math/last-number fallback"},
+        {"code-timeout", 0, SKPO_OPT_DOUBLE, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"},
+        {"code-jobs", 0, SKPO_OPT_INT, &a->code_jobs, 1, 64, "N", "code: programs run at once (default: online CPUs)"},
+        {"code-mem", 0, SKPO_OPT_INT, &a->code_mem, 64, 1 << 20, "MB", "code: address-space limit per process (default 2048)"},
+        {"code-batch", 0, SKPO_OPT_INT, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"},
         {"verify-cases", 0, SKPO_OPT_STR, &a->cases, 0, 0, "FILE", "report accuracy and speed on a case file (no records)"},
         {"repeat", 0, SKPO_OPT_INT, &a->repeat, 0, 1000000, "N", "--verify-cases: passes over the file for timing (default: >= 1 s)"},
         {0},
@@ -52,6 +64,12 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     if (npos == 1) a->input = argv[1];
     skpo_reward_opts_default(o);
     if (!skpo_verifier_parse(a->verifier, &o->verify.mode)) skpo_cli_usage_error(synopsis, "--verifier: unknown verifier '%s'", a->verifier);
+    static const char *const tasks[] = {"auto", "math", "choice", "code", NULL};
+    int ti = 0;
+    while (tasks[ti] && strcmp(tasks[ti], a->task)) ti++;
+    if (!tasks[ti]) skpo_cli_usage_error(synopsis, "--task: '%s' is not auto, math, choice or code", a->task);
+    o->task = (skpo_task)ti;
+    o->code_timeout = a->code_timeout;
     if (strcmp(a->reward, "pm1") && strcmp(a->reward, "01")) skpo_cli_usage_error(synopsis, "--reward: '%s' is not pm1 or 01", a->reward);
     o->zero_one = !strcmp(a->reward, "01");
     if (strcmp(a->truncated, "wrong") && strcmp(a->truncated, "keep")) skpo_cli_usage_error(synopsis, "--truncated: '%s' is not wrong or keep", a->truncated);
@@ -116,6 +134,44 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
     return 0;
 }
 
+typedef struct code_batch {
+    const skpo_reward_opts *o;
+    const args *a;
+    skpo_writer *w;
+    skpo_sandbox *sb;   // made when the first code rollout comes
+    skpo_rec *pend;
+    size_t n, cap, ncode;
+} code_batch;
+
+static void batch_add(code_batch *b, const skpo_rec *r, bool code) {
+    skpo_xgrow((void **)&b->pend, &b->cap, b->n + 1, sizeof *b->pend);
+    skpo_rec_init(&b->pend[b->n]);
+    skpo_rec_copy(&b->pend[b->n++], r);
+    b->ncode += code;
+}
+
+static void batch_run(code_batch *b, skpo_reader *rd) {
+    skpo_err err = {{0}};
+    if (!b->n) return;
+    if (b->ncode && !b->sb) {
+        skpo_sandbox_opts so;
+        skpo_sandbox_opts_default(&so);
+        if (b->a->code_jobs > 0) so.jobs = (int)b->a->code_jobs;
+        so.mem_mb = b->a->code_mem;
+        so.cpu_s = 3600; // the driver's own budget; each program gets the per-test limit
+        so.wall_s = 3600;
+        if (skpo_sandbox_new(&so, &b->sb, &err)) skpo_die("%s", err.msg);
+    }
+    if (b->ncode && skpo_reward_code(b->o, b->sb, b->pend, b->n, &err))
+        skpo_die("%s (%s, before record %llu)", err.msg, skpo_reader_name(rd), (unsigned long long)skpo_reader_count(rd));
+    for (size_t i = 0; i < b->n; i++) {
+        if (skpo_writer_put(b->w, &b->pend[i], &err)) skpo_die("%s", err.msg);
+        skpo_rec_free(&b->pend[i]);
+    }
+    b->n = b->ncode = 0;
+    if (skpo_writer_flush(b->w, &err)) skpo_die("%s", err.msg);
+}
+
 int main(int argc, char **argv) {
     char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
     memcpy(orig, argv, (size_t)argc * sizeof *orig);
@@ -132,19 +188,30 @@ int main(int argc, char **argv) {
     skpo_rec_init(&r);
     char gid[256] = "";
     skpo_status st;
+    // code rollouts wait in `pend` (with every record after the first of them,
+    // to keep the order) until --code-batch of them are there, then run together
+    code_batch cb = {.o = &o, .a = &a, .w = w};
     while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
         bool changed;
         // a new group (or a meta/metrics record) ends a batch: let downstream start on it
         const char *g = skpo_rec_str(&r, F_GID);
         bool boundary = skpo_rec_is_kind(&r, SKPO_KIND_META) || skpo_rec_is_kind(&r, SKPO_KIND_METRICS) ||
                         (g && strncmp(g, gid, sizeof gid - 1) && gid[0]);
-        if (boundary && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
+        if (boundary && (skpo_rec_is_kind(&r, SKPO_KIND_META) || skpo_rec_is_kind(&r, SKPO_KIND_METRICS))) batch_run(&cb, rd);
+        if (boundary && !cb.n && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
         if (g) snprintf(gid, sizeof gid, "%s", g);
         if (skpo_reward_record(&o, &r, &changed, &err))
             skpo_die("%s (%s record %llu)", err.msg, skpo_reader_name(rd), (unsigned long long)skpo_reader_count(rd));
-        if (skpo_writer_put(w, &r, &err)) skpo_die("%s", err.msg);
+        bool code = skpo_reward_task(&o, &r) == SKPO_TASK_CODE;
+        if (code || cb.n) {
+            batch_add(&cb, &r, code);
+            if (cb.ncode >= (size_t)a.code_batch) batch_run(&cb, rd);
+        } else if (skpo_writer_put(w, &r, &err)) skpo_die("%s", err.msg);
     }
     if (st != SKPO_EOF) skpo_die("%s", err.msg);
+    batch_run(&cb, rd);
+    free(cb.pend);
+    skpo_sandbox_free(cb.sb);
     skpo_reader_close(rd);
     skpo_rec_free(&r);
     if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
