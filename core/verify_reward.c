@@ -24,7 +24,8 @@ double skpo_reward_overlong(const skpo_reward_opts *o, long len) {
 
 skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err) {
     *changed = false;
-    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL)) return SKPO_OK;
+    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL) && !skpo_rec_is_kind(r, SKPO_KIND_SELF))
+        return SKPO_OK;
     const char *uid = skpo_rec_str(r, F_UID);
     const skpo_value *text = skpo_rec_get(r, F_TEXT), *answer = skpo_rec_get(r, F_ANSWER);
     if (!uid) uid = "?";
