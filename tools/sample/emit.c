@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-static void base_record(const sample_cfg *c, const sample_job *job, const sample_item *it, skpo_rec *r, const char *kind) {
+// The prompt's fields plus kind, gid "<pid>:<step>", uid "<pid>:<step>:<suffix>".
+static void base_record(const sample_cfg *c, const sample_job *job, const sample_item *it, skpo_rec *r, const char *kind,
+                        const char *suffix) {
     skpo_rec_copy(r, it->rec);
     skpo_rec_set_str(r, F_KIND, kind);
     char gid[1024];
@@ -24,6 +26,9 @@ static void base_record(const sample_cfg *c, const sample_job *job, const sample
     skpo_rec_set_int(r, F_STEP, job->step);
     skpo_rec_set_str(r, F_POLICY, c->policy ? c->policy : c->ro.model_dir);
     skpo_rec_set_i32s(r, F_PROMPT, it->prompt, (size_t)it->n_prompt);
+    char uid[1100];
+    snprintf(uid, sizeof uid, "%s:%lld:%s", it->pid, (long long)job->step, suffix);
+    skpo_rec_set_str(r, F_UID, uid);
 }
 
 static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const sample_job *job, const sample_item *it,
@@ -31,10 +36,9 @@ static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const s
     for (int k = 0; k < gr->n; k++) {
         skpo_rec r;
         skpo_rec_init(&r);
-        base_record(c, job, it, &r, SKPO_KIND_FULL);
-        char uid[1100];
-        snprintf(uid, sizeof uid, "%s:%lld:%d", it->pid, (long long)job->step, k);
-        skpo_rec_set_str(&r, F_UID, uid);
+        char num[16];
+        snprintf(num, sizeof num, "%d", k);
+        base_record(c, job, it, &r, SKPO_KIND_FULL, num);
         const skpo_gen_sample *s = &gr->s[k];
         skpo_rollout_fill(ro, &r, s->tokens, s->logp, s->n, s->stopped, s->seed);
         skpo_status st = skpo_writer_put(w, &r, err);
@@ -59,28 +63,22 @@ static skpo_status put_up(const sample_cfg *c, const skpo_rollout *ro, const sam
     const skpo_gen_sample *s = &gr->s[k];
     skpo_rec r;
     skpo_rec_init(&r);
-    base_record(c, job, it, &r, SKPO_KIND_UP);
-    char uid[1100];
-    snprintf(uid, sizeof uid, "%s:%lld:up", it->pid, (long long)job->step);
-    skpo_rec_set_str(&r, F_UID, uid);
+    base_record(c, job, it, &r, SKPO_KIND_UP, "up");
     // finish says how the candidate ended: "stop" = before t_q, cut at half.
     skpo_rollout_fill(ro, &r, s->tokens, s->logp, len[k], s->stopped && s->n <= it->t_q, s->seed);
     skpo_rec_set_int(&r, F_CUT, it->t_q);
     skpo_rec_set_float(&r, F_NLL, d[k]);
     skpo_status st = skpo_writer_put(w, &r, err);
-    skpo_rec_free(&r);
     if (st == SKPO_OK && c->self) { // the kept candidate's own complete generation
         skpo_rec f;
         skpo_rec_init(&f);
-        base_record(c, job, it, &f, SKPO_KIND_SELF);
-        char sid[1100];
-        snprintf(sid, sizeof sid, "%s:%lld:self", it->pid, (long long)job->step);
-        skpo_rec_set_str(&f, F_UID, sid);
-        skpo_rec_set_str(&f, F_GID, uid);
+        base_record(c, job, it, &f, SKPO_KIND_SELF, "self");
+        skpo_rec_set_str(&f, F_GID, skpo_rec_str(&r, F_UID));
         skpo_rollout_fill(ro, &f, s->tokens, s->logp, s->n, s->stopped, s->seed);
         st = skpo_writer_put(w, &f, err);
         skpo_rec_free(&f);
     }
+    skpo_rec_free(&r);
     free(d);
     free(len);
     return st;
