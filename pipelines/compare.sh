@@ -99,5 +99,21 @@ set ylabel 'held-out mean@k (avg over seeds)'
 set title 'task $TASK: methods and ablations'
 plot $cmd
 GP
+  # per-step wall time per method (the paper's Fig. 11), mean over seeds
+  awk '/^per run:/ { on = 1; next } on && NF == 7 { t[$1] += $7; n[$1]++; if (!($1 in o)) { o[$1] = ++k; nm[k] = $1 } }
+       END { for (i = 1; i <= k; i++) printf "%d\t%s\t%.3f\n", i - 1, nm[i], t[nm[i]] / n[nm[i]] }' "$DIR/compare.txt" >"$DIR/step-time.tsv"
+  [ -s "$DIR/step-time.tsv" ] && gnuplot <<GP && echo "plot: $DIR/step-time.png"
+set terminal pngcairo size 900,420 noenhanced
+set output '$DIR/step-time.png'
+set datafile separator tab
+set style fill solid 0.6
+set boxwidth 0.7
+set grid y
+set yrange [0:*]
+set ylabel 'seconds per training step'
+set title 'task $TASK: wall time per step (same sample budget)'
+set xtics rotate by -30
+plot '$DIR/step-time.tsv' using 1:3:xtic(2) with boxes notitle
+GP
 fi
 exit 0
