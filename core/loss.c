@@ -67,7 +67,9 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
         return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
     if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
         return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
-    if (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg)))
+    int sapo = 0;
+    for (int p = 0; p < SKPO_NPHASE; p++) sapo |= c->phase[p].kind == SKPO_LOSS_SAPO;
+    if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
         return skpo_err_set(err, SKPO_ERANGE, "SAPO temperatures %g / %g must be positive", c->sapo_tau_pos,
                             c->sapo_tau_neg);
     return SKPO_OK;

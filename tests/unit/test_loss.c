@@ -223,6 +223,8 @@ static void sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign(void) {
     CHECK(gf[0] < 0 && gf[0] > -0.1);
     CHECK(st3.clip_high == 1);
     c.sapo_tau_neg = 0;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_OK); // no phase uses SAPO
+    c.phase[SKPO_PHASE_FULL].kind = SKPO_LOSS_SAPO;
     CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
 }
 
