@@ -54,8 +54,12 @@ write_marker() {
 
 seed_of_step() { echo $((SEED * 100003 + STEP)); }
 
+# The ablation keys: CUT (adaptive|fixed), SELECT (median|extreme) and REWARD_UP
+# (mc|self: self makes the sampler finish the candidates and write the kept one's
+# whole generation, which the reward stage scores and skpo-advantage uses as R_I).
 stage_sample_segment() {
   skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
+    --cut "${CUT:-adaptive}" --select "${SELECT:-median}" $([ "${REWARD_UP:-mc}" = self ] && echo --self) \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"}
 }
@@ -81,6 +85,7 @@ stage_reward() {
 stage_advantage() {
   local mode=$1; shift
   skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" \
+    $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
     ${RHO_RESCORE:+--model "$CK" --temperature "$TEMPERATURE"} \
     --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --eps "$PRIO_EPS" --len-init "$LQ_INIT" \
     --metrics "$TMPD/metrics.msgpack.zst" "$@"
@@ -137,6 +142,23 @@ keep_groups() {
       for (i = 1; i <= n; i++) if (informative(order[i]) && ++k > N) drop[order[i]] = 1
       for (j = 1; j <= NR; j++) if (!(line[j] ~ /"kind":"full"/ && pid_of(line[j]) in drop)) print line[j] }' \
     | skpo-cat --pack --no-meta
+}
+
+# full_step MODE [UPDATE FLAGS...]: the GRPO-family step (GRPO, Dr. GRPO, GSPO,
+# CISPO, SAPO differ only in the advantage mode and the loss flags):
+#   draw PROMPTS prompts | skpo-sample --n G | $REWARD_CMD | tee rollouts |
+#   skpo-advantage --mode MODE | skpo-update FLAGS, then commit.
+full_step() {
+  local mode=$1; shift
+  local L=$TMPD/logs
+  draw_prompts "$PROMPTS"
+  stage_sample_n "$G" 2>"$L/sample.err" \
+    | stage_reward 2>"$L/reward.err" \
+    | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
+    | stage_advantage "$mode" 2>"$L/advantage.err" \
+    | stage_update "$@" 2>"$L/update.err"
+  check_pipe sample reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
+  commit_step
 }
 
 # seed_state DIR: an empty tracker whose parameters come from the config (so the

@@ -1,76 +1,119 @@
 #!/usr/bin/env bash
-# pipelines/compare.sh [DIR] - SKPO, GRPO, SPO and DAPO on the synthetic task with
+# pipelines/compare.sh [DIR] - every method and ablation on a synthetic task with
 # equal sample budgets and several seeds: our small-scale replication of the
-# paper's comparison. All runs start from one warm-started model (demo.sh's data
-# and SFT, seed 1) and use the demo recipe (config/demo.conf); per step every
-# algorithm generates PROMPTS x G responses (SKPO: G downstream per upstream
-# segment, GRPO/DAPO: G per prompt, SPO: one for each of PROMPTS x G prompts).
-# DAPO's dynamic sampling drops uniform groups without refilling them, so its
-# budget is the same and it trains on fewer samples.
+# paper's Table 1 / Table 2 comparison and its per-step time (Fig. 11). All runs
+# start from one warm-started model (demo.sh's data and SFT, seed 1) and use the
+# task's recipe; per step every method generates PROMPTS x G responses (SKPO: G
+# downstream per upstream segment, GRPO family: G per prompt, SPO: one for each of
+# PROMPTS x G prompts). DAPO's dynamic sampling may draw more rounds (its budget is
+# larger, as in the paper); REWARD_UP=self also finishes the kept candidates.
 #
-# Prints a table (held-out mean@k before / after: mean and sample std over seeds,
-# best-over-steps, training wall time per run: the sum of step times) into DIR/compare.txt and draws
-# DIR/compare.png (held-out mean@k per step, averaged over seeds).
-# Environment: SEEDS (default "1 2 3"), ALGOS (default "skpo grpo spo dapo"),
-# COMPARE_STEPS (default: demo.conf's STEPS), THREADS.
+# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo, and the
+# ablations skpo-noskip (LAYOUT=continual), skpo-nomc (REWARD_UP=self),
+# skpo-fixed (CUT=fixed), skpo-extreme (SELECT=extreme).
+# TASK=demo (default; config/demo.conf: 1-2 operations) or TASK=chain
+# (config/chain.conf: 3-5 chained operations, where an early wrong step dooms the
+# answer). Environment: SEEDS (default "1 2 3"), METHODS (ALGOS is the old name),
+# COMPARE_STEPS (default: the task's STEPS), THREADS.
+#
+# Writes DIR/compare.txt: held-out mean@k before / after and the gain (mean ± sample
+# sd over seeds), best-over-steps, mean seconds per training step (Fig. 11) and
+# wall time per run; DIR/compare.png (held-out mean@k per step, averaged over
+# seeds) when gnuplot is installed. A stopped comparison resumes where it was.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
 DIR=${1:-$TOP/runs/compare}
 mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 SEEDS=${SEEDS:-1 2 3}
-ALGOS=${ALGOS:-skpo grpo spo dapo}
-DEMO_PREPARE_ONLY=1 SEED=1 bash "$PIPE/demo.sh" "$DIR/base" || die "compare: preparing data and warm start failed"
-mapfile -t KV < <(sed '/demo-only keys/,$d' "$PIPE/config/demo.conf" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
+METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
+TASK=${TASK:-demo}
+CONF=$PIPE/config/$TASK.conf
+[ -f "$CONF" ] || die "compare: no task config '$CONF' (TASK=demo or chain)"
+# method_kv NAME: the config keys of one method or ablation
+method_kv() {
+  case "$1" in
+    skpo|grpo|drgrpo|dapo|spo|gspo|cispo|sapo) echo "ALGO=$1";;
+    skpo-noskip) echo "ALGO=skpo LAYOUT=continual";;
+    skpo-nomc) echo "ALGO=skpo REWARD_UP=self";;
+    skpo-fixed) echo "ALGO=skpo CUT=fixed";;
+    skpo-extreme) echo "ALGO=skpo SELECT=extreme";;
+    *) return 1;;
+  esac
+}
+for m in $METHODS; do method_kv "$m" >/dev/null || die "compare: unknown method '$m'"; done
+DEMO_CONF=$CONF DEMO_PREPARE_ONLY=1 SEED=1 bash "$PIPE/demo.sh" "$DIR/base" || die "compare: preparing data and warm start failed"
+mapfile -t KV < <(sed '/demo-only keys/,$d' "$CONF" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
 [ -n "${COMPARE_STEPS:-}" ] && KV+=("STEPS=$COMPARE_STEPS")
-for s in $SEEDS; do   # seeds outer: a stopped comparison still has every algorithm
-  for algo in $ALGOS; do
-    r="$DIR/$algo-$s"
+for s in $SEEDS; do   # seeds outer: a stopped comparison still has every method
+  for m in $METHODS; do
+    r="$DIR/$m-$s"
     [ -f "$r/wall" ] && continue
-    echo "compare: $algo seed $s" >&2
-    bash "$PIPE/train.sh" "$r" "${KV[@]}" ALGO="$algo" SEED="$s" MODEL="$DIR/base/sft" \
+    echo "compare: $m seed $s" >&2
+    # shellcheck disable=SC2046
+    bash "$PIPE/train.sh" "$r" "${KV[@]}" $(method_kv "$m") SEED="$s" MODEL="$DIR/base/sft" \
       TRAIN_DATA="$DIR/base/data/train.msgpack.zst" EVAL_DATA="$DIR/base/data/test.msgpack.zst" \
-      ${THREADS:+THREADS="$THREADS"} >"$DIR/$algo-$s.log" 2>&1 || { tail -n 20 "$DIR/$algo-$s.log" >&2; die "compare: $algo seed $s failed"; }
+      ${THREADS:+THREADS="$THREADS"} >"$DIR/$m-$s.log" 2>&1 || { tail -n 20 "$DIR/$m-$s.log" >&2; die "compare: $m seed $s failed"; }
     # training wall time = sum of committed step times (survives a resume; evals excluded)
-    cat "$r"/logs/[0-9]*.time | awk '{ s += $1 } END { printf "%.1f\n", s }' >"$r/wall"
+    cat "$r"/logs/[0-9]*.time | awk '{ s += $1; n++ } END { printf "%.1f %.3f\n", s, n ? s / n : 0 }' >"$r/wall"
   done
 done
-# per run: "algo seed before after best wall"
-rows=$(for algo in $ALGOS; do for s in $SEEDS; do
-  r="$DIR/$algo-$s"; load_config "$r"
+# per run: "method seed before after best wall step_s"
+rows=$(for m in $METHODS; do for s in $SEEDS; do
+  r="$DIR/$m-$s"; [ -f "$r/wall" ] || continue
+  load_config "$r"
   evals_tsv "$r" >"$r/evals.tsv"
-  awk -v a="$algo" -v s="$s" -v w="$(cat "$r/wall")" -v last="$(last_step "$r")" -F'\t' '
+  read -r w st <"$r/wall"
+  awk -v a="$m" -v s="$s" -v w="$w" -v st="${st:-0}" -v last="$(last_step "$r")" -F'\t' '
     NR > 1 { if ($1 == 0) b = $2; if ($1 == last) e = $2; if ($1 > 0 && $2 > best) best = $2 }
-    END { print a, s, b, e, best, w }' "$r/evals.tsv"
+    END { print a, s, b, e, best, w, st }' "$r/evals.tsv"
 done; done)
 {
-  echo "held-out mean@k on $(skpo-cat --count --where kind=prompt "$DIR/base/data/test.msgpack.zst") synthetic test problems; seeds: $SEEDS"
-  printf '%-6s %6s %16s %16s %16s %10s\n' algo runs "before" "after (mean±sd)" "gain (mean±sd)" "wall s"
+  echo "task $TASK: held-out mean@k on $(skpo-cat --count --where kind=prompt "$DIR/base/data/test.msgpack.zst") test problems; seeds: $SEEDS"
+  printf '%-13s %4s %7s %16s %16s %7s %8s %8s\n' method runs before "after (mean±sd)" "gain (mean±sd)" best "s/step" "wall s"
   echo "$rows" | awk '
-    { n[$1]++; b[$1] += $3; a[$1] += $4; a2[$1] += $4 * $4; g = $4 - $3; gs[$1] += g; g2[$1] += g * g; w[$1] += $6
+    NF { n[$1]++; b[$1] += $3; a[$1] += $4; a2[$1] += $4 * $4; g = $4 - $3; gs[$1] += g; g2[$1] += g * g
+      bst[$1] += $5; w[$1] += $6; st[$1] += $7
       if (!($1 in order)) { order[$1] = ++k; name[k] = $1 } }
-    function sd(s, s2, m) { return m > 1 ? sqrt((s2 - s * s / m) / (m - 1)) : 0 }
+    function sd(s, s2, m) { v = m > 1 ? (s2 - s * s / m) / (m - 1) : 0; return v > 0 ? sqrt(v) : 0 }
     END { for (i = 1; i <= k; i++) { x = name[i]; m = n[x]
-      printf "%-6s %6d %16.3f %9.3f ± %.3f %9.3f ± %.3f %10.0f\n", x, m, b[x] / m, a[x] / m, sd(a[x], a2[x], m),
-        gs[x] / m, sd(gs[x], g2[x], m), w[x] / m } }'
-  echo; echo "per run: algo seed before after best-during wall_s"; echo "$rows"
+      printf "%-13s %4d %7.3f %9.3f ± %.3f %9.3f ± %.3f %7.3f %8.2f %8.0f\n", x, m, b[x] / m, a[x] / m, sd(a[x], a2[x], m),
+        gs[x] / m, sd(gs[x], g2[x], m), bst[x] / m, st[x] / m, w[x] / m } }'
+  echo; echo "per run: method seed before after best-during wall_s s_per_step"; echo "$rows"
 } | tee "$DIR/compare.txt"
 # curves averaged over seeds
-for algo in $ALGOS; do
-  for s in $SEEDS; do tail -n +2 "$DIR/$algo-$s/evals.tsv"; done |
-    awk -F'\t' '{ s[$1] += $2; n[$1]++ } END { for (k in s) printf "%d\t%f\n", k, s[k] / n[k] }' | sort -n >"$DIR/$algo.curve"
+for m in $METHODS; do
+  for s in $SEEDS; do [ -f "$DIR/$m-$s/evals.tsv" ] && tail -n +2 "$DIR/$m-$s/evals.tsv"; done |
+    awk -F'\t' '{ s[$1] += $2; n[$1]++ } END { for (k in s) printf "%d\t%f\n", k, s[k] / n[k] }' | sort -n >"$DIR/$m.curve"
 done
 if command -v gnuplot >/dev/null; then
-  cmd=""; for algo in $ALGOS; do cmd="$cmd${cmd:+, }'$DIR/$algo.curve' using 1:2 with linespoints title '$algo'"; done
-  gnuplot <<GP && echo "plot: $DIR/compare.png"
-set terminal pngcairo size 800,500 noenhanced
+  cmd=""; for m in $METHODS; do [ -s "$DIR/$m.curve" ] && cmd="$cmd${cmd:+, }'$DIR/$m.curve' using 1:2 with linespoints title '$m'"; done
+  [ -n "$cmd" ] && gnuplot <<GP && echo "plot: $DIR/compare.png"
+set terminal pngcairo size 900,560 noenhanced
 set output '$DIR/compare.png'
 set datafile separator tab
 set grid
-set key bottom right
+set key outside right
 set xlabel 'step'
 set ylabel 'held-out mean@k (avg over seeds)'
-set title 'SKPO vs GRPO vs SPO vs DAPO on the synthetic task'
+set title 'task $TASK: methods and ablations'
 plot $cmd
 GP
+  # per-step wall time per method (the paper's Fig. 11), mean over seeds
+  awk '/^per run:/ { on = 1; next } on && NF == 7 { t[$1] += $7; n[$1]++; if (!($1 in o)) { o[$1] = ++k; nm[k] = $1 } }
+       END { for (i = 1; i <= k; i++) printf "%d\t%s\t%.3f\n", i - 1, nm[i], t[nm[i]] / n[nm[i]] }' "$DIR/compare.txt" >"$DIR/step-time.tsv"
+  [ -s "$DIR/step-time.tsv" ] && gnuplot <<GP && echo "plot: $DIR/step-time.png"
+set terminal pngcairo size 900,420 noenhanced
+set output '$DIR/step-time.png'
+set datafile separator tab
+set style fill solid 0.6
+set boxwidth 0.7
+set grid y
+set yrange [0:*]
+set ylabel 'seconds per training step'
+set title 'task $TASK: wall time per step (same sample budget)'
+set xtics rotate by -30
+plot '$DIR/step-time.tsv' using 1:3:xtic(2) with boxes notitle
+GP
 fi
+exit 0

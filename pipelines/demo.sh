@@ -12,7 +12,8 @@
 # Recipe and its reasons: pipelines/config/demo.conf, docs/demo.md. DIR defaults to
 # ./demo-run; an existing DIR is resumed (delete it to start over). SEED=n picks
 # another seed; DEMO_STEPS=n overrides the number of SKPO steps; DEMO_PREPARE_ONLY=1
-# stops after the warm start (pipelines/compare.sh uses that).
+# stops after the warm start (pipelines/compare.sh uses that); DEMO_CONF=FILE takes
+# the recipe from FILE instead of config/demo.conf (config/chain.conf: the chained task).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
@@ -22,10 +23,12 @@ DIR=$(cd "$DIR" && pwd)
 ENV_SEED=${SEED:-}
 # shellcheck disable=SC1091
 . "$PIPE/config/defaults.conf"
-# shellcheck disable=SC1091
-. "$PIPE/config/demo.conf"
+DEMO_CONF=${DEMO_CONF:-$PIPE/config/demo.conf}
+# shellcheck disable=SC1090
+. "$DEMO_CONF"
 SEED=${ENV_SEED:-1}
 FIXT=$TOP/tests/fixtures/demo
+MODEL_CONFIG=${MODEL_CONFIG:-$FIXT/config.json}   # the model to initialise (a demo-only key)
 TOK=$FIXT/tokenizer
 T0=$(date +%s)
 for t in skpo-synth skpo-init skpo-update skpo-sample skpo-splice skpo-reward skpo-advantage skpo-eval skpo-cat; do
@@ -47,7 +50,7 @@ fi
 
 # 2. the tiny model, 3. SFT warm start
 if [ ! -f "$DIR/sft/config.json" ]; then
-  skpo-init --config "$FIXT/config.json" --tokenizer "$TOK" --seed "$SEED" --out "$DIR/init" 2>"$DIR/init.log" ||
+  skpo-init --config "$MODEL_CONFIG" --tokenizer "$TOK" --seed "$SEED" --out "$DIR/init" 2>"$DIR/init.log" ||
     { cat "$DIR/init.log" >&2; die "demo: skpo-init failed"; }
   stamp "init: $(tail -n 1 "$DIR/init.log" | sed 's/^skpo-init: //')"
   skpo-update --loss sft --model "$DIR/init" --out "$DIR/sft" --lr "$SFT_LR" --warmup 0 --weight-decay 0 \
@@ -59,7 +62,7 @@ fi
 [ -n "${DEMO_PREPARE_ONLY:-}" ] && exit 0  # compare.sh: data and warm start only
 
 # 4. SKPO
-mapfile -t KV < <(sed '/demo-only keys/,$d' "$PIPE/config/demo.conf" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
+mapfile -t KV < <(sed '/demo-only keys/,$d' "$DEMO_CONF" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
 [ -n "${DEMO_STEPS:-}" ] && KV+=("STEPS=$DEMO_STEPS")
 stamp "skpo: training (one line per step; eval = held-out avg@k with the same seed each time)"
 bash "$PIPE/train.sh" "$DIR/run" "${KV[@]}" MODEL="$DIR/sft" TRAIN_DATA="$DIR/data/train.msgpack.zst" \

@@ -3,8 +3,8 @@
 #
 # First call: creates RUN_DIR with `config` (pipelines/config/defaults.conf plus
 # the KEY=VALUE overrides; MODEL and TRAIN_DATA are required) and ckpt/0 (a link
-# to MODEL). Every call: runs steps of ALGO (step.sh for skpo, grpo.sh, spo.sh,
-# dapo.sh) from the last committed step up to STEPS, evaluating every EVAL_EVERY
+# to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else ALGO.sh:
+# grpo, drgrpo, dapo, spo, gspo, cispo, sapo; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
 # steps on EVAL_DATA, keeping the newest KEEP checkpoints, and printing one
 # summary line per step. Overrides on a later call are appended to the config.
 # Interrupted (Ctrl-C, kill, crash, a stage failing)? Run the same command again:
@@ -14,8 +14,20 @@
 . "$PIPE/report.sh"
 [ $# -ge 1 ] || { echo "usage: pipelines/train.sh RUN_DIR [KEY=VALUE...]" >&2; exit 2; }
 RUN=$1; shift
+# known_keys: every KEY of defaults.conf plus the optional keys without a default
+# (OPTIONAL_KEYS there); a KEY=VALUE naming anything else is a typo and refused,
+# so that a misspelt ablation key never passes for a default run.
+known_keys() {
+  { grep -oE '^[A-Z_][A-Z0-9_]*=' "$PIPE/config/defaults.conf" | tr -d '='
+    sed -n 's/^# OPTIONAL_KEYS: *//p' "$PIPE/config/defaults.conf" | tr ' ' '\n'; } | grep .
+}
+KNOWN=" $(known_keys | tr '\n' ' ') "
 for kv in "$@"; do
   case "$kv" in [A-Z_]*=*) ;; *) echo "train.sh: '$kv' is not KEY=VALUE" >&2; exit 2;; esac
+  key=${kv%%=*}
+  case "$KNOWN" in *" $key "*) ;;
+    *) echo "train.sh: unknown config key '$key' (in '$kv'; the keys are those of pipelines/config/defaults.conf)" >&2; exit 2;;
+  esac
 done
 
 init_run() {
@@ -52,8 +64,8 @@ if command -v flock >/dev/null; then flock -n 9 || die "another train.sh is runn
 init_run "$@"
 case "$ALGO" in
   skpo) STEP_SH=$PIPE/step.sh;;
-  grpo|spo|dapo) STEP_SH=$PIPE/$ALGO.sh;;
-  *) die "ALGO='$ALGO' is not skpo, grpo, spo or dapo";;
+  grpo|drgrpo|dapo|spo|gspo|cispo|sapo) STEP_SH=$PIPE/$ALGO.sh;;
+  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo or sapo";;
 esac
 rm -rf "$RUN/tmp"
 if [ -n "$EVAL_DATA" ] && [ ! -f "$RUN/metrics/eval-0.msgpack.zst" ]; then

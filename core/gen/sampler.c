@@ -224,6 +224,14 @@ int skpo_seg_cut(double L, skpo_rng *r) {
     return (int)skpo_rng_int(r, lo, hi);
 }
 
+int skpo_seg_cut_fixed(double L, int64_t step) {
+    SKPO_ASSERT(isfinite(L) && L > 0 && L < 1e9);
+    long lo = (long)ceil(L / 6), hi = (long)floor(L / 2);
+    if (lo < 1) lo = 1;
+    if (hi < lo) hi = lo;
+    return (int)(step % 2 ? lo : hi);
+}
+
 int skpo_seg_len(int n, int t_q, int stopped) {
     SKPO_ASSERT(n >= 0 && t_q >= 1 && n <= t_q);
     return stopped ? n / 2 : n;
@@ -248,6 +256,14 @@ int skpo_median_pick(const double *d, int g) {
     int best = 0;
     for (int i = 1; i < g; i++)
         if (fabs(d[i] - med) < fabs(d[best] - med) - tol) best = i;
+    return best;
+}
+
+int skpo_extreme_pick(const double *d, int g, int want_max) {
+    SKPO_ASSERT(d && g >= 1);
+    int best = 0;
+    for (int i = 1; i < g; i++)
+        if (want_max ? d[i] > d[best] : d[i] < d[best]) best = i;
     return best;
 }
 

@@ -79,6 +79,12 @@ int skpo_seg_len(int n, int t_q, int stopped);
 // within 1e-12 (relative to the median) count as ties, so with even g the
 // lower-index middle value wins however rounding falls. g >= 1.
 int skpo_median_pick(const double *d, int g);
+// The "Selection:Extreme" ablation: the first candidate with the lowest mean NLL
+// (want_max = 0) or the highest (want_max = 1).
+int skpo_extreme_pick(const double *d, int g, int want_max);
+// The "Split@Fixed" ablation: t_q = max(1, ceil(L/6)) on odd steps and
+// max(that, floor(L/2)) on even steps (the two ends of the adaptive range).
+int skpo_seg_cut_fixed(double L, int64_t step);
 // Mean of -logp over n tokens; 0 for an empty segment.
 double skpo_mean_nll(const float *logp, int n);
 

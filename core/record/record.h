@@ -65,6 +65,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define SKPO_KIND_UP "up"
 #define SKPO_KIND_DOWN "down"
 #define SKPO_KIND_FULL "full"
+#define SKPO_KIND_SELF "self"    // the kept upstream candidate's own whole generation (REWARD_UP=self), not trained
 #define SKPO_KIND_META "meta"
 #define SKPO_KIND_METRICS "metrics"
 #define SKPO_KIND_STATE "state"

@@ -162,6 +162,7 @@ static size_t strmap_slot(const strmap *m, const char *key) {
 typedef struct group {
     const char *name;   // gid or pid, for messages
     long head;
+    long self;          // skpo: the up record's `self` record, -1 none
     long *mem; size_t n, cap;
 } group;
 
@@ -185,6 +186,7 @@ static group *batch_group(batch *b, const char *name) {
     memset(g, 0, sizeof *g);
     g->name = name;
     g->head = -1;
+    g->self = -1;
     b->idx.key[s] = name;
     b->idx.val[s] = b->ng++;
     return g;
@@ -244,6 +246,17 @@ static skpo_status index_skpo(skpo_rec *recs, size_t n, batch *b, skpo_err *err)
             return skpo_err_set(err, SKPO_EFORMAT, "down record '%s' names group '%s' but no up record has that uid",
                                 uid_of(&recs[i]), s);
         group_add(&b->g[b->idx.val[slot]], (long)i);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!skpo_rec_is_kind(&recs[i], SKPO_KIND_SELF)) continue;
+        if ((st = need_str(&recs[i], F_GID, &s, err))) return st;
+        size_t slot = strmap_slot(&b->idx, s);
+        if (!b->idx.key[slot])
+            return skpo_err_set(err, SKPO_EFORMAT, "self record '%s' names group '%s' but no up record has that uid",
+                                uid_of(&recs[i]), s);
+        group *g = &b->g[b->idx.val[slot]];
+        if (g->self >= 0) return skpo_err_set(err, SKPO_EFORMAT, "two self records for up record '%s'", g->name);
+        g->self = (long)i;
     }
     return SKPO_OK;
 }
@@ -343,9 +356,10 @@ static void put_metrics(skpo_rec *m, const step_stats *s, const batch *b, const 
 // --- computing -----------------------------------------------------------------------
 
 // Per group: rewards, lengths and advantages of its members (parallel to g->mem).
-typedef struct gvals { double *r, *len, *adv; double head_r, head_adv; int degenerate; } gvals;
+typedef struct gvals { double *r, *len, *adv; double head_r, head_adv, self_r; int degenerate; } gvals;
 
-static skpo_status gather(skpo_rec *recs, const batch *b, gvals *gv, step_stats *s, skpo_err *err) {
+static skpo_status gather(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, gvals *gv, step_stats *s,
+                          skpo_err *err) {
     for (size_t k = 0; k < b->ng; k++) {
         const group *g = &b->g[k];
         gv[k].r = skpo_xmalloc(g->n * sizeof(double));
@@ -359,6 +373,13 @@ static skpo_status gather(skpo_rec *recs, const batch *b, gvals *gv, step_stats 
             mom_add(&s->reward, gv[k].r[j]);
             if (skpo_rec_bool(r, F_CORRECT, &c)) mom_add(&s->correct, c ? 1.0 : 0.0);
             mom_add(&s->len_grp, gv[k].len[j]);
+        }
+        if (o->reward_up_self) {
+            if (g->self < 0)
+                return skpo_err_set(err, SKPO_ENOTFOUND, "up record '%s' has no self record (--reward-up self needs "
+                                    "skpo-sample --segment --self)", g->name);
+            skpo_status st = need_reward(&recs[g->self], &gv[k].self_r, err);
+            if (st) return st;
         }
     }
     return SKPO_OK;
@@ -432,7 +453,9 @@ static void compute(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, cons
         } else {
             gv[k].degenerate = skpo_adv_group(gv[k].r, g->n, use_std, o->eps_group, gv[k].adv);
             s->degenerate += gv[k].degenerate;
-            gv[k].head_r = mean_of(gv[k].r, g->n);
+            // R_I: the Monte-Carlo value of the segment (mean downstream outcome),
+            // or in the "w/o MC" ablation the outcome of its own completion
+            gv[k].head_r = o->reward_up_self ? gv[k].self_r : mean_of(gv[k].r, g->n);
         }
         const skpo_rec *h = &recs[g->head >= 0 ? g->head : g->mem[0]];
         up[k] = gv[k].head_r - skpo_tracker_value(t, skpo_rec_str(h, F_PID)); // pre-update baseline
@@ -514,7 +537,7 @@ skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo
     if (!st) st = check_sizes(&b, recs, o, err);
     gvals *gv = skpo_xcalloc(b.ng + 1, sizeof *gv);
     double *rho = skpo_xcalloc(b.ng + 1, sizeof *rho);
-    if (!st) st = gather(recs, &b, gv, &s, err);
+    if (!st) st = gather(recs, &b, o, gv, &s, err);
     if (!st) st = rhos(recs, &b, o, t, rho, &s, err);
     if (!st) {
         compute(recs, &b, o, t, gv, &s);

@@ -9,6 +9,9 @@
  *           up: reward R_I = mean of its G down rewards (written as `reward`),
  *           A = R_I - V_prev(pid), then (A - mean) / (std + 1e-8) over the
  *           batch's up records. weight w_up / w_down (0.5 / 0.5).
+ *           With reward_up_self (the paper's "w/o MC Estimation" ablation) R_I
+ *           is instead the reward of the up record's `self` record (gid = up
+ *           uid): the outcome of the kept candidate's own complete generation.
  *   grpo    `full` records grouped by pid (G each), group-normalised as above.
  *   drgrpo  the same without the std division (Dr. GRPO).
  *   dapo    grpo plus dynamic sampling: groups whose rewards are all equal are
@@ -77,6 +80,7 @@ typedef struct skpo_adv_opts {
     long group;                 // G: downstream records per up (skpo), full records per pid (grpo family)
     double w_up, w_down;        // phase weights in skpo mode (others write 1.0)
     int norm_down;              // skpo: batch-normalise downstream advantages too
+    int reward_up_self;         // skpo: R_I = reward of the `self` record, not the mean of the downs
     double eps_group;           // 1e-6
     double eps_batch;           // 1e-8
     skpo_divergence_fn divergence; // NULL: rho = rho_max

@@ -18,18 +18,21 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     c->phase[SKPO_PHASE_FULL] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
     for (int p = 0; p < SKPO_NPHASE; p++) c->agg[p] = SKPO_AGG_TOKEN_MEAN;
     c->agg_norm = 3072;
+    c->sapo_tau_pos = 1.0;
+    c->sapo_tau_neg = 1.05;
 }
 
-static const char *kind_names[] = {"ppo", "cispo", "sft"};
+static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo"};
+#define NKINDS 5
 static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
 static const char *phase_names[] = {"up", "down", "full"};
 
 int skpo_loss_kind_parse(const char *s) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NKINDS; i++)
         if (!strcmp(s, kind_names[i])) return i;
     return -1;
 }
-const char *skpo_loss_kind_name(skpo_loss_kind k) { return (unsigned)k < 3 ? kind_names[k] : "?"; }
+const char *skpo_loss_kind_name(skpo_loss_kind k) { return (unsigned)k < NKINDS ? kind_names[k] : "?"; }
 
 int skpo_loss_agg_parse(const char *s) {
     for (int i = 0; i < 3; i++)
@@ -48,7 +51,7 @@ const char *skpo_phase_name(skpo_phase p) { return (unsigned)p < SKPO_NPHASE ? p
 skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
     for (int p = 0; p < SKPO_NPHASE; p++) {
         const skpo_phase_loss *pl = &c->phase[p];
-        if ((unsigned)pl->kind > SKPO_LOSS_SFT)
+        if ((unsigned)pl->kind >= NKINDS)
             return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss kind %d", phase_names[p], (int)pl->kind);
         if (!(pl->eps_low >= 0 && pl->eps_low < 1) || !(pl->eps_high >= 0 && isfinite(pl->eps_high)))
             return skpo_err_set(err, SKPO_ERANGE, "%s: clip range [1 - %g, 1 + %g] is not a ratio range",
@@ -64,6 +67,11 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
         return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
     if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
         return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
+    int sapo = 0;
+    for (int p = 0; p < SKPO_NPHASE; p++) sapo |= c->phase[p].kind == SKPO_LOSS_SAPO;
+    if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
+        return skpo_err_set(err, SKPO_ERANGE, "SAPO temperatures %g / %g must be positive", c->sapo_tau_pos,
+                            c->sapo_tau_neg);
     return SKPO_OK;
 }
 
@@ -128,6 +136,36 @@ static tok_out cispo_token(const skpo_phase_loss *pl, double A, double d, double
     return o;
 }
 
+// SAPO: the soft gate (4 / tau) sigma(tau (r - 1)) in place of the clip. No
+// token is "clipped"; tokens whose gradient weight 4 sigma (1 - sigma) fell below
+// 1/2 are counted as clip_low / clip_high (r below / above 1) to show how many the
+// gate attenuates.
+static tok_out sapo_token(const skpo_loss_cfg *c, double A, double d, int d_inside) {
+    tok_out o = {0};
+    double r = exp(d), tau = A > 0 ? c->sapo_tau_pos : c->sapo_tau_neg;
+    double x = tau * (r - 1);
+    double sg = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
+    double wgt = 4 * sg * (1 - sg);
+    o.loss = -A * (4 / tau) * sg;
+    o.grad = d_inside ? -A * wgt * r : 0.0;
+    if (wgt < 0.5) {
+        o.low = r < 1;
+        o.high = r > 1;
+    }
+    return o;
+}
+
+// GSPO's length-normalised sequence log-ratio: mean_t (logp_t - old_t), capped at
+// 10 as verl does (above it the ratio carries no gradient).
+#define GSPO_LOGRATIO_MAX 10.0
+static double gspo_seq_logratio(const skpo_loss_seq *s, int *inside) {
+    double m = 0;
+    for (int t = 0; t < s->n; t++) m += (double)s->logp[t] - (double)s->old[t];
+    m = s->n > 0 ? m / s->n : 0;
+    *inside = m <= GSPO_LOGRATIO_MAX;
+    return *inside ? m : GSPO_LOGRATIO_MAX;
+}
+
 // k3 of verl's low_var_kl and its derivative with respect to logp.
 static void k3_term(double ref, double logp, double *kl, double *g) {
     double k = ref - logp;
@@ -152,6 +190,18 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
     SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
     skpo_loss_stats add = {0};
     double w = s->weight * s->scale;
+    // GSPO: one ratio for the whole sequence (the PPO form on it, no dual clip)
+    skpo_phase_loss gspo_pl = *pl;
+    gspo_pl.dual_clip = 0;
+    int gspo_inside = 1;
+    double gspo_d = 0;
+    if (pl->kind == SKPO_LOSS_GSPO) {
+        for (int t = 0; t < s->n; t++)
+            if (!isfinite(s->logp[t]) || !isfinite(s->old[t]))
+                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (old %g)", t, (double)s->logp[t],
+                                    (double)s->old[t]);
+        gspo_d = gspo_seq_logratio(s, &gspo_inside);
+    }
     for (int t = 0; t < s->n; t++) {
         double lp = s->logp[t];
         if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
@@ -164,7 +214,12 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
             double d = lp - old;
             int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
             if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
-            o = pl->kind == SKPO_LOSS_PPO ? ppo_token(pl, s->adv, d, inside) : cispo_token(pl, s->adv, d, lp);
+            switch (pl->kind) {
+            case SKPO_LOSS_PPO: o = ppo_token(pl, s->adv, d, inside); break;
+            case SKPO_LOSS_GSPO: o = ppo_token(&gspo_pl, s->adv, gspo_d, gspo_inside); break;
+            case SKPO_LOSS_SAPO: o = sapo_token(c, s->adv, d, inside); break;
+            default: o = cispo_token(pl, s->adv, d, lp); break;
+            }
             add.approx_kl -= d;
         }
         if (c->kl_coef != 0) {

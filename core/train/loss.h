@@ -11,6 +11,15 @@
  *   CISPO  loss_t = -stopgrad(clamp(r_t, 1 - eps_low, 1 + eps_high)) A logp_t
  *          (clipped tokens keep a capped gradient).
  *   SFT    loss_t = -logp_t (next-token cross-entropy on `tokens`).
+ *   GSPO   sequence-level ratio s = exp(min(mean_t d_t, 10)) (length-normalised,
+ *          verl compute_policy_loss_gspo): every token of the sequence takes
+ *          loss_t = max(-A s, -A clamp(s, 1 - eps_low, 1 + eps_high)) with
+ *          ds/dlogp_t = s (the GSPO-token form with A_t = A), so the whole
+ *          sequence is clipped or not; no dual clip. With seq-mean-token-mean
+ *          aggregation this is GSPO's sequence objective exactly.
+ *   SAPO   soft gate instead of a clip (SAPO paper): loss_t = -A (4/tau) sigma(tau (r_t - 1)),
+ *          tau = sapo_tau_pos for A > 0, sapo_tau_neg otherwise; the gradient
+ *          weight on A dlogp is 4 sigma (1 - sigma) r_t (1 at r_t = 1).
  * Optional terms added to every token (both off by default, docs/algorithm.md 2):
  *   kl_coef * k3(ref, logp)  with verl's low_var_kl clamps: k = clamp(ref - logp,
  *                            -20, 20), k3 = clamp(exp(k) - k - 1, -10, 10);
@@ -37,6 +46,8 @@ typedef enum skpo_loss_kind {
     SKPO_LOSS_PPO = 0,
     SKPO_LOSS_CISPO = 1,
     SKPO_LOSS_SFT = 2,
+    SKPO_LOSS_GSPO = 3,
+    SKPO_LOSS_SAPO = 4,
 } skpo_loss_kind;
 
 typedef enum skpo_loss_agg {
@@ -65,6 +76,7 @@ typedef struct skpo_loss_cfg {
     double agg_norm;       // constant of seq-mean-token-sum-norm
     double kl_coef;        // 0 = off; otherwise every record needs ref_logp
     double entropy_coef;   // 0 = off
+    double sapo_tau_pos, sapo_tau_neg; // SAPO gate temperatures (A > 0, A <= 0); SAPO paper 1.0 / 1.05
 } skpo_loss_cfg;
 
 // --- configuration ---------------------------------------------------------------
@@ -73,7 +85,7 @@ typedef struct skpo_loss_cfg {
 // [0.8, 1.28]; full (GRPO/DAPO/SPO baselines) = PPO clip-higher [0.8, 1.28]
 // dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
-// "ppo" | "cispo" | "sft" -> kind; -1 if unknown.
+// "ppo" | "cispo" | "sft" | "gspo" | "sapo" -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);
 const char *skpo_loss_kind_name(skpo_loss_kind k);
 // "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; -1 if unknown.

@@ -69,7 +69,8 @@ static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, do
 
 skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err) {
     *changed = false;
-    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL)) return SKPO_OK;
+    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL) && !skpo_rec_is_kind(r, SKPO_KIND_SELF))
+        return SKPO_OK;
     skpo_task task = skpo_reward_task(o, r);
     if (task == SKPO_TASK_CODE) return SKPO_OK;
     const skpo_value *text;

@@ -19,7 +19,7 @@ USAGE="$0 --judge DIR --prompts FILE --method NAME=CKPT|NAME=FILE.msgpack.zst (t
        [--out DIR] [--k K] [--m M] [--responses R] [--max-tokens T] [--seed S] [--all-responses]
        [--sample-flags '...'] [--reward-flags '...']"
 . "$(dirname "$0")/common.sh"
-judge= prompts= out=runs/analysis/implicit k=10 m=8 responses=4 max_tokens=3072 seed=0 sflags= rflags= methods= only=--only-correct
+judge= prompts= out=runs/analysis/implicit k=100 m=8 responses=4 max_tokens=3072 seed=0 sflags= rflags= methods= only=--only-correct
 while [ $# -gt 0 ]; do
   # --all-responses: cut wrong responses too (a smoke test with an untrained model; not the paper's protocol)
   if [ "$1" = --all-responses ]; then only=; shift; continue; fi

@@ -11,7 +11,9 @@
 #
 # Outputs in --out: responses.msgpack.zst, continuations.msgpack.zst,
 # signs.txt (the table), signs.png (sign accuracy and all-signs-right rate
-# against the position, one line per estimate size).
+# against the position, one line per estimate size), mae.txt and mae.png (the
+# paper's Fig. 8: mean absolute error of the k-continuation MC advantages
+# against the leave-out reference, per cut position, against k; GRPO at k = 1).
 set -eu
 USAGE="$0 --model DIR --prompts FILE [--out DIR] [--group G] [--n N] [--at R,R,...] [--k K,K,...]
        [--max-tokens T] [--seed S] [--sample-flags '...'] [--reward-flags '...']"
@@ -54,3 +56,16 @@ panel "$out/signs.txt" 7 '^(grpo|mc_k=[0-9]+)$' 'per-prefix sign accuracy' 'top 
 panel "$out/signs.txt" 6 '^(grpo|mc_k=[0-9]+)$' 'fraction of groups with all signs right' 'top left' >>"$cmds"
 plot "$out/signs.png" "Sign consistency on rollouts of $(basename "$model") (G=$group, N=$n)" '2,1' <"$cmds"
 rm -f "$cmds"
+# MAE against k (Fig. 8): one block per position of the "all" MC rows, plus GRPO
+awk '!/^#/ && $2 ~ /^mc_k=[0-9]+$/ { print $3, $4, $9 } !/^#/ && $2 == "grpo" { g[$3] = $9 }
+     END { for (r in g) print r, "grpo", g[r] }' "$out/signs.txt" | sort -k1,1g -k2,2g |
+  awk 'BEGIN { print "# rel k adv_mae   (k = grpo: the responses'"'"' own outcomes)" } { print }' >"$out/mae.txt"
+cat "$out/mae.txt"
+if command -v gnuplot >/dev/null 2>&1; then
+  dat=$out/.mae.dat
+  awk '!/^#/ && $2 != "grpo" { if ($1 != last && NR > 2) printf "\n\n"; last = $1; print }' "$out/mae.txt" >"$dat"
+  titles=$(awk '!/^#/ && $2 != "grpo" && !($1 in s) { s[$1] = 1; printf "rel=%s ", $1 }' "$out/mae.txt")
+  printf "set terminal pngcairo size 800,500 noenhanced\nset output '%s.tmp'\nset logscale x 2\nset grid\nset xlabel 'continuations k'\nset ylabel 'MAE of MC advantages'\nset title 'MC advantage error against k, rollouts of %s'\ntitles = '%s'\nplot for [i=1:words(titles)] '%s' index (i-1) using 2:3 with linespoints title word(titles, i)\n" \
+    "$out/mae.png" "$(basename "$model")" "$titles" "$dat" | gnuplot && mv "$out/mae.png.tmp" "$out/mae.png" && log "wrote $out/mae.png"
+  rm -f "$dat"
+fi

@@ -59,6 +59,27 @@ def cispo_token(logp, old, A, lo, hi):
     return -w * A * logp, r < 1 - lo, r > 1 + hi, torch.zeros_like(r, dtype=torch.bool), -d
 
 
+def gspo_seq(logp, old, A, lo, hi):
+    """verl compute_policy_loss_gspo: s_i,t = exp(logp - sg(logp) + sg(mean_t(logp - old))), capped at log 10."""
+    seq = (logp - old).mean()
+    lr = torch.clamp(logp - logp.detach() + seq.detach(), max=10.0)
+    r = torch.exp(lr)
+    l1 = -A * r
+    l2 = -A * torch.clamp(r, 1 - lo, 1 + hi)
+    clipped = torch.gt(l2, l1)
+    return torch.maximum(l1, l2), clipped & (r < 1), clipped & (r > 1), torch.zeros_like(clipped), -torch.clamp(logp - old, -20.0, 20.0)
+
+
+def sapo_token(logp, old, A, tau_pos, tau_neg):
+    """SAPO (arXiv 2511.20347): -A (4/tau) sigmoid(tau (r - 1)), tau by the sign of A."""
+    d = torch.clamp(logp - old, -20.0, 20.0)
+    r = torch.exp(d)
+    tau = tau_pos if A > 0 else tau_neg
+    g = torch.sigmoid(tau * (r - 1))
+    w = 4 * g * (1 - g)
+    return -A * (4.0 / tau) * g, (w < 0.5) & (r < 1), (w < 0.5) & (r > 1), torch.zeros_like(r, dtype=torch.bool), -d
+
+
 def k3(ref, logp):
     k = torch.clamp(ref - logp, -20.0, 20.0)
     return torch.clamp(torch.exp(k) - k - 1, -10.0, 10.0)
@@ -74,11 +95,11 @@ def phase_scale(agg, norm, tokens, seqs, n):
     return 1.0 / (seqs * norm)
 
 
-def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None):
+def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None, tau=(1.0, 1.05), noise=0.35):
     seqs = []
     for (ph, n, adv, w) in seqspec:
         old = -torch.rand(n, dtype=torch.float32) * 3 - 0.05
-        logp = (old + torch.randn(n) * 0.35).clamp(max=-1e-3)
+        logp = (old + torch.randn(n) * noise).clamp(max=-1e-3)
         if n > 4:  # a few extreme ratios: beyond the log-ratio clamp and the dual clip
             logp[1] = old[1] + 25.0 if ph == 0 else old[1] + 1.5
             logp[2] = old[2] - 22.0
@@ -105,6 +126,10 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
             akl = torch.zeros_like(tl)
         elif kind == "ppo":
             tl, low, high, dm, akl = ppo_token(s["lp"], old, s["adv"], lo, hi, dual)
+        elif kind == "gspo":
+            tl, low, high, dm, akl = gspo_seq(s["lp"], old, s["adv"], lo, hi)
+        elif kind == "sapo":
+            tl, low, high, dm, akl = sapo_token(s["lp"], old, s["adv"], tau[0], tau[1])
         else:
             tl, low, high, dm, akl = cispo_token(s["lp"], old, s["adv"], lo, hi)
         if kl:
@@ -123,7 +148,7 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         stats["approx_kl"][p] += float(akl.detach().sum()) if kind != "sft" else 0.0
         stats["entropy"][p] += float(s["ent"].sum())
     objective.backward()
-    out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft),
+    out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft), sapo_tau=list(tau),
                phases=[dict(kind=k, eps_low=lo, eps_high=hi, dual=d) for (k, lo, hi, d) in phases],
                objective=float(objective.detach()), phase_loss=ph_loss, **stats, seqs=[])
     for s in seqs:
@@ -138,6 +163,8 @@ SKPO = [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("ppo", 0.2, 0.28, 3.
 SPEC = [(0, 7, 1.3, 0.5), (0, 5, -1.7, 0.5), (1, 9, 2.47, 0.5), (1, 6, -0.35, 0.5), (1, 8, -0.35, 0.5),
         (1, 3, 0.0, 0.5), (0, 2, 0.0, 0.0)]
 FULL = [(2, 8, 0.93, 1.0), (2, 6, -0.93, 1.0), (2, 11, -2.1, 1.0), (2, 4, 0.5, 1.0)]
+# short sequences (no extreme ratios) so that some sequence ratios fall inside GSPO's narrow band
+GSPO_FULL = [(2, 3, 1.1, 1.0), (2, 4, -0.8, 1.0), (2, 2, 0.6, 1.0), (2, 3, -1.4, 1.0)]
 
 
 def loss_fixtures():
@@ -151,6 +178,17 @@ def loss_fixtures():
         loss_case("cispo_upstream", [("cispo", 0.2, 0.2, 0.0), ("ppo", 0.2, 0.28, 10.0), ("ppo", 0.2, 0.28, 3.0)],
                   "token-mean", seqspec=SPEC),
         loss_case("sft", SKPO, "token-mean", sft=True, seqspec=FULL),
+        # Table 1 baselines (appended so the earlier cases keep their random draws)
+        loss_case("gspo_full_seq_mean", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("gspo", 3e-4, 4e-4, 0.0)],
+                  "seq-mean-token-mean", seqspec=GSPO_FULL, noise=3e-4),
+        loss_case("gspo_wide_clip_token_mean", [("gspo", 0.2, 0.2, 0.0), ("cispo", 0.2, 0.28, 0.0), ("gspo", 0.2, 0.28, 0.0)],
+                  "token-mean", seqspec=SPEC + FULL),
+        loss_case("sapo_full_default_tau", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("sapo", 0.2, 0.28, 0.0)],
+                  "seq-mean-token-mean", seqspec=FULL + GSPO_FULL),
+        loss_case("sapo_all_phases_tau_0_5_2", [("sapo", 0, 0, 0), ("sapo", 0, 0, 0), ("sapo", 0, 0, 0)],
+                  "token-mean", seqspec=SPEC + FULL, tau=(0.5, 2.0)),
+        loss_case("cispo_baseline_no_lower_bound", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0),
+                                                    ("cispo", 0.999999, 0.28, 0.0)], "token-mean", seqspec=FULL),
     ]
     return dict(cases=cases)
 
@@ -345,6 +383,10 @@ def dump(name, obj):
 
 
 if __name__ == "__main__":
-    dump("loss.json", loss_fixtures())
-    dump("adamw.json", adamw_fixtures())
-    model_fixture()
+    only = sys.argv[1:]  # e.g. `loss`: regenerate just loss.json
+    if not only or "loss" in only:
+        dump("loss.json", loss_fixtures())
+    if not only or "adamw" in only:
+        dump("adamw.json", adamw_fixtures())
+    if not only or "model" in only:
+        model_fixture()

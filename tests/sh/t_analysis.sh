@@ -78,6 +78,13 @@ t "analyze signs: k=1 blocks vs leave-out reference" sh -c '
 t "analyze signs: k=2 and no k above N/2" sh -c '
   . "$TMP/helpers.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" - mc_k=2 6)" 0 && near "$(val "$TMP/s" - mc_k=2 7)" 0.333333 && ! grep -q "mc_k=4" "$TMP/s"'
+# hand computation (centred advantages, mean |est - ref| over segments): grpo p1 2/9, p2 1/2,
+# both 1/3; mc k=1 p1 40/9 over 12 segments, with p2 (4 exact zeros) 40/144; k=2 p1 8/3 over 6
+t "analyze signs: adv_mae of MC and GRPO estimates against the reference (Fig. 8)" sh -c '
+  . "$TMP/helpers.sh"; skpo-analyze signs --k 1,2,4 "$AFIX/signs.msgpack.zst" >"$TMP/s" &&
+  near "$(val "$TMP/s" - grpo 9)" 0.333333 && near "$(val "$TMP/s" - grpo:c=2/3 9)" 0.222222 &&
+  near "$(val "$TMP/s" - mc_k=1 9)" 0.277778 && near "$(val "$TMP/s" - mc_k=1:c=2/3 9)" 0.370370 &&
+  near "$(val "$TMP/s" - mc_k=1:c=1/2 9)" 0 && near "$(val "$TMP/s" - mc_k=2 9)" 0.444444'
 t "analyze shortcut: diversity, all-same, accuracy, length per label" sh -c '
   . "$TMP/helpers.sh"; skpo-analyze shortcut "$AFIX/shortcut.msgpack.zst" >"$TMP/s" &&
   near "$(val "$TMP/s" skip all 4)" 2 && near "$(val "$TMP/s" skip all 5)" 2 && near "$(val "$TMP/s" skip all 6)" 0.5 &&
@@ -123,7 +130,9 @@ else
     for g in grpo mc_k=1 mc_k=2 mc_k=4; do
       [ "$(awk -v g=$g "\$2 == g" "$TMP/se/signs.txt" | wc -l)" = 2 ] || { echo "no rows for $g"; exit 1; }
     done
-    ! grep -q "mc_k=8 " "$TMP/se/signs.txt" && [ -s "$TMP/se/continuations.msgpack.zst" ]'
+    ! grep -q "mc_k=8 " "$TMP/se/signs.txt" && [ -s "$TMP/se/continuations.msgpack.zst" ] &&
+    [ "$(awk "!/^#/ && \$2 != \"grpo\"" "$TMP/se/mae.txt" | wc -l)" = 6 ] &&
+    [ "$(awk "!/^#/ && \$2 == \"grpo\"" "$TMP/se/mae.txt" | wc -l)" = 2 ]'
   t "shortcut.sh: three layouts at six positions, same segments for continual and skip" sh -c '
     sh "$A/shortcut.sh" --model "$M" --prompts "$P" --out "$TMP/sc" --group 3 --max-tokens 12 >/dev/null 2>"$TMP/e" ||
       { cat "$TMP/e"; exit 1; }
@@ -143,5 +152,9 @@ else
     T=$TMP/ia/implicit.txt
     [ "$(awk "!/^#/" "$T" | wc -l)" = 6 ] &&
     awk "!/^#/ { s[\$3] += \$6 } END { for (r in s) if (s[r] > 1e-9 || s[r] < -1e-9) exit 1 }" "$T"'
+  t "implicit_adv.sh cuts at the paper's 100 relative positions by default" sh -c '
+    sh "$A/implicit_adv.sh" --judge "$M" --prompts "$P" --method one="$M" --method two="$M" --out "$TMP/ia100" \
+      --m 1 --responses 1 --max-tokens 12 --all-responses >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; exit 1; }
+    [ "$(awk "!/^#/ && \$1 == \"one\" { print \$3 }" "$TMP/ia100/implicit.txt" | sort -u | wc -l)" = 100 ]'
   t "implicit_adv.sh needs two methods" expect_exit 2 sh "$A/implicit_adv.sh" --judge "$M" --prompts "$P" --method one="$M"
 fi

@@ -138,6 +138,44 @@ static void skpo_step_groups_records_in_any_order(void) {
     skpo_tracker_free(t);
 }
 
+// "w/o MC Estimation": the same batch plus a self record per up (u1's own
+// completion wrong, u2's right): R_I is the self outcome, not the downstream mean
+// (0.5 / -0.25); the downstream advantages and the tracker's L are unchanged.
+static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    skpo_err err = {{0}};
+    size_t n = skpo_batch(recs);
+    mk(&recs[n++], SKPO_KIND_SELF, "s2", "p2", "u2", 1, 30);
+    mk(&recs[n++], SKPO_KIND_SELF, "s1", "p1", "u1", -1, 30);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.reward_up_self = 1;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK_MSG(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    const skpo_rec *u1 = by_uid(recs, n, "u1"), *u2 = by_uid(recs, n, "u2");
+    CHECK(fget(u1, F_REWARD) == -1 && fget(u2, F_REWARD) == 1);
+    CHECK_NEAR(fget(u1, F_ADV), -1 / sqrt(2.0), 1e-7); // the order flipped against mc
+    CHECK(skpo_tracker_value(t, "p1") == -1 && skpo_tracker_value(t, "p2") == 1);
+    CHECK(skpo_tracker_len(t, "p1") == 10); // L still from the downstream lengths
+    double sd = sqrt(6.0 / 7.0) + 1e-6;
+    CHECK_NEAR(fget(by_uid(recs, n, "d1-0"), F_ADV), 0.5 / sd, 1e-9);
+    CHECK(skpo_rec_get(by_uid(recs, n, "s1"), F_ADV) == NULL); // never trained
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    // without the self records it is an error naming the up record
+    n = skpo_batch(recs);
+    skpo_tracker *t2 = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t2, keep, &m, &err) == SKPO_ENOTFOUND);
+    CHECK(strstr(err.msg, "has no self record") != NULL);
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+    skpo_tracker_free(t2);
+}
+
 static void skpo_second_visit_uses_the_pre_update_baseline(void) {
     skpo_err err = {{0}};
     skpo_tracker *t = skpo_tracker_new(NULL);
@@ -379,6 +417,7 @@ int main(void) {
     RUN(batch_norm_uses_unbiased_std_and_zeros_a_single_sample);
     RUN(skpo_step_groups_records_in_any_order);
     RUN(skpo_second_visit_uses_the_pre_update_baseline);
+    RUN(reward_up_self_takes_the_outcome_of_the_own_completion);
     RUN(divergence_sets_rho_on_revisits_only);
     RUN(norm_down_and_phase_weights_follow_the_options);
     RUN(missing_downstream_record_is_an_error_naming_the_group);

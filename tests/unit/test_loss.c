@@ -30,6 +30,11 @@ static void check_case(json_t *c) {
     cfg.kl_coef = num(c, "kl_coef");
     cfg.entropy_coef = num(c, "entropy_coef");
     int sft = (int)json_integer_value(json_object_get(c, "sft"));
+    json_t *tau = json_object_get(c, "sapo_tau");
+    if (tau) {
+        cfg.sapo_tau_pos = json_number_value(json_array_get(tau, 0));
+        cfg.sapo_tau_neg = json_number_value(json_array_get(tau, 1));
+    }
     for (int p = 0; p < SKPO_NPHASE; p++) {
         json_t *ph = json_array_get(json_object_get(c, "phases"), (size_t)p);
         cfg.phase[p].kind = skpo_loss_kind_parse(json_string_value(json_object_get(ph, "kind")));
@@ -90,7 +95,14 @@ static void losses_and_gradients_match_pytorch(void) {
     CHECK_MSG(root != NULL, "%s", je.text);
     if (!root) return;
     json_t *cases = json_object_get(root, "cases");
-    CHECK(json_array_size(cases) >= 6);
+    CHECK(json_array_size(cases) >= 12);
+    int gspo = 0, sapo = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const char *nm = json_string_value(json_object_get(json_array_get(cases, i), "name"));
+        gspo += strncmp(nm, "gspo", 4) == 0;
+        sapo += strncmp(nm, "sapo", 4) == 0;
+    }
+    CHECK(gspo >= 2 && sapo >= 2);
     for (size_t i = 0; i < json_array_size(cases); i++) check_case(json_array_get(cases, i));
     json_decref(root);
 }
@@ -143,6 +155,79 @@ static void cispo_keeps_capped_gradient_for_clipped_tokens(void) {
     CHECK(st.clip_high == 1);
 }
 
+// GSPO by hand: d = (0.02, 0.04) -> s = exp(0.03) = 1.030455 for both tokens.
+// Band [0.8, 1.2]: inside, every token's gradient is -A s (times the scale).
+// Band [1 - 3e-4, 1 + 4e-4] (the paper's): s is above it, so with A > 0 the whole
+// sequence is clipped (no gradient, both tokens counted), with A < 0 it is not.
+static void gspo_uses_one_length_normalised_ratio_for_the_whole_sequence(void) {
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    float old[2] = {-1.0f, -2.0f}, lp[2] = {-0.98f, -1.96f}, g[2];
+    double s = exp(((double)lp[0] - old[0] + (double)lp[1] - old[1]) / 2);
+    CHECK_NEAR(s, exp(0.03), 1e-6);
+    skpo_err e = {0};
+    skpo_phase_loss wide = {SKPO_LOSS_GSPO, 0.2, 0.2, 3.0};
+    skpo_loss_stats st = {0};
+    skpo_loss_seq q = {2, lp, old, NULL, NULL, 2.0, 0.5, 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &wide, &q, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -2.0 * s * 0.5, 1e-6);
+    CHECK_NEAR(g[1], g[0], 1e-9);          // not the token ratios exp(0.02), exp(0.04)
+    CHECK_NEAR(st.loss, 0.5 * 2 * (-2.0 * s), 1e-6);
+    skpo_phase_loss paper = {SKPO_LOSS_GSPO, 3e-4, 4e-4, 0};
+    skpo_loss_stats st2 = {0};
+    CHECK(skpo_loss_seq_eval(&c, &paper, &q, g, NULL, &st2, &e) == SKPO_OK);
+    CHECK(g[0] == 0 && g[1] == 0);
+    CHECK(st2.clip_high == 2 && st2.clip_low == 0);
+    CHECK_NEAR(st2.loss, 0.5 * 2 * (-2.0 * 1.0004), 1e-6);
+    skpo_loss_stats st3 = {0};
+    skpo_loss_seq neg = {2, lp, old, NULL, NULL, -1.0, 1.0, 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &paper, &neg, g, NULL, &st3, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], s, 1e-6);
+    CHECK(st3.clip_high == 0);
+    // a dual clip in the phase settings is ignored: GSPO has none
+    skpo_phase_loss dual = {SKPO_LOSS_GSPO, 0.2, 0.2, 1.01};
+    skpo_loss_stats st4 = {0};
+    CHECK(skpo_loss_seq_eval(&c, &dual, &neg, g, NULL, &st4, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], s, 1e-6);
+    CHECK(st4.clip_dual == 0);
+}
+
+// SAPO by hand: r = 1 gives loss -A (4/tau) / 2 and gradient -A (the policy
+// gradient); r = 2 with A = +1, tau_pos = 1: sigma(1) = 0.731059, weight
+// 4 sigma (1 - sigma) r = 1.572895; with A = -1, tau_neg = 1.05: sigma(1.05) =
+// 0.740775, weight 4 * 0.740775 * 0.259225 * 2 = 1.536219 (it decays faster).
+static void sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign(void) {
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    CHECK(c.sapo_tau_pos == 1.0 && c.sapo_tau_neg == 1.05);
+    skpo_phase_loss pl = {SKPO_LOSS_SAPO, 0, 0, 0};
+    float old[2] = {-1, -1}, lp[2] = {-1, (float)(-1 + log(2.0))}, g[2];
+    skpo_err e = {0};
+    skpo_loss_stats st = {0};
+    skpo_loss_seq pos = {2, lp, old, NULL, NULL, 1.0, 1.0, 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &pos, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -1.0, 1e-6);
+    CHECK_NEAR(g[1], -1.572895, 1e-5);
+    CHECK_NEAR(st.loss, -4 * 0.5 - 4 * 0.7310586, 1e-5);
+    skpo_loss_stats st2 = {0};
+    skpo_loss_seq neg = {2, lp, old, NULL, NULL, -1.0, 1.0, 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &neg, g, NULL, &st2, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], 1.0, 1e-6);
+    CHECK_NEAR(g[1], 1.536219, 1e-5);
+    CHECK_NEAR(st2.loss, (4 / 1.05) * (0.5 + 0.7407749), 1e-5);
+    // far off-policy (r = e^3): the gate shuts the gradient smoothly, no hard edge
+    float far[1] = {(float)(-1 + 3.0)}, gf[1];
+    skpo_loss_stats st3 = {0};
+    skpo_loss_seq f = {1, far, old, NULL, NULL, 1.0, 1.0, 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &f, gf, NULL, &st3, &e) == SKPO_OK);
+    CHECK(gf[0] < 0 && gf[0] > -0.1);
+    CHECK(st3.clip_high == 1);
+    c.sapo_tau_neg = 0;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_OK); // no phase uses SAPO
+    c.phase[SKPO_PHASE_FULL].kind = SKPO_LOSS_SAPO;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
+}
+
 static void nonfinite_logprob_is_reported_with_token_index(void) {
     skpo_loss_cfg c;
     skpo_loss_cfg_default(&c);
@@ -167,6 +252,8 @@ static void config_rejects_bad_clip_and_dual_values(void) {
     CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
     CHECK(skpo_loss_agg_parse("token-mean") == SKPO_AGG_TOKEN_MEAN);
     CHECK(skpo_loss_agg_parse("token_mean") == -1);
+    CHECK(skpo_loss_kind_parse("gspo") == SKPO_LOSS_GSPO && skpo_loss_kind_parse("sapo") == SKPO_LOSS_SAPO);
+    CHECK(skpo_loss_kind_parse("gpso") == -1);
     CHECK(skpo_phase_of_kind("down") == SKPO_PHASE_DOWN && skpo_phase_of_kind("prompt") == -1);
 }
 
@@ -175,6 +262,8 @@ int main(void) {
     RUN(ppo_clips_low_for_negative_and_high_for_positive_advantage);
     RUN(dual_clip_caps_negative_advantage_loss);
     RUN(cispo_keeps_capped_gradient_for_clipped_tokens);
+    RUN(gspo_uses_one_length_normalised_ratio_for_the_whole_sequence);
+    RUN(sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign);
     RUN(nonfinite_logprob_is_reported_with_token_index);
     RUN(config_rejects_bad_clip_and_dual_values);
     return TEST_SUMMARY();

@@ -244,6 +244,26 @@ static void candidate_ending_early_is_cut_at_half(void) {
     CHECK(skpo_seg_len(1, 100, 1) == 0);
 }
 
+// Split@Fixed: the two ends of the adaptive range, L/6 on odd steps, L/2 on even.
+static void fixed_cut_alternates_one_sixth_and_one_half_by_step(void) {
+    CHECK(skpo_seg_cut_fixed(1024, 1) == 171); // ceil(170.67)
+    CHECK(skpo_seg_cut_fixed(1024, 2) == 512);
+    CHECK(skpo_seg_cut_fixed(1024, 3) == 171);
+    CHECK(skpo_seg_cut_fixed(24, 7) == 4 && skpo_seg_cut_fixed(24, 8) == 12);
+    CHECK(skpo_seg_cut_fixed(13.5, 1) == 3 && skpo_seg_cut_fixed(13.5, 2) == 6);
+    CHECK(skpo_seg_cut_fixed(1, 1) == 1 && skpo_seg_cut_fixed(1, 2) == 1); // never below one token
+}
+
+// Selection:Extreme: min or max mean NLL, first index on ties.
+static void extreme_pick_takes_min_or_max_nll(void) {
+    double a[5] = {2.0, 0.5, 3.0, 0.5, 3.0};
+    CHECK(skpo_extreme_pick(a, 5, 0) == 1);
+    CHECK(skpo_extreme_pick(a, 5, 1) == 2);
+    CHECK(skpo_median_pick(a, 5) == 0); // and neither is the median one
+    double b[1] = {7};
+    CHECK(skpo_extreme_pick(b, 1, 0) == 0 && skpo_extreme_pick(b, 1, 1) == 0);
+}
+
 static void median_pick_is_closest_lowest_index(void) {
     double a[4] = {4, 1, 2, 3}; // median 2.5: 2 and 3 tie, index 2 first
     CHECK(skpo_median_pick(a, 4) == 2);
@@ -302,6 +322,8 @@ int main(void) {
     RUN(split_position_is_uniform_on_L6_to_L2);
     RUN(candidate_ending_early_is_cut_at_half);
     RUN(median_pick_is_closest_lowest_index);
+    RUN(fixed_cut_alternates_one_sixth_and_one_half_by_step);
+    RUN(extreme_pick_takes_min_or_max_nll);
     RUN(prioritized_draw_is_distinct_and_proportional);
     return TEST_SUMMARY();
 }

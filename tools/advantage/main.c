@@ -19,7 +19,7 @@
 
 static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
-    "       [--w-up W] [--w-down W] [--norm-down] [--tau T] [--rho-min R] [--rho-max R] [--eps E] [--len-init L]\n"
+    "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--eps E] [--len-init L]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
@@ -30,14 +30,14 @@ static const char about[] =
     "Tracker options given on the command line replace those stored in the state.";
 
 typedef struct args {
-    const char *mode, *state, *metrics, *input, *model;
+    const char *mode, *state, *metrics, *input, *model, *reward_up;
     long step, group;
     double w_up, w_down, temperature, tau, rho_min, rho_max, eps, len_init;
     int norm_down, summary;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0,
+    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0, .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
     const skpo_opt opts[] = {
         {"mode", 0, SKPO_OPT_STR, &a->mode, 0, 0, "MODE", "skpo, grpo, drgrpo, dapo or spo"},
@@ -48,6 +48,8 @@ static void parse(int argc, char **argv, args *a) {
         {"group", 0, SKPO_OPT_INT, &a->group, 1, 65536, "G", "records per group (default 8)"},
         {"w-up", 0, SKPO_OPT_DOUBLE, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"},
         {"w-down", 0, SKPO_OPT_DOUBLE, &a->w_down, 0, 1e6, "W", "downstream loss weight in skpo mode (default 0.5)"},
+        {"reward-up", 0, SKPO_OPT_STR, &a->reward_up, 0, 0, "mc|self",
+         "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"},
         {"norm-down", 0, SKPO_OPT_FLAG, &a->norm_down, 0, 0, NULL, "batch-normalise downstream advantages too (docs/algorithm.md Q4)"},
         {"tau", 0, SKPO_OPT_DOUBLE, &a->tau, 1e-12, 1e12, "T", "rho half-life: rho = 2^(-D/T) (default 8.0; SPO code: 0.06)"},
         {"rho-min", 0, SKPO_OPT_DOUBLE, &a->rho_min, 1e-6, 1, "R", "lower clamp of rho (default 0.875)"},
@@ -151,6 +153,9 @@ int main(int argc, char **argv) {
     skpo_adv_opts_default(&o);
     if (skpo_adv_mode_parse(a.mode, &o.mode)) skpo_cli_usage_error(synopsis, "--mode: unknown mode '%s'", a.mode);
     o.group = a.group; o.w_up = a.w_up; o.w_down = a.w_down; o.norm_down = a.norm_down;
+    if (!strcmp(a.reward_up, "self")) o.reward_up_self = 1;
+    else if (strcmp(a.reward_up, "mc")) skpo_cli_usage_error(synopsis, "--reward-up: '%s' is not mc or self", a.reward_up);
+    if (o.reward_up_self && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--reward-up self goes with --mode skpo");
     skpo_tracker *t = load_tracker(&a);
     skpo_err err = {{0}};
     skpo_model *model = NULL;

@@ -12,12 +12,18 @@
  * of all N. Signs are those of group-normalised values (v - mean), as in
  * core/rl/signsim.h; a comparison whose reference values are all equal has no
  * true sign and is counted under no_ref_signal instead.
+ * adv_mae (the paper's Fig. 8 against k) is the mean absolute difference between
+ * the estimate's and the reference's centred advantages (v_i - mean_j v_j, on the
+ * success-rate scale; the std division is left out so that a group of equal
+ * estimates has advantage 0, not 0/0), over every segment of every comparison,
+ * including those whose reference has no signal (true advantages all 0).
  * Rows are per (label, position) for all groups ("all") and split by the
  * number c of correct source responses ("c=3/8"), as in the paper's Fig. 1.
  */
 #include "analyze.h"
 #include "rl/signsim.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +32,18 @@ typedef struct sgroup {
     int n, cap;
 } sgroup;
 
-enum { C_K, C_CMP, C_RIGHT_ALL, C_RIGHT, C_SIGNS, C_NOREF, C_NCOLS };
+enum { C_K, C_CMP, C_RIGHT_ALL, C_RIGHT, C_SIGNS, C_NOREF, C_AE, C_AEN, C_NCOLS };
 
 static void tally(rows *out, const prefix *p0, const char *group, long k, const double *est, const double *ref, int G) {
     int all_right, degenerate = 1;
     for (int i = 1; i < G; i++) degenerate &= ref[i] == ref[0];
     row *r = rows_get(out, p0->label, p0->rel, group);
     r->v[C_K] = (double)k;
+    double me = 0, mr = 0;
+    for (int i = 0; i < G; i++) { me += est[i]; mr += ref[i]; }
+    me /= G, mr /= G;
+    for (int i = 0; i < G; i++) r->v[C_AE] += fabs((est[i] - me) - (ref[i] - mr));
+    r->v[C_AEN] += G;
     if (degenerate) { r->v[C_NOREF]++; return; }
     int right = skpo_signsim_group_real(est, ref, G, 1e-9, &all_right);
     r->v[C_CMP]++;
@@ -124,13 +135,13 @@ void analyze_signs(const prefixes *ps, const long *ks, int nks, rows *out) {
     strmap_free(&idx);
     // finalise: comparisons, fraction all right, sign accuracy, share without reference signal
     out->what = "signs";
-    const char *cols[] = {"k", "comparisons", "correct", "sign_acc", "no_ref_signal"};
-    out->ncols = 5;
+    const char *cols[] = {"k", "comparisons", "correct", "sign_acc", "no_ref_signal", "adv_mae"};
+    out->ncols = 6;
     memcpy(out->cols, cols, sizeof cols);
     for (size_t i = 0; i < out->n; i++) {
         double *v = out->r[i].v, cmp = v[C_CMP], noref = v[C_NOREF];
-        double fin[5] = {v[C_K], cmp, cmp ? v[C_RIGHT_ALL] / cmp : 0, v[C_SIGNS] ? v[C_RIGHT] / v[C_SIGNS] : 0,
-                         cmp + noref ? noref / (cmp + noref) : 0};
+        double fin[6] = {v[C_K], cmp, cmp ? v[C_RIGHT_ALL] / cmp : 0, v[C_SIGNS] ? v[C_RIGHT] / v[C_SIGNS] : 0,
+                         cmp + noref ? noref / (cmp + noref) : 0, v[C_AEN] ? v[C_AE] / v[C_AEN] : 0};
         memset(v, 0, ROW_MAX_COLS * sizeof *v);
         memcpy(v, fin, sizeof fin);
     }

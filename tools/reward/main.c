@@ -20,8 +20,8 @@ static const char synopsis[] =
     "[--task auto|math|choice|code] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
     "       [--truncated wrong|keep] [--no-fallback] [--code-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
 static const char about[] =
-    "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down` or\n"
-    "`full`) it extracts the final answer from `text`, compares it with the gold `answer` and sets `pred`\n"
+    "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down`,\n"
+    "`full` or `self`) it extracts the final answer from `text`, compares it with the gold `answer` and sets `pred`\n"
     "(absent when no answer was found), `correct` and `reward` (+1/-1, or 1/0 with --reward 01), plus\n"
     "DAPO's soft overlong penalty on len(tokens) with --overlong. A response that stopped at the length\n"
     "limit (finish = \"length\") counts as wrong unless --truncated keep. Verifiers: math (default;\n"

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-static void base_record(const sample_cfg *c, const sample_job *job, const sample_item *it, skpo_rec *r, const char *kind) {
+// The prompt's fields plus kind, gid "<pid>:<step>", uid "<pid>:<step>:<suffix>".
+static void base_record(const sample_cfg *c, const sample_job *job, const sample_item *it, skpo_rec *r, const char *kind,
+                        const char *suffix) {
     skpo_rec_copy(r, it->rec);
     skpo_rec_set_str(r, F_KIND, kind);
     char gid[1024];
@@ -24,6 +26,9 @@ static void base_record(const sample_cfg *c, const sample_job *job, const sample
     skpo_rec_set_int(r, F_STEP, job->step);
     skpo_rec_set_str(r, F_POLICY, c->policy ? c->policy : c->ro.model_dir);
     skpo_rec_set_i32s(r, F_PROMPT, it->prompt, (size_t)it->n_prompt);
+    char uid[1100];
+    snprintf(uid, sizeof uid, "%s:%lld:%s", it->pid, (long long)job->step, suffix);
+    skpo_rec_set_str(r, F_UID, uid);
 }
 
 static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const sample_job *job, const sample_item *it,
@@ -31,10 +36,9 @@ static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const s
     for (int k = 0; k < gr->n; k++) {
         skpo_rec r;
         skpo_rec_init(&r);
-        base_record(c, job, it, &r, SKPO_KIND_FULL);
-        char uid[1100];
-        snprintf(uid, sizeof uid, "%s:%lld:%d", it->pid, (long long)job->step, k);
-        skpo_rec_set_str(&r, F_UID, uid);
+        char num[16];
+        snprintf(num, sizeof num, "%d", k);
+        base_record(c, job, it, &r, SKPO_KIND_FULL, num);
         const skpo_gen_sample *s = &gr->s[k];
         skpo_rollout_fill(ro, &r, s->tokens, s->logp, s->n, s->stopped, s->seed);
         skpo_status st = skpo_writer_put(w, &r, err);
@@ -49,22 +53,31 @@ static skpo_status put_up(const sample_cfg *c, const skpo_rollout *ro, const sam
     double *d = skpo_xmalloc((size_t)gr->n * sizeof *d);
     int *len = skpo_xmalloc((size_t)gr->n * sizeof *len);
     for (int i = 0; i < gr->n; i++) {
-        len[i] = skpo_seg_len(gr->s[i].n, it->t_q, gr->s[i].stopped);
+        // with --self the candidates ran past t_q: the segment is still cut from
+        // their first t_q tokens (same seeds, same tokens as without --self)
+        int n = gr->s[i].n < it->t_q ? gr->s[i].n : it->t_q;
+        len[i] = skpo_seg_len(n, it->t_q, gr->s[i].stopped && gr->s[i].n <= it->t_q);
         d[i] = skpo_mean_nll(gr->s[i].logp, len[i]);
     }
-    int k = skpo_median_pick(d, gr->n);
+    int k = c->select_extreme ? skpo_extreme_pick(d, gr->n, job->step % 2 == 0) : skpo_median_pick(d, gr->n);
     const skpo_gen_sample *s = &gr->s[k];
     skpo_rec r;
     skpo_rec_init(&r);
-    base_record(c, job, it, &r, SKPO_KIND_UP);
-    char uid[1100];
-    snprintf(uid, sizeof uid, "%s:%lld:up", it->pid, (long long)job->step);
-    skpo_rec_set_str(&r, F_UID, uid);
+    base_record(c, job, it, &r, SKPO_KIND_UP, "up");
     // finish says how the candidate ended: "stop" = before t_q, cut at half.
-    skpo_rollout_fill(ro, &r, s->tokens, s->logp, len[k], s->stopped, s->seed);
+    skpo_rollout_fill(ro, &r, s->tokens, s->logp, len[k], s->stopped && s->n <= it->t_q, s->seed);
     skpo_rec_set_int(&r, F_CUT, it->t_q);
     skpo_rec_set_float(&r, F_NLL, d[k]);
     skpo_status st = skpo_writer_put(w, &r, err);
+    if (st == SKPO_OK && c->self) { // the kept candidate's own complete generation
+        skpo_rec f;
+        skpo_rec_init(&f);
+        base_record(c, job, it, &f, SKPO_KIND_SELF, "self");
+        skpo_rec_set_str(&f, F_GID, skpo_rec_str(&r, F_UID));
+        skpo_rollout_fill(ro, &f, s->tokens, s->logp, s->n, s->stopped, s->seed);
+        st = skpo_writer_put(w, &f, err);
+        skpo_rec_free(&f);
+    }
     skpo_rec_free(&r);
     free(d);
     free(len);
@@ -79,6 +92,12 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// Tokens a candidate may generate: max_tokens, and for --segment --self at least t_q.
+static int self_max(const sample_cfg *c, const sample_item *it) {
+    int m = (int)(c->ro.max_tokens < 1 << 30 ? c->ro.max_tokens : 1 << 30);
+    return c->segment && it->t_q > m ? it->t_q : m;
+}
+
 static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *job) {
     int G = c->segment ? (int)c->group : (int)c->n;
     uint64_t *seeds = skpo_xmalloc((size_t)G * sizeof *seeds);
@@ -87,7 +106,7 @@ static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *
         for (int k = 0; k < G; k++)
             seeds[k] = skpo_rollout_seed((uint64_t)c->seed, job->step, c->segment ? "up" : "full", it->pid, (uint64_t)k);
         skpo_gen_req q = {.prompt = it->prompt, .n_prompt = it->n_prompt, .n = G, .seeds = seeds,
-                          .max_new = c->segment ? it->t_q : (int)(c->ro.max_tokens < 1 << 30 ? c->ro.max_tokens : 1 << 30),
+                          .max_new = c->segment && !c->self ? it->t_q : self_max(c, it),
                           .user = (void *)it};
         skpo_err err = {0};
         if (skpo_gen_submit(ro->gen, &q, &err) != SKPO_OK) skpo_die("%s (pid %s)", err.msg, it->pid);

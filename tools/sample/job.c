@@ -25,6 +25,8 @@ void sample_cfg_default(sample_cfg *c) {
     c->batch = 64;
     c->step = -1;
     c->shard_n = 1;
+    c->cut_s = "adaptive";
+    c->select_s = "median";
 }
 
 void sample_cfg_check(sample_cfg *c, const char *syn) {
@@ -34,6 +36,12 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (c->all && c->per_step > 0) skpo_cli_usage_error(syn, "--all and --prompts-per-step exclude each other");
     if (!c->segment && c->lq_init >= 0) skpo_cli_usage_error(syn, "--lq-init goes with --segment");
     if (c->segment && !c->all && c->per_step == 0) c->per_step = 128;
+    if (!strcmp(c->cut_s, "fixed")) c->cut_fixed = 1;
+    else if (strcmp(c->cut_s, "adaptive")) skpo_cli_usage_error(syn, "--cut: '%s' is not adaptive or fixed", c->cut_s);
+    if (!strcmp(c->select_s, "extreme")) c->select_extreme = 1;
+    else if (strcmp(c->select_s, "median")) skpo_cli_usage_error(syn, "--select: '%s' is not median or extreme", c->select_s);
+    if (!c->segment && (c->cut_fixed || c->select_extreme || c->self))
+        skpo_cli_usage_error(syn, "--cut, --select and --self go with --segment");
     if (c->shard) {
         char *e1, *e2;
         long i = strtol(c->shard, &e1, 10), n = *e1 == '/' ? strtol(e1 + 1, &e2, 10) : 0;
@@ -122,7 +130,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
         const char *pid = job->items[i].pid;
         double L = c->lq_init >= 0 && !skpo_tracker_seen(t, pid) ? c->lq_init : skpo_tracker_len(t, pid);
         if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);
-        job->items[i].t_q = skpo_seg_cut(L, &r);
+        job->items[i].t_q = c->cut_fixed ? skpo_seg_cut_fixed(L, job->step) : skpo_seg_cut(L, &r);
     }
     skpo_tracker_free(t);
 }

@@ -7,7 +7,11 @@
  *                by prioritized sampling from the tracker weights (or all, in
  *                file order, with --all); G candidates per prompt cut at
  *                t_q ~ U[ceil(L_q/6), floor(L_q/2)]; the median-NLL candidate
- *                is written as one `up` record.
+ *                is written as one `up` record. Ablations: --cut fixed (L_q/6
+ *                on odd steps, L_q/2 on even ones), --select extreme (min
+ *                mean NLL on odd steps, max on even ones), --self (candidates
+ *                run to the end; the kept one's whole generation is also
+ *                written, kind=self, for REWARD_UP=self).
  * Prompts come from --prompts FILE (job.c); records go to stdout, flushed after
  * each finished prompt so `skpo-sample | skpo-splice` overlap (emit.c).
  */
@@ -20,7 +24,9 @@
 #include <string.h>
 
 static const char SYNOPSIS[] =
-    "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L]) [--state DIR]\n"
+    "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L] [--cut C] [--select S] [--self])\n"
+    "       [--state DIR]"
+    "\n"
     "       [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
     "       [--no-share] [--no-text] [--stats] [--device cuda|cpu]";
@@ -60,6 +66,9 @@ int main(int argc, char **argv) {
         {"device", 0, SKPO_OPT_STR, &c.ro.device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
         {"stats", 0, SKPO_OPT_FLAG, &c.stats, 0, 0, NULL, "print generated tokens/s and KV use on stderr at the end"},
+        {"cut", 0, SKPO_OPT_STR, &c.cut_s, 0, 0, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"},
+        {"select", 0, SKPO_OPT_STR, &c.select_s, 0, 0, "median|extreme", "--segment: median NLL, or min (odd steps) / max (even)"},
+        {"self", 0, SKPO_OPT_FLAG, &c.self, 0, 0, NULL, "--segment: finish the candidates; write the kept one whole (kind=self)"},
         {0},
     };
     char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole

@@ -14,6 +14,8 @@ typedef struct sample_cfg {
     long n, group, per_step, batch, top_k, seed, step, threads;
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
+    const char *cut_s, *select_s;  // --cut adaptive|fixed, --select median|extreme (the paper's ablations)
+    int cut_fixed, select_extreme, self; // parsed; self: also write the kept candidate's whole generation
     skpo_strlist stops;
     int shard_i, shard_n;   // parsed from --shard
 } sample_cfg;

@@ -10,7 +10,7 @@
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
-    "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
+    "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
 
 static const char *ABOUT =
@@ -26,8 +26,8 @@ static const char *ABOUT =
 
 static int kind_or_die(const char *flag, const char *v) {
     int k = skpo_loss_kind_parse(v);
-    if (k != SKPO_LOSS_PPO && k != SKPO_LOSS_CISPO)
-        skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not ppo or cispo", flag, v);
+    if (k < 0 || k == SKPO_LOSS_SFT)
+        skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not ppo, cispo, gspo or sapo", flag, v);
     return k;
 }
 
@@ -60,15 +60,15 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"clip-low", 0, SKPO_OPT_DOUBLE, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"},
         {"clip-high", 0, SKPO_OPT_DOUBLE, &clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"},
         {"clip-high-up", 0, SKPO_OPT_DOUBLE, &clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"},
-        {"up-loss", 0, SKPO_OPT_STR, &pl[0], 0, 0, "ppo|cispo", "upstream loss form (ppo)"},
+        {"up-loss", 0, SKPO_OPT_STR, &pl[0], 0, 0, "FORM", "upstream loss form: ppo, cispo, gspo, sapo (ppo)"},
         {"up-clip-low", 0, SKPO_OPT_DOUBLE, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"},
         {"up-clip-high", 0, SKPO_OPT_DOUBLE, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"},
         {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"},
-        {"down-loss", 0, SKPO_OPT_STR, &pl[1], 0, 0, "ppo|cispo", "downstream loss form (cispo)"},
+        {"down-loss", 0, SKPO_OPT_STR, &pl[1], 0, 0, "FORM", "downstream loss form: ppo, cispo, gspo, sapo (cispo)"},
         {"down-clip-low", 0, SKPO_OPT_DOUBLE, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"},
         {"down-clip-high", 0, SKPO_OPT_DOUBLE, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"},
         {"down-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"},
-        {"full-loss", 0, SKPO_OPT_STR, &pl[2], 0, 0, "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"},
+        {"full-loss", 0, SKPO_OPT_STR, &pl[2], 0, 0, "FORM", "full-response loss form: ppo, cispo, gspo, sapo (ppo)"},
         {"full-clip-low", 0, SKPO_OPT_DOUBLE, &lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"},
         {"full-clip-high", 0, SKPO_OPT_DOUBLE, &hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"},
         {"full-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"},
@@ -81,6 +81,8 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"full-loss-agg", 0, SKPO_OPT_STR, &pagg[2], 0, 0, "MODE", "full-response aggregation (default: --loss-agg)"},
         {"loss-norm", 0, SKPO_OPT_DOUBLE, &L->agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"},
         {"kl-coef", 0, SKPO_OPT_DOUBLE, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"},
+        {"sapo-tau-pos", 0, SKPO_OPT_DOUBLE, &L->sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"},
+        {"sapo-tau-neg", 0, SKPO_OPT_DOUBLE, &L->sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"},
         {"entropy-coef", 0, SKPO_OPT_DOUBLE, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"},
         {"lr", 0, SKPO_OPT_DOUBLE, &a->a.lr, 0, 1, "X", "peak learning rate (1e-6)"},
         {"warmup-steps", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "linear warmup over N training steps (10)"},
