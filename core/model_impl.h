@@ -64,10 +64,12 @@ struct skpo_model {
     model_acts acts;          // of the last train_forward
     int have_acts;
     struct model_cuda *cuda;  // device mirror (model_cuda.h); NULL on CPU
+    struct skpo_lora *lora;   // LoRA: low-rank path added after each targeted projection (lora.h); not owned
 };
 
 // Gradient buffer matching a parameter pointer.
-static inline float *model_grad_of(const skpo_model *m, const float *w) { return w ? m->grad + (w - m->mem) : NULL; }
+// NULL when the base has no gradients (frozen under LoRA).
+static inline float *model_grad_of(const skpo_model *m, const float *w) { return w && m->grad ? m->grad + (w - m->mem) : NULL; }
 
 // Argument checks shared by the CPU and CUDA paths (model.c, model_train.c):
 // the skpo_model_step contract (sequences, offsets, token ids) and the
