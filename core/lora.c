@@ -232,7 +232,8 @@ static skpo_status read_config(const char *path, skpo_lora_cfg *c, char **base, 
     json_t *dr = json_object_get(j, "lora_dropout");
     const char *bias = json_string_value(json_object_get(j, "bias"));
     static const char *unsupported[] = {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
-                                        "fan_in_fan_out", "layers_to_transform", "trainable_token_indices", NULL};
+                                        "fan_in_fan_out", "layers_to_transform", "trainable_token_indices",
+                                        "lora_bias", "layer_replication", "target_parameters", NULL};
     if (!pt || strcmp(pt, "LORA")) s = skpo_err_set(err, SKPO_EFORMAT, "'%s': peft_type is not \"LORA\"", path);
     else if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > INT_MAX)
         s = skpo_err_set(err, SKPO_EFORMAT, "'%s': 'r' must be an integer >= 1 (rank 0 is no adapter)", path);
