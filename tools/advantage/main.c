@@ -8,6 +8,7 @@
 #include "advantage.h"
 #include "cli.h"
 #include "common.h"
+#include "lora.h"
 #include "model.h"
 #include "record.h"
 #include "tracker.h"
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
     skpo_adv_model_ctx mctx = {0};
     if (a.model) {
         skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
-        if (skpo_model_load(a.model, &mo, &model, &err)) skpo_die("%s", err.msg);
+        if (skpo_lora_model_load(a.model, NULL, &mo, 1, &model, NULL, &err)) skpo_die("%s", err.msg); // LoRA folder: merged
         mctx = (skpo_adv_model_ctx){model, (float)a.temperature, 0};
         o.divergence = skpo_adv_model_divergence;
         o.div_ctx = &mctx;
