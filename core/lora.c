@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "lora.h"
+#include "lora_impl.h"
 
 #include "model_cuda_train.h"
 #include "model_impl.h"
@@ -94,6 +95,7 @@ struct skpo_lora {
     size_t numel;
     char *base;            // base_model_name_or_path read from a folder
     void *pol;             // skpo_policy_of_lora's context
+    void *dev;             // lora_cuda.c's device copy (NULL until a CUDA pass)
 };
 
 static void dims(const skpo_config *mc, int t, int *K, int *O) {
@@ -167,6 +169,7 @@ void skpo_lora_free(skpo_lora *lo) {
     free(lo->grad);
     free(lo->base);
     free(lo->pol);
+    lora_cuda_free(lo->dev);
     free(lo);
 }
 
@@ -397,6 +400,17 @@ skpo_status skpo_lora_save(const skpo_lora *lo, const char *dir, const char *bas
     return s;
 }
 
+// --- for lora_cuda.c (lora_impl.h) ---------------------------------------------------------
+
+void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const float **B, float **dA, float **dB, int *K,
+                  int *O) {
+    const lora_mod *md = &lo->mod[l * SKPO_LORA_NT + t];
+    *A = md->A, *B = md->B, *dA = md->dA, *dB = md->dB, *K = md->K, *O = md->O;
+}
+int lora_layers(const skpo_lora *lo) { return lo->L; }
+float lora_scale_f(const skpo_lora *lo) { return lo->scale; }
+void **lora_dev_slot(skpo_lora *lo) { return &lo->dev; }
+
 // --- the low-rank path ----------------------------------------------------------------------
 
 static const lora_mod *mod_of(const skpo_lora *lo, int l, int t) {
@@ -458,9 +472,6 @@ skpo_status skpo_lora_merge(const skpo_lora *lo, skpo_model *m, skpo_err *err) {
 }
 
 skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err) {
-    if (lo && m->cuda)
-        return skpo_err_set(err, SKPO_EUNSUPPORTED,
-                            "the low-rank LoRA path is implemented on the cpu backend only (use --device cpu, or a merged adapter for inference)");
     if (lo && lo->L != m->c.num_hidden_layers)
         return skpo_err_set(err, SKPO_ERANGE, "adapter has %d layers, the model %d", lo->L, m->c.num_hidden_layers);
     m->lora = lo;

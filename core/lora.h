@@ -31,8 +31,9 @@
  *              s (x A^T) B^T after each targeted projection (training; and
  *              the reference the merged path is tested against).
  * The hooks (skpo_lora_fwd / skpo_lora_bwd) are called from model.c and
- * model_train.c; CPU backend only so far (attach refuses a CUDA model for
- * training; merged inference works on either device).
+ * model_train.c on the CPU, from model_cuda_train.c (through lora_cuda.c) on
+ * CUDA for scoring and training; the CUDA KV-cache step has no low-rank path
+ * (inference tools merge instead).
  */
 #ifndef SKPO_LORA_H
 #define SKPO_LORA_H
@@ -101,7 +102,7 @@ void skpo_lora_zero_grad(skpo_lora *lo);
 skpo_status skpo_lora_merge(const skpo_lora *lo, skpo_model *m, skpo_err *err);
 // Compute the low-rank path in m's forward, backward and step (lo must
 // outlive m, or be detached with lo = NULL). Training then needs no base
-// gradients: load the model with trainable = 0. CPU models only.
+// gradients: load the model with trainable = 0.
 skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err);
 
 // The hooks (model.c, model_train.c), one targeted projection of layer l;
@@ -110,6 +111,23 @@ skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err);
 void skpo_lora_fwd(const skpo_lora *lo, const skpo_ops *op, int l, int t, float *y, const float *x, int N);
 // bwd, given dy (N, O): dx (N, K) += s dy B A; dA, dB accumulate (when trainable).
 void skpo_lora_bwd(skpo_lora *lo, const skpo_ops *op, int l, int t, float *dx, const float *dy, const float *x, int N);
+
+// --- the CUDA path (core/lora_cuda.c; CUDA builds, else SKPO_EUNSUPPORTED) ------------
+// The model on cuda (model_cuda_train.c) keeps a device copy of the adapter:
+// A and s B in bf16 (uploaded from the host tensors before every training /
+// scoring pass), float32 device gradients, N x r scratch. Pointers are device
+// bf16 (skpo_bf16) activations of the pass.
+struct skpo_cuda;
+// Upload the adapter and size the scratch for N rows.
+skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo_err *err);
+// y (N, O) += s (x A^T) B^T.
+skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
+                               int N, skpo_err *err);
+// dx (N, K) += s dy B A; device dA, dB accumulate.
+skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
+                               const uint16_t *x, int N, skpo_err *err);
+// Host gradients += device gradients (which are then zeroed); after each backward.
+skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err);
 
 // --- loading a policy -----------------------------------------------------------------
 

@@ -11,6 +11,9 @@
 # Prints a table (held-out mean@k before / after: mean and sample std over seeds,
 # best-over-steps, training wall time per run: the sum of step times) into DIR/compare.txt and draws
 # DIR/compare.png (held-out mean@k per step, averaged over seeds).
+# An algorithm named ALGO+loraR trains a rank-R LoRA adapter instead of all weights
+# (LORA_RANK=R, LR=LORA_LR, default 1e-3 = 10x demo.conf's LR as "LoRA Without
+# Regret" recommends), e.g. ALGOS="skpo skpo+lora1 skpo+lora8 skpo+lora32".
 # Environment: SEEDS (default "1 2 3"), ALGOS (default "skpo grpo spo dapo"),
 # COMPARE_STEPS (default: demo.conf's STEPS), THREADS.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
@@ -23,12 +26,14 @@ ALGOS=${ALGOS:-skpo grpo spo dapo}
 DEMO_PREPARE_ONLY=1 SEED=1 bash "$PIPE/demo.sh" "$DIR/base" || die "compare: preparing data and warm start failed"
 mapfile -t KV < <(sed '/demo-only keys/,$d' "$PIPE/config/demo.conf" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
 [ -n "${COMPARE_STEPS:-}" ] && KV+=("STEPS=$COMPARE_STEPS")
+algo_kv() { case "$1" in *+lora*) echo "ALGO=${1%%+lora*} LORA_RANK=${1##*+lora} LR=${LORA_LR:-1e-3}";; *) echo "ALGO=$1";; esac; }
 for s in $SEEDS; do   # seeds outer: a stopped comparison still has every algorithm
   for algo in $ALGOS; do
     r="$DIR/$algo-$s"
     [ -f "$r/wall" ] && continue
     echo "compare: $algo seed $s" >&2
-    bash "$PIPE/train.sh" "$r" "${KV[@]}" ALGO="$algo" SEED="$s" MODEL="$DIR/base/sft" \
+    # shellcheck disable=SC2046
+    bash "$PIPE/train.sh" "$r" "${KV[@]}" $(algo_kv "$algo") SEED="$s" MODEL="$DIR/base/sft" \
       TRAIN_DATA="$DIR/base/data/train.msgpack.zst" EVAL_DATA="$DIR/base/data/test.msgpack.zst" \
       ${THREADS:+THREADS="$THREADS"} >"$DIR/$algo-$s.log" 2>&1 || { tail -n 20 "$DIR/$algo-$s.log" >&2; die "compare: $algo seed $s failed"; }
     # training wall time = sum of committed step times (survives a resume; evals excluded)

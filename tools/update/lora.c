@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "tool.h"
 
+#include "model_cuda_train.h"
+
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -99,8 +101,9 @@ void upd_lora_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, in
     skpo_err e = {0};
     *m = NULL;
     *o = NULL;
-    if (a->recompute || a->zero > 0) upd_check(c, skpo_err_set(&e, SKPO_EUNSUPPORTED, "LoRA runs take no --recompute or --zero"), &e);
+    if (a->zero > 0) upd_check(c, skpo_err_set(&e, SKPO_EUNSUPPORTED, "LoRA runs take no --zero (the adapter's AdamW is on the host)"), &e);
     upd_check(c, load_all(a, m, o, step, &e), &e);
+    skpo_model_set_recompute(*m, a->recompute);
 }
 
 void upd_lora_merge_and_exit(upd_args *a) {

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     if (upd_lora_wanted(&a)) upd_lora_load(c, &a, &m, &o, &a.u.step);   // LoRA: frozen base + adapter
     else upd_load(c, &a, &m, &o, &a.u.step);
     skpo_comm *nc = NULL;   // NCCL, for device gradients over several GPUs
-    upd_to_device(c, &a, m, o, &nc);
+    if (!a.lora) upd_to_device(c, &a, m, o, &nc);   // LoRA: the adapter's AdamW stays on the host
     skpo_batch *b = NULL;
     upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
     int nmb = skpo_batch_minibatches(b) * a.u.epochs;
