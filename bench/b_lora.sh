@@ -37,7 +37,8 @@ run() { # run NAME FLAGS...: one step, "tok/s maxrss_kib"
   name=$1; shift
   /usr/bin/time -f '%M' -o "$d/$name.mem" bin/skpo-update --device cpu --model "$d/m" --out "$d/$name" --minibatch 2 \
     --micro-tokens 4096 "$@" "$d/recs.msgpack.zst" 2>"$d/$name.err" || { cat "$d/$name.err" >&2; exit 1; }
-  tps=$(sed -n 's/.*(\([0-9.]*\) tok\/s.*/\1/p' "$d/$name.err")
+  # tokens / seconds of the summary line (its own tok/s is rounded to an integer)
+  tps=$(sed -n 's/.* \([0-9.]*\) tokens in \([0-9.]*\) s .*/\1 \2/p' "$d/$name.err" | awk '{printf "%.3g", $1 / $2}')
   echo "$tps $(tail -n 1 "$d/$name.mem")"
 }
 full=$(run full) || exit 1
