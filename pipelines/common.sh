@@ -95,7 +95,8 @@ stage_update() { # [extra flags]
     --minibatch "$MINIBATCH" --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
     --beta1 "$BETA1" --beta2 "$BETA2" --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --epochs "$EPOCHS" \
     --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
-    ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) "$@"
+    ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) \
+    ${LORA_RANK:+--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED"} "$@"
 }
 
 # draw_prompts B [ROUND]: the step's B prompts for the --n pipelines into
@@ -179,7 +180,7 @@ begin_step() {
   local prev; prev=$(last_step "$RUN")
   STEP=$((prev + 1))
   CK="$RUN/ckpt/$prev"
-  [ -f "$CK/config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
+  [ -f "$CK/config.json" ] || [ -f "$CK/adapter_config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
   TMPD="$RUN/tmp/$STEP"
   rm -rf "$TMPD"
   mkdir -p "$TMPD/logs"
@@ -219,7 +220,7 @@ check_pipe() {
 
 # commit_step: move the step's products into place, then write the marker.
 commit_step() {
-  [ -f "$OUT/config.json" ] || die "step $STEP: the update wrote no checkpoint in '$OUT'"
+  [ -f "$OUT/config.json" ] || [ -f "$OUT/adapter_config.json" ] || die "step $STEP: the update wrote no checkpoint in '$OUT'"
   mkdir -p "$RUN/ckpt" "$RUN/state" "$RUN/rollouts" "$RUN/metrics" "$RUN/logs"
   rm -rf "$RUN/ckpt/$STEP"
   mv "$OUT" "$RUN/ckpt/$STEP"

@@ -20,6 +20,9 @@
 # sd over seeds), best-over-steps, mean seconds per training step (Fig. 11) and
 # wall time per run; DIR/compare.png (held-out mean@k per step, averaged over
 # seeds) when gnuplot is installed. A stopped comparison resumes where it was.
+# A method named M+loraR trains a rank-R LoRA adapter instead of all weights
+# (LORA_RANK=R, LR=LORA_LR, default 1e-3 = 10x demo.conf's LR as "LoRA Without
+# Regret" recommends), e.g. METHODS="skpo skpo+lora1 skpo+lora8 skpo+lora32".
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
@@ -33,6 +36,7 @@ CONF=$PIPE/config/$TASK.conf
 # method_kv NAME: the config keys of one method or ablation
 method_kv() {
   case "$1" in
+    *+lora*) echo "$(method_kv "${1%%+lora*}") LORA_RANK=${1##*+lora} LR=${LORA_LR:-1e-3}";;
     skpo|grpo|drgrpo|dapo|spo|gspo|cispo|sapo) echo "ALGO=$1";;
     skpo-noskip) echo "ALGO=skpo LAYOUT=continual";;
     skpo-nomc) echo "ALGO=skpo REWARD_UP=self";;

@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 2 ] || usage
 MODEL=$1; shift
-[ -f "$MODEL/config.json" ] || die "'$MODEL' is not a checkpoint folder"
+[ -f "$MODEL/config.json" ] || [ -f "$MODEL/adapter_config.json" ] || die "'$MODEL' is not a checkpoint or LoRA adapter folder"
 OUTD=${OUTD:-eval-$(basename "$MODEL")}
 mkdir -p "$OUTD"
 REWARD_CMD=${REWARD_CMD:-skpo-reward}

@@ -4,6 +4,8 @@
  */
 #include "gen/rollout.h"
 
+#include "model/lora.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,8 @@ skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};
     skpo_status st = skpo_device_parse(o->device, &mo.device, err);
     if (st != SKPO_OK) return st;
-    st = skpo_model_load(o->model_dir, &mo, &r->model, err);
+    // LoRA: merged into the base once at load (no per-token cost; lora.h).
+    st = skpo_lora_model_load(o->model_dir, o->adapter, &mo, 1, &r->model, NULL, err);
     if (st != SKPO_OK) return st;
     const skpo_config *c = skpo_model_config(r->model);
     r->ctx = c->max_position_embeddings;
@@ -26,7 +29,14 @@ skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_
     r->bos = c->bos_token_id;
     for (int i = 0; i < c->n_eos; i++) add_eos(r, c->eos_token_ids[i]);
     if (!o->no_text) {
-        st = skpo_tok_load(o->tok_dir ? o->tok_dir : o->model_dir, &r->tok, err);
+        const char *td = o->tok_dir ? o->tok_dir : o->model_dir;
+        char *base = NULL, *tj = skpo_path_join(td, "tokenizer.json");
+        // An adapter folder as PEFT writes it has no tokenizer: use its base's.
+        if (!o->tok_dir && !skpo_path_exists(tj) && skpo_lora_is_adapter_dir(td) && !skpo_lora_base_of(td, &base, err))
+            td = base;
+        free(tj);
+        st = skpo_tok_load(td, &r->tok, err);
+        free(base);
         if (st != SKPO_OK) { skpo_rollout_close(r); return st; }
         int32_t ids[16];
         int n = skpo_tok_eos_ids(r->tok, ids, 16);

@@ -18,7 +18,8 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct skpo_rollout_opts {
-    const char *model_dir;
+    const char *model_dir;      // a checkpoint, or a LoRA adapter folder (its base is loaded, lora.h)
+    const char *adapter;        // LoRA adapter folder applied to model_dir (NULL: none, or model_dir's own)
     const char *tok_dir;        // NULL = model_dir
     int no_text;                // no tokenizer: no `text`, EOS from config.json only
     int batch;                  // sequences at once

@@ -148,4 +148,26 @@ skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err);
 // for a model without device gradients.
 skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
 
+// What the trainer needs from a model (skpo_policy_of_model in train/checkpoint.h
+// wraps this model, skpo_policy_of_lora in model/lora.h an adapted one; tests
+// plug in small exact models).
+typedef struct skpo_policy {
+    void *ctx;
+    // Training forward: per-token logp (and entropy, nullable) of seqs; keeps
+    // what backward needs.
+    skpo_status (*forward)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp,
+                           float *entropy, skpo_err *err);
+    // Accumulate parameter gradients from dL/dlogp (and dL/dH, nullable).
+    skpo_status (*backward)(void *ctx, const float *dlogp, const float *dentropy, skpo_err *err);
+    // Scoring only (no activations kept): used for --recompute-old.
+    skpo_status (*score)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp, skpo_err *err);
+    void (*zero_grad)(void *ctx);
+    int (*params)(void *ctx, skpo_param **params);
+    // Optional (NULL: the params' host grads are the gradients). Set when the
+    // gradients live on a device: checks them there after each micro-batch,
+    // and skpo_update_grad then leaves them rank-local: the device optimizer
+    // (skpo_optim_to_device) reduces them inside skpo_optim_step (ZeRO-1).
+    int (*grads_finite)(void *ctx);
+} skpo_policy;
+
 #endif

@@ -106,6 +106,11 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     model_linear(m, pw + PK_Q, q, ln, L->wq, L->bq, N, C, QD, 0);
     model_linear(m, pw + PK_K, k, ln, L->wk, L->bk, N, C, KVD, 0);
     model_linear(m, pw + PK_V, v, ln, L->wv, L->bv, N, C, KVD, 0);
+    if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_Q, q, ln, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_K, k, ln, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_V, v, ln, N);
+    }
     op->rope(q, pos, m->inv_freq, N, NH, HS, 0);
     op->rope(k, pos, m->inv_freq, N, NKV, HS, 0);
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
@@ -121,11 +126,17 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
     op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
     model_linear(m, pw + PK_O, x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_O, x, att, N); // LoRA
     op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
     model_linear(m, pw + PK_G, gate, ln, L->wg, NULL, N, C, F, 0);
     model_linear(m, pw + PK_U, up, ln, L->wu, NULL, N, C, F, 0);
+    if (m->lora) { // LoRA
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_GATE, gate, ln, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_UP, up, ln, N);
+    }
     op->swiglu(gate, gate, up, (size_t)N * F);
     model_linear(m, pw + PK_D, x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_DOWN, x, gate, N); // LoRA
 }
 
 static skpo_status cpu_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,

@@ -457,6 +457,8 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
                             const int *off, float *logits, skpo_err *err) {
     model_cuda *mc = m->cuda;
     SKPO_ASSERT(mc);
+    if (m->lora) // LoRA: inference on cuda uses a merged adapter (lora.h)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "step: no low-rank LoRA path in the cuda step (merge the adapter)");
     if (skpo_kv_pool_ctx(kv) != (void *)m)
         return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache was not made by skpo_model_kv_new for this CUDA model");
     skpo_status s = model_step_check(m, seq, nseq, toks, off, err);

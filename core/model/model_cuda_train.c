@@ -224,6 +224,11 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     TRY(skpo_cuda_linear(cu, a->q, a->ln1, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
     TRY(skpo_cuda_linear(cu, a->k, a->ln1, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
     TRY(skpo_cuda_linear(cu, a->v, a->ln1, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
+    if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
+        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_Q, a->q, a->ln1, N, err));
+        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_K, a->k, a->ln1, N, err));
+        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_V, a->v, a->ln1, N, err));
+    }
     TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
     if (t->flash)
         TRY(skpo_cuda_flash_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err));
@@ -231,13 +236,19 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
         TRY(skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err));
     TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
     TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
+    if (m->lora) TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_O, a->xmid, a->att, N, err)); // LoRA
     TRY(skpo_cuda_rmsnorm(cu, a->ln2, a->rstd2, a->xmid, W(L->ln2), N, C, eps, err));
     TRY(skpo_cuda_linear(cu, a->gate, a->ln2, W(L->wg), NULL, N, C, F, 0.f, err));
     TRY(skpo_cuda_linear(cu, a->up, a->ln2, W(L->wu), NULL, N, C, F, 0.f, err));
+    if (m->lora) { // LoRA
+        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_GATE, a->gate, a->ln2, N, err));
+        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_UP, a->up, a->ln2, N, err));
+    }
     if (!full) return SKPO_OK;
     TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
     TRY(skpo_cuda_d2d(cu, a->xout, a->xmid, (size_t)N * C * 2, err));   // xout may be xin (scoring)
-    return skpo_cuda_linear(cu, a->xout, t->h, W(L->wd), NULL, N, F, C, 1.f, err);
+    TRY(skpo_cuda_linear(cu, a->xout, t->h, W(L->wd), NULL, N, F, C, 1.f, err));
+    return m->lora ? skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_DOWN, a->xout, t->h, N, err) : SKPO_OK; // LoRA
 }
 
 static skpo_status head_fwd(skpo_model *m, cutrain *t, skpo_err *err) {
@@ -271,6 +282,7 @@ static skpo_status forward(skpo_model *m, const skpo_seq *seqs, int nseq, float 
     const skpo_config *c = &m->c;
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, C = c->hidden_size;
+    if (m->lora) TRY(skpo_lora_cuda_sync(m->lora, cu, N, err)); // LoRA: the adapter's current weights
     TRY(skpo_cuda_embed(cu, t->x, W(m->wte), t->ids, N, C, err));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ct_layer a = layer_of(m, t, l);
@@ -298,7 +310,7 @@ skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, f
 
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
-    if (!m->cuda->grad)
+    if (!m->cuda->grad && !m->lora) // LoRA trains the adapter of a frozen base
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     return forward(m, seqs, nseq, temperature, 1, logp, entropy, err);
 }
@@ -330,7 +342,7 @@ static skpo_status proj_bwd(skpo_model *m, cutrain *t, bf *dx, int acc, const bf
     skpo_cuda *cu = m->cuda->cu;
     TRY(skpo_cuda_linear_backward(cu, NULL, G(w), NULL, dy, x, W(w), N, K, O, err));
     if (dx) TRY(skpo_cuda_linear_dx(cu, dx, dy, W(w), N, K, O, acc ? 1.f : 0.f, err));
-    if (b) TRY(skpo_cuda_colsum(cu, G(b), dy, NULL, NULL, N, O, t->colpart, err));
+    if (b && G(b)) TRY(skpo_cuda_colsum(cu, G(b), dy, NULL, NULL, N, O, t->colpart, err));
     return SKPO_OK;
 }
 
@@ -340,7 +352,7 @@ static skpo_status norm_bwd(skpo_model *m, cutrain *t, const bf *dy, const bf *x
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, C = m->c.hidden_size;
     TRY(skpo_cuda_rmsnorm_backward_acc(cu, t->dx, dy, x, W(w), rstd, N, C, err));
-    return skpo_cuda_colsum(cu, G(w), dy, x, rstd, N, C, t->colpart, err);
+    return G(w) ? skpo_cuda_colsum(cu, G(w), dy, x, rstd, N, C, t->colpart, err) : SKPO_OK; // frozen (LoRA): none
 }
 
 // t->dx holds d/dxout on entry and d/dxin on return.
@@ -353,12 +365,18 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
     TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
     TRY(proj_bwd(m, t, t->dh, 0, t->dx, t->h, L->wd, NULL, N, F, C, err));
+    if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_DOWN, t->dh, t->dx, t->h, N, err)); // LoRA
     TRY(skpo_cuda_swiglu_backward(cu, t->dgate, t->dup, t->dh, a->gate, a->up, (size_t)N * F, err));
     TRY(proj_bwd(m, t, t->dln, 0, t->dgate, a->ln2, L->wg, NULL, N, C, F, err));
     TRY(proj_bwd(m, t, t->dln, 1, t->dup, a->ln2, L->wu, NULL, N, C, F, err));
+    if (m->lora) { // LoRA
+        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_GATE, t->dln, t->dgate, a->ln2, N, err));
+        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_UP, t->dln, t->dup, a->ln2, N, err));
+    }
     TRY(norm_bwd(m, t, t->dln, a->xmid, L->ln2, a->rstd2, err));   // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
+    if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_O, t->datt, t->dx, a->att, N, err)); // LoRA
     if (t->flash) {
         TRY(skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
                                                t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err));
@@ -374,6 +392,11 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
     TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
     TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
+    if (m->lora) { // LoRA
+        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_Q, t->dln, t->dq, a->ln1, N, err));
+        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_K, t->dln, t->dkb, a->ln1, N, err));
+        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_V, t->dln, t->dvb, a->ln1, N, err));
+    }
     return norm_bwd(m, t, t->dln, a->xin, L->ln1, a->rstd1, err);   // dx is now d/dxin
 }
 
@@ -392,7 +415,8 @@ static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const
         if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
         TRY(layer_bwd(m, t, l, &a, err));
     }
-    TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err));
+    if (G(m->wte)) TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err)); // frozen (LoRA): none
+    if (m->lora) TRY(skpo_lora_cuda_grads_to_host(m->lora, cu, err)); // LoRA: host AdamW
     return skpo_cuda_sync(cu, err);
 }
 

@@ -15,6 +15,8 @@
 #ifndef SKPO_MODEL_IMPL_H
 #define SKPO_MODEL_IMPL_H
 
+#include "model/lora.h"
+
 #include "model/model.h"
 #include "cpu/ops.h"
 
@@ -74,10 +76,12 @@ struct skpo_model {
     int have_acts;
     const struct model_backend *be; // the backend the model computes on (never NULL after model_alloc)
     struct model_cuda *cuda;  // the CUDA backend's state (below); only model_cuda*.c touch it
+    struct skpo_lora *lora;   // LoRA: low-rank path added after each targeted projection (lora.h); not owned
 };
 
 // Gradient buffer matching a parameter pointer.
-static inline float *model_grad_of(const skpo_model *m, const float *w) { return w ? m->grad + (w - m->mem) : NULL; }
+// NULL when the base has no gradients (frozen under LoRA).
+static inline float *model_grad_of(const skpo_model *m, const float *w) { return w && m->grad ? m->grad + (w - m->mem) : NULL; }
 
 // --- the backend interface -------------------------------------------------------------------
 //
@@ -240,5 +244,15 @@ skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err);
 void model_cuda_set_recompute(skpo_model *m, int on);
 skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err);
 skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
+
+// --- LoRA: what lora_cuda.c needs to see of an adapter (lora.c) ---------------------
+// Module (l, t): A (r, K), B (O, r) host float32, grads (NULL when not trainable); A NULL when not adapted.
+void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const float **B, float **dA, float **dB, int *K,
+                  int *O);
+int lora_layers(const skpo_lora *lo);
+float lora_scale_f(const skpo_lora *lo);
+// Where lora_cuda.c keeps its device state (freed by lora_cuda_free with the adapter).
+void **lora_dev_slot(skpo_lora *lo);
+void lora_cuda_free(void *dev);
 
 #endif

@@ -10,6 +10,7 @@
  * The CPU backend's half for scoring and training (model_impl.h); inference
  * is model_cpu.c. Not here: the optimiser (train/optim).
  */
+#include "model/lora.h"
 #include "model/model_impl.h"
 
 #include <math.h>
@@ -101,17 +102,28 @@ static void layer_forward(skpo_model *m, model_acts *a, int l) {
     op->matmul(la.q, la.ln1, L->wq, L->bq, N, C, QD, 0);
     op->matmul(la.k, la.ln1, L->wk, L->bk, N, C, KVD, 0);
     op->matmul(la.v, la.ln1, L->wv, L->bv, N, C, KVD, 0);
+    if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_Q, la.q, la.ln1, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_K, la.k, la.ln1, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_V, la.v, la.ln1, N);
+    }
     op->rope(la.q, a->pos, m->inv_freq, N, NH, HS, 0);
     op->rope(la.k, a->pos, m->inv_freq, N, NKV, HS, 0);
     op->attention(la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH, NKV, HS);
     memcpy(la.xmid, la.xin, (size_t)N * C * sizeof(float));
     op->matmul(la.xmid, la.att, L->wo, L->bo, N, QD, C, 1);         // xmid = xin + att Wo^T
+    if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_O, la.xmid, la.att, N); // LoRA
     op->rmsnorm(la.ln2, la.rstd2, la.xmid, L->ln2, N, C, eps);
     op->matmul(la.gate, la.ln2, L->wg, NULL, N, C, F, 0);
     op->matmul(la.up, la.ln2, L->wu, NULL, N, C, F, 0);
+    if (m->lora) { // LoRA
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_GATE, la.gate, la.ln2, N);
+        skpo_lora_fwd(m->lora, op, l, SKPO_LORA_UP, la.up, la.ln2, N);
+    }
     op->swiglu(a->h, la.gate, la.up, (size_t)N * F);
     memmove(la.xout, la.xmid, (size_t)N * C * sizeof(float));      // xout may alias xin (not saved)
     op->matmul(la.xout, a->h, L->wd, NULL, N, F, C, 1);              // xout = xmid + h Wd^T
+    if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_DOWN, la.xout, a->h, N); // LoRA
 }
 
 static int chunk_rows(const skpo_model *m) {
@@ -163,7 +175,8 @@ skpo_status model_cpu_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, fl
 
 skpo_status model_cpu_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                     float *entropy, skpo_err *err) {
-    if (!m->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
+    if (!m->grad && !m->lora) // LoRA trains the adapter of a frozen base
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     m->have_acts = 0;
     skpo_status s = model_forward_seqs(m, seqs, nseq, temperature, 1, logp, entropy, &m->acts, err);
     if (!s) m->have_acts = 1;
@@ -214,14 +227,20 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     op->swiglu(a->h, la.gate, la.up, (size_t)N * F);
     memset(b->dh, 0, (size_t)N * F * sizeof(float));
     op->matmul_backward(b->dh, G(L->wd), NULL, dx, a->h, L->wd, N, F, C);
+    if (m->lora) skpo_lora_bwd(m->lora, op, l, SKPO_LORA_DOWN, b->dh, dx, a->h, N); // LoRA
     op->swiglu_backward(b->dgate, b->dup, b->dh, la.gate, la.up, (size_t)N * F);
     memset(b->dln, 0, (size_t)N * C * sizeof(float));
     op->matmul_backward(b->dln, G(L->wg), NULL, b->dgate, la.ln2, L->wg, N, C, F);
     op->matmul_backward(b->dln, G(L->wu), NULL, b->dup, la.ln2, L->wu, N, C, F);
+    if (m->lora) { // LoRA
+        skpo_lora_bwd(m->lora, op, l, SKPO_LORA_GATE, b->dln, b->dgate, la.ln2, N);
+        skpo_lora_bwd(m->lora, op, l, SKPO_LORA_UP, b->dln, b->dup, la.ln2, N);
+    }
     op->rmsnorm_backward(dx, G(L->ln2), b->dln, la.xmid, L->ln2, la.rstd2, N, C); // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     memset(b->datt, 0, (size_t)N * QD * sizeof(float));
     op->matmul_backward(b->datt, G(L->wo), G(L->bo), dx, la.att, L->wo, N, QD, C);
+    if (m->lora) skpo_lora_bwd(m->lora, op, l, SKPO_LORA_O, b->datt, dx, la.att, N); // LoRA
     op->attention_backward(b->dq, b->dk, b->dv, b->datt, la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH,
                            NKV, HS);
     op->rope(b->dq, a->pos, m->inv_freq, N, NH, HS, 1);
@@ -230,6 +249,11 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     op->matmul_backward(b->dln, G(L->wq), G(L->bq), b->dq, la.ln1, L->wq, N, C, QD);
     op->matmul_backward(b->dln, G(L->wk), G(L->bk), b->dk, la.ln1, L->wk, N, C, KVD);
     op->matmul_backward(b->dln, G(L->wv), G(L->bv), b->dv, la.ln1, L->wv, N, C, KVD);
+    if (m->lora) { // LoRA
+        skpo_lora_bwd(m->lora, op, l, SKPO_LORA_Q, b->dln, b->dq, la.ln1, N);
+        skpo_lora_bwd(m->lora, op, l, SKPO_LORA_K, b->dln, b->dk, la.ln1, N);
+        skpo_lora_bwd(m->lora, op, l, SKPO_LORA_V, b->dln, b->dv, la.ln1, N);
+    }
     op->rmsnorm_backward(dx, G(L->ln1), b->dln, la.xin, L->ln1, la.rstd1, N, C); // dx is now d/dxin
 #undef G
 }
@@ -253,7 +277,7 @@ skpo_status model_cpu_train_backward(skpo_model *m, const float *dlogp, const fl
         .dh = falloc(N * F), .dgate = falloc(N * F), .dup = falloc(N * F),
     };
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l, dx, &b);
-    m->ops->embed_backward(model_grad_of(m, m->wte), dx, a->ids, (int)N, (int)C);
+    if (m->grad) m->ops->embed_backward(model_grad_of(m, m->wte), dx, a->ids, (int)N, (int)C); // frozen base (LoRA): none
     free(b.dq); free(b.dk); free(b.dv); free(b.datt); free(b.dh); free(b.dgate); free(b.dup);
     free(dlnf);
     free(dx);

@@ -320,7 +320,7 @@ static char *header_json(const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, s
     return s;
 }
 
-static skpo_status write_file(const char *path, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, skpo_err *err) {
+skpo_status skpo_st_write_file(const char *path, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, skpo_err *err) {
     size_t hlen;
     char *h = header_json(t, n, dtype, &hlen);
     skpo_afile af;
@@ -402,7 +402,7 @@ skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, 
     skpo_status s = SKPO_OK;
     if (nshards == 1) {
         char *p = skpo_path_join(dir, "model.safetensors");
-        s = write_file(p, t, n, dtype, err);
+        s = skpo_st_write_file(p, t, n, dtype, err);
         free(p);
         if (!s) remove_if_exists(dir, "model.safetensors.index.json");
     } else {
@@ -412,7 +412,7 @@ skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, 
             char fn[64];
             snprintf(fn, sizeof fn, "model-%05d-of-%05d.safetensors", k + 1, nshards);
             char *p = skpo_path_join(dir, fn);
-            s = write_file(p, t + i, j - i, dtype, err);
+            s = skpo_st_write_file(p, t + i, j - i, dtype, err);
             free(p);
             i = j;
         }

@@ -75,6 +75,9 @@ typedef struct skpo_st_wtensor {
 skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype,
                               size_t shard_bytes, skpo_err *err);
 
+// One file at path (atomically), every tensor in dtype (adapters: adapter_model.safetensors).
+skpo_status skpo_st_write_file(const char *path, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, skpo_err *err);
+
 // --- conversions ------------------------------------------------------------------
 
 float skpo_bf16_to_f32(uint16_t h);

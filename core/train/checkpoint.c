@@ -130,28 +130,21 @@ static skpo_status write_state(const char *dir, const skpo_trainer_state *st, sk
     return r;
 }
 
-skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
-                                 const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err) {
+// "<out>.tmp.<pid>", emptied and created; *base = out without trailing slashes.
+static skpo_status tmp_begin(const char *out, char **base, char **tmp, skpo_err *err) {
     size_t len = strlen(out);
     while (len > 1 && out[len - 1] == '/') len--;
-    char *base = skpo_xstrndup(out, len);
-    char *tmp = skpo_xmalloc(len + 32);
-    snprintf(tmp, len + 32, "%s.tmp.%ld", base, (long)getpid());
+    *base = skpo_xstrndup(out, len);
+    *tmp = skpo_xmalloc(len + 32);
+    snprintf(*tmp, len + 32, "%s.tmp.%ld", *base, (long)getpid());
     skpo_status s = SKPO_OK;
-    if (skpo_path_exists(tmp)) s = skpo_rm_rf(tmp, err);
-    if (!s) s = skpo_mkdir_p(tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
-    if (!s) s = skpo_model_sync_host(m, err);   // device weights -> host (a CPU model: nothing)
-    if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
-    if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
-    if (!s) {
-        skpo_param *p;
-        int np = skpo_model_params(m, &p);
-        SKPO_ASSERT(np == o->n);
-        char *op = skpo_path_join(tmp, SKPO_OPTIM_FILE);
-        s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
-        free(op);
-    }
-    if (!s) s = write_state(tmp, st, dtype, lr, src_dir, err);
+    if (skpo_path_exists(*tmp)) s = skpo_rm_rf(*tmp, err);
+    if (!s) s = skpo_mkdir_p(*tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
+    return s;
+}
+
+// Sync and swap tmp in for base (s == OK), else remove tmp; frees both.
+static skpo_status tmp_finish(skpo_status s, char *base, char *tmp, skpo_err *err) {
     if (!s) s = skpo_fsync_dir(tmp, err);
     if (!s) s = skpo_dir_replace(tmp, base, err);
     if (s) {
@@ -161,4 +154,41 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
     free(tmp);
     free(base);
     return s;
+}
+
+skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
+                                 const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err) {
+    char *base, *tmp;
+    skpo_status s = tmp_begin(out, &base, &tmp, err);
+    if (!s) s = skpo_model_sync_host(m, err);   // device weights -> host (a CPU model: nothing)
+    if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
+    if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
+    if (!s && o) {
+        skpo_param *p;
+        int np = skpo_model_params(m, &p);
+        SKPO_ASSERT(np == o->n);
+        char *op = skpo_path_join(tmp, SKPO_OPTIM_FILE);
+        s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
+        free(op);
+    }
+    if (!s && st) s = write_state(tmp, st, dtype, lr, src_dir, err);
+    return tmp_finish(s, base, tmp, err);
+}
+
+skpo_status skpo_checkpoint_save_adapter(const char *out, const char *src_dir, const char *base_model, skpo_lora *lo,
+                                         const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err) {
+    char *base, *tmp;
+    skpo_status s = tmp_begin(out, &base, &tmp, err);
+    if (!s) s = skpo_lora_save(lo, tmp, base_model, err);
+    if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
+    if (!s) {
+        skpo_param *p;
+        int np = skpo_lora_params(lo, &p);
+        SKPO_ASSERT(np == o->n);
+        char *op = skpo_path_join(tmp, SKPO_OPTIM_FILE);
+        s = skpo_optim_save(o, p, 0, op, err);   // adapters are float32: no master copy
+        free(op);
+    }
+    if (!s) s = write_state(tmp, st, SKPO_DT_F32, lr, src_dir, err);
+    return tmp_finish(s, base, tmp, err);
 }

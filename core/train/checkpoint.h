@@ -12,6 +12,9 @@
  *                         "optimizer_updates": T, "dtype": "...", "lr": ...,
  *                         "parent": the checkpoint it was trained from}
  *                        step = training steps completed (the step that wrote it)
+ * LoRA checkpoint (skpo_checkpoint_save_adapter): adapter_config.json +
+ *   adapter_model.safetensors instead of config.json + model.safetensors; the
+ *   rest as above, the base referenced by path, never copied.
  * Atomicity: everything is written into "<out>.tmp.<pid>" next to <out> (each
  * file fsynced), the folder is fsynced, then skpo_dir_replace() swaps it in;
  * a crash at any point leaves the previous <out> (or none) intact. A stale
@@ -22,6 +25,7 @@
 #define SKPO_CHECKPOINT_H
 
 #include "base/common.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "train/optim.h"
 #include "train/update.h"
@@ -53,5 +57,13 @@ int skpo_checkpoint_has_optim(const char *dir);
 // collective every rank calls) before the saving rank calls this.
 skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
                                  const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err);
+// (o and st may be NULL: a plain HF checkpoint, e.g. a merged adapter.)
+
+// A LoRA checkpoint: the PEFT adapter folder (lora.h) with base_model as its
+// base_model_name_or_path, tokenizer-side files from src_dir, optim.safetensors
+// (the adapter's AdamW moments) and trainer_state.json; the base weights are
+// never copied. Same atomic write as skpo_checkpoint_save.
+skpo_status skpo_checkpoint_save_adapter(const char *out, const char *src_dir, const char *base_model, skpo_lora *lo,
+                                         const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err);
 
 #endif

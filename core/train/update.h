@@ -37,27 +37,6 @@
 #include "train/optim.h"
 #include "record/record.h"
 
-// What the trainer needs from a model (skpo_policy_of_model in checkpoint.h
-// wraps core/model/model.h; tests plug in small exact models).
-typedef struct skpo_policy {
-    void *ctx;
-    // Training forward: per-token logp (and entropy, nullable) of seqs; keeps
-    // what backward needs.
-    skpo_status (*forward)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp,
-                           float *entropy, skpo_err *err);
-    // Accumulate parameter gradients from dL/dlogp (and dL/dH, nullable).
-    skpo_status (*backward)(void *ctx, const float *dlogp, const float *dentropy, skpo_err *err);
-    // Scoring only (no activations kept): used for --recompute-old.
-    skpo_status (*score)(void *ctx, const skpo_seq *seqs, int nseq, float temperature, float *logp, skpo_err *err);
-    void (*zero_grad)(void *ctx);
-    int (*params)(void *ctx, skpo_param **params);
-    // Optional (NULL: the params' host grads are the gradients). Set when the
-    // gradients live on a device: checks them there after each micro-batch,
-    // and skpo_update_grad then leaves them rank-local: the device optimizer
-    // (skpo_optim_to_device) reduces them inside skpo_optim_step (ZeRO-1).
-    int (*grads_finite)(void *ctx);
-} skpo_policy;
-
 typedef struct skpo_update_opts {
     skpo_loss_cfg loss;
     int sft;                // plain next-token cross-entropy

@@ -5,11 +5,12 @@
  * state is saved only after stdout (and --metrics) were written and closed
  * successfully, so a failed step leaves the previous state in force.
  */
-#include "rl/advantage.h"
 #include "base/cli.h"
 #include "base/common.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "record/record.h"
+#include "rl/advantage.h"
 #include "rl/tracker.h"
 
 #include <math.h>
@@ -162,7 +163,7 @@ int main(int argc, char **argv) {
     skpo_adv_model_ctx mctx = {0};
     if (a.model) {
         skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
-        if (skpo_model_load(a.model, &mo, &model, &err)) skpo_die("%s", err.msg);
+        if (skpo_lora_model_load(a.model, NULL, &mo, 1, &model, NULL, &err)) skpo_die("%s", err.msg); // LoRA folder: merged
         mctx = (skpo_adv_model_ctx){model, (float)a.temperature, 0};
         o.divergence = skpo_adv_model_divergence;
         o.div_ctx = &mctx;

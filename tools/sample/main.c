@@ -38,7 +38,8 @@ int main(int argc, char **argv) {
     sample_cfg c;
     sample_cfg_default(&c);
     const skpo_opt opts[] = {
-        {"model", 0, SKPO_OPT_STR, &c.ro.model_dir, 0, 0, "DIR", "checkpoint folder (config.json, safetensors)"},
+        {"model", 0, SKPO_OPT_STR, &c.ro.model_dir, 0, 0, "DIR", "checkpoint folder (config.json, safetensors; or a LoRA adapter folder)"},
+        {"adapter", 0, SKPO_OPT_STR, &c.ro.adapter, 0, 0, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"},
         {"prompts", 0, SKPO_OPT_STR, &c.prompts, 0, 0, "FILE", "prompt records"},
         {"tokenizer", 0, SKPO_OPT_STR, &c.ro.tok_dir, 0, 0, "DIR", "tokenizer.json folder (default: --model)"},
         {"no-text", 0, SKPO_OPT_FLAG, &c.ro.no_text, 0, 0, NULL, "no tokenizer: no `text`, EOS from config.json"},

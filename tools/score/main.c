@@ -9,6 +9,7 @@
  */
 #include "base/cli.h"
 #include "base/common.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "record/record.h"
 
@@ -88,11 +89,12 @@ static void score_stream(skpo_model *m, skpo_reader *rd, skpo_writer *w, const c
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *field = F_REF_LOGP, *device = NULL;
+    const char *dir = NULL, *field = F_REF_LOGP, *device = NULL, *adapter = NULL;
     double temp = 1.0;
     long max_tok = 8192, threads = 0;
     skpo_opt opts[] = {
-        {"model", 'm', SKPO_OPT_STR, &dir, 0, 0, "DIR", "checkpoint folder (config.json + safetensors)"},
+        {"model", 'm', SKPO_OPT_STR, &dir, 0, 0, "DIR", "checkpoint folder (config.json + safetensors; or a LoRA adapter folder)"},
+        {"adapter", 0, SKPO_OPT_STR, &adapter, 0, 0, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"},
         {"field", 0, SKPO_OPT_STR, &field, 0, 0, "NAME", "output field (default ref_logp)"},
         {"temperature", 't', SKPO_OPT_DOUBLE, &temp, 1e-6, 1e6, "T", "score softmax(logits / T) (default 1)"},
         {"batch-tokens", 0, SKPO_OPT_INT, &max_tok, 1, 1L << 30, "N", "tokens per scoring batch (default 8192)"},
@@ -111,7 +113,8 @@ int main(int argc, char **argv) {
     skpo_err err = {0};
     skpo_model *m;
     skpo_model_opts mo = {.threads = (int)threads};
-    if (skpo_device_parse(device, &mo.device, &err) || skpo_model_load(dir, &mo, &m, &err)) skpo_die("%s", err.msg);
+    if (skpo_device_parse(device, &mo.device, &err) || skpo_lora_model_load(dir, adapter, &mo, 1, &m, NULL, &err))
+        skpo_die("%s", err.msg);
     skpo_reader *rd;
     skpo_writer *w;
     if (skpo_reader_open(npos ? argv[1] : "-", &rd, &err) || skpo_writer_open_fd(1, 0, &w, &err))
@@ -119,6 +122,7 @@ int main(int argc, char **argv) {
     skpo_rec extra;
     skpo_rec_init(&extra);
     skpo_rec_set_str(&extra, "model", dir);
+    if (adapter) skpo_rec_set_str(&extra, "adapter", adapter);
     if (skpo_writer_meta(w, argc, all, &extra, &err)) skpo_die("%s", err.msg);
     skpo_rec_free(&extra);
     score_stream(m, rd, w, field, (float)temp, max_tok);

@@ -25,7 +25,8 @@ int main(int argc, char **argv) {
     splice_cfg c;
     splice_cfg_default(&c);
     const skpo_opt opts[] = {
-        {"model", 0, SKPO_OPT_STR, &c.ro.model_dir, 0, 0, "DIR", "checkpoint folder (config.json, safetensors)"},
+        {"model", 0, SKPO_OPT_STR, &c.ro.model_dir, 0, 0, "DIR", "checkpoint folder (config.json, safetensors; or a LoRA adapter folder)"},
+        {"adapter", 0, SKPO_OPT_STR, &c.ro.adapter, 0, 0, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"},
         {"group", 0, SKPO_OPT_INT, &c.group, 1, 4096, "G", "downstream rollouts per up record (default 8)"},
         {"layout", 0, SKPO_OPT_STR, &c.layout_s, 0, 0, "L", "skip = [s,q] (default); continual = [q,s]"},
         {"tokenizer", 0, SKPO_OPT_STR, &c.ro.tok_dir, 0, 0, "DIR", "tokenizer.json folder (default: --model)"},

@@ -42,6 +42,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     long minibatch = a->u.minibatch, warmup = a->a.warmup_steps, epochs = 1;
     a->threads = 0;
     a->zero = -1;
+    a->lora_alpha = NAN;
     const double B = 1e300;
     // NAN = not given: per-phase flags override the group flags, which override the defaults.
     double lo[SKPO_NPHASE] = {NAN, NAN, NAN}, hi[SKPO_NPHASE] = {NAN, NAN, NAN}, dual[SKPO_NPHASE] = {NAN, NAN, NAN};
@@ -100,6 +101,13 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"device", 0, SKPO_OPT_STR, &a->device, 0, 0, "cuda|cpu", "where to train (cuda when a GPU is visible)"},
         {"recompute", 0, SKPO_OPT_FLAG, &a->recompute, 0, 0, NULL, "cuda: keep layer inputs only, recompute in backward"},
         {"zero", 0, SKPO_OPT_INT, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"},
+        {"lora-rank", 0, SKPO_OPT_INT, &a->lora_rank, 1, 65536, "R", "train a LoRA adapter of rank R on a frozen base (off)"},
+        {"lora-alpha", 0, SKPO_OPT_DOUBLE, &a->lora_alpha, 1e-9, 1e9, "A", "LoRA scale alpha / R (32)"},
+        {"lora-targets", 0, SKPO_OPT_STR, &a->lora_targets, 0, 0, "LIST", "adapted projections (q,k,v,o,gate,up,down)"},
+        {"lora-dropout", 0, SKPO_OPT_DOUBLE, &a->lora_dropout, 0, 0.999, "P", "LoRA dropout (0; only 0 is implemented)"},
+        {"lora-seed", 0, SKPO_OPT_INT, &a->lora_seed, 0, 1e18, "N", "seed of a new adapter's A (0)"},
+        {"adapter", 0, SKPO_OPT_STR, &a->adapter, 0, 0, "DIR", "continue training this PEFT adapter on the base --model"},
+        {"merge-adapter", 0, SKPO_OPT_FLAG, &a->merge_adapter, 0, 0, NULL, "write --model's adapter merged into its base to --out; no training"},
         // Other spellings callers use (pipelines/common.sh on main).
         {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
         {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
@@ -110,6 +118,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     if (!a->model || !a->out) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
     a->input = npos ? argv[1] : "-";
+    if (a->lora_dropout != 0) skpo_cli_usage_error(SYNOPSIS, "--lora-dropout %g: only 0 is implemented", a->lora_dropout);
+    if (a->merge_adapter && (a->lora_rank || a->resume))
+        skpo_cli_usage_error(SYNOPSIS, "--merge-adapter trains nothing: no --lora-rank or --resume");
     if (a->resume && a->fresh_optimizer) skpo_cli_usage_error(SYNOPSIS, "--resume and --fresh-optimizer exclude each other");
     a->u.minibatch = (int)minibatch;
     a->u.epochs = (int)epochs;

@@ -15,6 +15,7 @@ int main(int argc, char **argv) {
     upd_args a;
     upd_parse_args(&a, argc, argv);
     upd_bind_device(&a);
+    if (a.merge_adapter) upd_lora_merge_and_exit(&a);   // LoRA: no records, no training
     double t0 = skpo_now();
     skpo_err e = {0};
     skpo_comm *c = NULL;
@@ -25,21 +26,24 @@ int main(int argc, char **argv) {
     upd_read_records(c, a.input, &recs, &n);
     skpo_model *m;
     skpo_optim *o;
-    upd_load(c, &a, &m, &o, &a.u.step);
+    if (upd_lora_wanted(&a)) upd_lora_load(c, &a, &m, &o, &a.u.step);   // LoRA: frozen base + adapter
+    else upd_load(c, &a, &m, &o, &a.u.step);
     skpo_comm *nc = NULL;   // NCCL, for device gradients over several GPUs
-    upd_to_device(c, &a, m, o, &nc);
+    if (!a.lora) upd_to_device(c, &a, m, o, &nc);   // LoRA: the adapter's AdamW stays on the host
     skpo_batch *b = NULL;
     upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
     int nmb = skpo_batch_minibatches(b) * a.u.epochs;
     if (nmb == 0 && c->rank == 0) skpo_warn("no trained records (kinds up, down, full): writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
-    skpo_policy pol = skpo_policy_of_model(m);
+    skpo_policy pol = a.lora ? skpo_policy_of_lora(m, a.lora) : skpo_policy_of_model(m);
     upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &a.u, met, &e), &e);
     upd_check(c, skpo_optim_from_device(o, &e), &e);   // moments to rank 0's host for the save
     // Only rank 0 writes; the others wait to hear whether it worked.
     skpo_trainer_state ts = {a.u.step, o->t};
     skpo_status st = SKPO_OK;
-    if (c->rank == 0)
+    if (c->rank == 0 && a.lora)   // LoRA: the adapter only, the base by reference
+        st = skpo_checkpoint_save_adapter(a.out, a.model, a.lora_base, a.lora, o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
+    else if (c->rank == 0)
         st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
     upd_check(c, st, &e);
     upd_report(c, &a, argc, orig, met, nmb, b, skpo_now() - t0);
@@ -49,6 +53,8 @@ int main(int argc, char **argv) {
     skpo_optim_free(o);
     skpo_comm_free(nc);   // before the model: it shares the model's device context
     skpo_model_free(m);
+    skpo_lora_free(a.lora);
+    free(a.lora_base);
     skpo_recs_free(recs, n);
     upd_comm_close(c, ccu);
     return SKPO_EXIT_OK;

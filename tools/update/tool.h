@@ -23,10 +23,32 @@ typedef struct upd_args {
     int recompute;        // --recompute: per-layer activation recomputation (cuda)
     long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
     skpo_device dev;      // resolved by upd_bind_device
+    // LoRA (lora.c here, core/lora.h)
+    long lora_rank;       // 0 = not given
+    double lora_alpha;    // NAN = not given (32)
+    const char *lora_targets;   // NULL = not given (all seven)
+    double lora_dropout;
+    long lora_seed;
+    const char *adapter;  // --adapter DIR: start from this adapter on the base --model
+    int merge_adapter;    // --merge-adapter: write base + adapter merged to --out, no training
+    skpo_lora *lora;      // the trained adapter (NULL: full fine-tuning)
+    char *lora_base;      // absolute path of the frozen base the adapter belongs to
 } upd_args;
 
 // Parse argv (exits 2 on a usage error, 0 after --help).
 void upd_parse_args(upd_args *a, int argc, char **argv);
+
+// --- lora.c --------------------------------------------------------------------
+
+// Is this run a LoRA run (--lora-rank, --adapter, or --model is an adapter folder)?
+int upd_lora_wanted(const upd_args *a);
+// LoRA's upd_load: the frozen base (no gradients) on a->dev, the adapter
+// (continued from --model / --adapter, else new from --lora-*), attached,
+// and AdamW over the adapter's tensors (state continued from the adapter's
+// folder unless --fresh-optimizer). Sets a->lora and a->lora_base.
+void upd_lora_load(skpo_comm *c, upd_args *a, skpo_model **m, skpo_optim **o, int64_t *step);
+// --merge-adapter: write --out as a plain HF checkpoint of base + adapter, then exit.
+void upd_lora_merge_and_exit(upd_args *a);
 
 // --- run.c ---------------------------------------------------------------------
 
