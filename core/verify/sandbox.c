@@ -328,7 +328,7 @@ static void slot_read(const skpo_sandbox *sb, slot *s, int k) {
                 slot_kill(s, SKPO_SB_OUTPUT);
                 return;
             }
-            if (n >= ERR_KEEP) { memcpy(chunk, chunk + n - ERR_KEEP, ERR_KEEP); n = ERR_KEEP; }
+            if (n >= ERR_KEEP) { memmove(chunk, chunk + n - ERR_KEEP, ERR_KEEP); n = ERR_KEEP; }
             if (*len + n > ERR_KEEP) {
                 size_t drop = *len + n - ERR_KEEP;
                 memmove(*buf, *buf + drop, *len - drop);
