@@ -87,13 +87,13 @@ stage_advantage() {
   skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" \
     $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
     ${RHO_RESCORE:+--model "$CK" --temperature "$TEMPERATURE"} \
-    --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --eps "$PRIO_EPS" --len-init "$LQ_INIT" \
+    --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT" \
     --metrics "$TMPD/metrics.msgpack.zst" "$@"
 }
 stage_update() { # [extra flags]
   skpo-update --model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP" \
-    --minibatch "$MINIBATCH" --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
-    --beta1 "$BETA1" --beta2 "$BETA2" --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --epochs "$EPOCHS" \
+    --minibatch "$MINIBATCH" --lr "$LR" --warmup-steps "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
+    --beta1 "$BETA1" --beta2 "$BETA2" --adam-eps "$ADAM_EPS" --max-grad-norm "$GRAD_CLIP" --epochs "$EPOCHS" \
     --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
     ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) \
     ${LORA_RANK:+--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED"} "$@"

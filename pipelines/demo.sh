@@ -53,7 +53,7 @@ if [ ! -f "$DIR/sft/config.json" ]; then
   skpo-init --config "$MODEL_CONFIG" --tokenizer "$TOK" --seed "$SEED" --out "$DIR/init" 2>"$DIR/init.log" ||
     { cat "$DIR/init.log" >&2; die "demo: skpo-init failed"; }
   stamp "init: $(tail -n 1 "$DIR/init.log" | sed 's/^skpo-init: //')"
-  skpo-update --loss sft --model "$DIR/init" --out "$DIR/sft" --lr "$SFT_LR" --warmup 0 --weight-decay 0 \
+  skpo-update --loss sft --model "$DIR/init" --out "$DIR/sft" --lr "$SFT_LR" --warmup-steps 0 --weight-decay 0 \
       --minibatch "$SFT_MINIBATCH" ${THREADS:+--threads "$THREADS"} "$DIR/data/sft.msgpack.zst" 2>"$DIR/sft.log" ||
     { cat "$DIR/sft.log" >&2; die "demo: SFT failed"; }
   stamp "sft: $(tail -n 1 "$DIR/sft.log" | sed 's/^skpo-update: //')"

@@ -4,6 +4,7 @@
 #include "base/cli.h"
 #include "base/common.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,13 @@ static void print_help(const char *synopsis, const char *about, const skpo_opt *
     printf("usage: %s %s\n", skpo_progname(), synopsis);
     if (about && *about) printf("\n%s\n", about);
     printf("\noptions:\n");
-    for (const skpo_opt *o = opts; o && o->type != SKPO_OPT_END; o++) {
+    for (const skpo_opt *o = opts; o && o->type != SKPO_OPTT_END; o++) {
+        if (o->type == SKPO_OPTT_ALIAS) continue;
         char left[80];
         int n = 0;
         if (o->shortname) n = snprintf(left, sizeof left, "-%c, ", o->shortname);
         else n = snprintf(left, sizeof left, "    ");
-        if (o->type == SKPO_OPT_FLAG) snprintf(left + n, sizeof left - (size_t)n, "--%s", o->name);
+        if (o->type == SKPO_OPTT_FLAG) snprintf(left + n, sizeof left - (size_t)n, "--%s", o->name);
         else snprintf(left + n, sizeof left - (size_t)n, "--%s %s", o->name, o->arg ? o->arg : "X");
         printf("  %-28s %s\n", left, o->help ? o->help : "");
     }
@@ -36,9 +38,14 @@ void skpo_cli_usage_error(const char *synopsis, const char *fmt, ...) {
 }
 
 static const skpo_opt *find(const skpo_opt *opts, const char *name, size_t len, char sh) {
-    for (const skpo_opt *o = opts; o && o->type != SKPO_OPT_END; o++) {
+    for (const skpo_opt *o = opts; o && o->type != SKPO_OPTT_END; o++) {
         if (sh && o->shortname == sh) return o;
-        if (!sh && strlen(o->name) == len && !strncmp(o->name, name, len)) return o;
+        if (!sh && strlen(o->name) == len && !strncmp(o->name, name, len)) {
+            if (o->type != SKPO_OPTT_ALIAS) return o;
+            const skpo_opt *to = find(opts, o->arg, strlen(o->arg), 0);
+            SKPO_ASSERT(to && to->type != SKPO_OPTT_ALIAS);
+            return to;
+        }
     }
     return NULL;
 }
@@ -46,17 +53,23 @@ static const skpo_opt *find(const skpo_opt *opts, const char *name, size_t len, 
 // Store val into o's destination. Returns 0, or 1 with a usage message in msg.
 static int set(const skpo_opt *o, const char *val, char *msg, size_t cap) {
     switch (o->type) {
-    case SKPO_OPT_FLAG: *(int *)o->dest = 1; break;
-    case SKPO_OPT_INT: {
+    case SKPO_OPTT_FLAG: *(int *)o->dest = 1; break;
+    case SKPO_OPTT_INT:
+    case SKPO_OPTT_LONG: {
         long v;
         if (skpo_parse_long(val, (long)o->min, (long)o->max, &v)) {
             snprintf(msg, cap, "--%s: '%s' is not an integer in [%ld, %ld]", o->name, val, (long)o->min, (long)o->max);
             return 1;
         }
-        *(long *)o->dest = v;
+        if (o->type == SKPO_OPTT_INT) {
+            SKPO_ASSERT(o->min >= INT_MIN && o->max <= INT_MAX); // the table's range fits the int field
+            *(int *)o->dest = (int)v;
+        } else {
+            *(long *)o->dest = v;
+        }
         break;
     }
-    case SKPO_OPT_DOUBLE: {
+    case SKPO_OPTT_DOUBLE: {
         double v;
         if (skpo_parse_double(val, o->min, o->max, &v)) {
             snprintf(msg, cap, "--%s: '%s' is not a number in [%g, %g]", o->name, val, o->min, o->max);
@@ -65,8 +78,8 @@ static int set(const skpo_opt *o, const char *val, char *msg, size_t cap) {
         *(double *)o->dest = v;
         break;
     }
-    case SKPO_OPT_STR: *(const char **)o->dest = val; break;
-    case SKPO_OPT_LIST: {
+    case SKPO_OPTT_STR: *(const char **)o->dest = val; break;
+    case SKPO_OPTT_LIST: {
         skpo_strlist *l = o->dest;
         if (l->n >= (int)(sizeof l->v / sizeof l->v[0])) {
             snprintf(msg, cap, "--%s: too many values", o->name);
@@ -75,31 +88,27 @@ static int set(const skpo_opt *o, const char *val, char *msg, size_t cap) {
         l->v[l->n++] = val;
         break;
     }
-    case SKPO_OPT_END: break;
+    case SKPO_OPTT_ALIAS:
+    case SKPO_OPTT_END: break;
     }
     return 0;
 }
 
-int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv) {
-    // argv is permuted, never shortened (GNU getopt style): positional
-    // arguments first, then every option word in its original order, so
-    // argc/argv still hold the whole command line (provenance records use it).
-    // Work arrays are freed before any exit so LeakSanitizer stays quiet.
-    int npos = 0, nrest = 0;
-    char **pos = skpo_xcalloc(2 * ((size_t)argc + 1), sizeof *pos);
-    char **rest = pos + argc + 1;
+int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv,
+                   const char **pos) {
+    // argv is only read: option values are pointers into it, positional
+    // words are collected in pos.
+    int npos = 0, only_pos = 0;
     char msg[512];
-    int only_pos = 0;
     for (int i = 1; i < argc; i++) {
-        char *a = argv[i];
+        const char *a = argv[i];
         if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
+            if (!pos) { snprintf(msg, sizeof msg, "unexpected argument '%s'", a); goto usage; }
             pos[npos++] = a;
             continue;
         }
-        rest[nrest++] = a;
         if (!strcmp(a, "--")) { only_pos = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            free(pos);
             print_help(synopsis, about, opts);
             exit(SKPO_EXIT_OK);
         }
@@ -115,20 +124,15 @@ int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts
             o = a[2] ? NULL : find(opts, NULL, 0, a[1]);
             if (!o) { snprintf(msg, sizeof msg, "unknown option '%s'", a); goto usage; }
         }
-        if (o->type == SKPO_OPT_FLAG) {
+        if (o->type == SKPO_OPTT_FLAG) {
             if (val) { snprintf(msg, sizeof msg, "--%s takes no value", o->name); goto usage; }
         } else if (!val) {
             if (i + 1 >= argc) { snprintf(msg, sizeof msg, "--%s needs a value", o->name); goto usage; }
             val = argv[++i];
-            rest[nrest++] = argv[i];
         }
         if (set(o, val, msg, sizeof msg)) goto usage;
     }
-    for (int i = 0; i < npos; i++) argv[1 + i] = pos[i];
-    for (int i = 0; i < nrest; i++) argv[1 + npos + i] = rest[i];
-    free(pos);
     return npos;
 usage:
-    free(pos);
     skpo_cli_usage_error(synopsis, "%s", msg);
 }

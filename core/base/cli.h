@@ -9,12 +9,14 @@
 #define SKPO_CLI_H
 
 typedef enum skpo_opt_type {
-    SKPO_OPT_END = 0,
-    SKPO_OPT_FLAG,    // dest: int*, set to 1
-    SKPO_OPT_INT,     // dest: long*, range [min, max]
-    SKPO_OPT_DOUBLE,  // dest: double*, range [min, max]
-    SKPO_OPT_STR,     // dest: const char**
-    SKPO_OPT_LIST,    // dest: skpo_strlist*, repeatable
+    SKPO_OPTT_END = 0,
+    SKPO_OPTT_FLAG,    // dest: int*, set to 1
+    SKPO_OPTT_INT,     // dest: int*, range [min, max]
+    SKPO_OPTT_LONG,    // dest: long*, range [min, max]
+    SKPO_OPTT_DOUBLE,  // dest: double*, range [min, max]
+    SKPO_OPTT_STR,     // dest: const char**
+    SKPO_OPTT_LIST,    // dest: skpo_strlist*, repeatable
+    SKPO_OPTT_ALIAS,   // a deprecated spelling of the option named by `arg` (hidden from --help)
 } skpo_opt_type;
 
 typedef struct skpo_strlist {
@@ -27,17 +29,40 @@ typedef struct skpo_opt {
     char shortname;    // 0 for none
     skpo_opt_type type;
     void *dest;
-    double min, max;   // inclusive range for INT/DOUBLE
-    const char *arg;   // metavariable shown in help ("N", "DIR")
+    double min, max;   // inclusive range for INT/LONG/DOUBLE
+    const char *arg;   // metavariable shown in help ("N", "DIR"); ALIAS: the option it spells
     const char *help;  // one line
 } skpo_opt;
 
-// Parse argv. `synopsis` is the usage line(s) after the tool name, e.g.
-// "[--head N] [FILE...]"; `about` is a one-paragraph description printed by
-// --help. argv is permuted (never shortened): positional arguments move to
-// argv[1..n] in order, followed by the option words, so argc/argv stay the
-// whole command line. Returns n. Exits on --help or a usage error.
-int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv);
+// Rows of an option table, one macro per destination type. The destination's
+// C type is checked at compile time (_Generic): SKPO_OPT_INT takes an int*,
+// SKPO_OPT_LONG a long*, and so on, so a row can only write the field it
+// names, with no shadow copy. (A row written as a brace list with the old
+// enum names does not compile: rewrite it with these macros.)
+#define SKPO_OPT_DEST_(T, p) _Generic((p), T: (void *)(p))
+#define SKPO_OPT_FLAG(name, sh, dest, help) {name, sh, SKPO_OPTT_FLAG, SKPO_OPT_DEST_(int *, dest), 0, 0, 0, help}
+#define SKPO_OPT_INT(name, sh, dest, lo, hi, arg, help) \
+    {name, sh, SKPO_OPTT_INT, SKPO_OPT_DEST_(int *, dest), lo, hi, arg, help}
+#define SKPO_OPT_LONG(name, sh, dest, lo, hi, arg, help) \
+    {name, sh, SKPO_OPTT_LONG, SKPO_OPT_DEST_(long *, dest), lo, hi, arg, help}
+#define SKPO_OPT_DOUBLE(name, sh, dest, lo, hi, arg, help) \
+    {name, sh, SKPO_OPTT_DOUBLE, SKPO_OPT_DEST_(double *, dest), lo, hi, arg, help}
+#define SKPO_OPT_STR(name, sh, dest, arg, help) {name, sh, SKPO_OPTT_STR, SKPO_OPT_DEST_(const char **, dest), 0, 0, arg, help}
+#define SKPO_OPT_LIST(name, sh, dest, arg, help) \
+    {name, sh, SKPO_OPTT_LIST, SKPO_OPT_DEST_(skpo_strlist *, dest), 0, 0, arg, help}
+// --old is accepted as another spelling of --name (kept for one release; not in --help).
+#define SKPO_OPT_ALIAS(old, name) {old, 0, SKPO_OPTT_ALIAS, 0, 0, 0, name, 0}
+#define SKPO_OPT_END {0}
+
+// Parse argv (left untouched: provenance records keep the whole command line).
+// `synopsis` is the usage line(s) after the tool name, e.g. "[--head N]
+// [FILE...]"; `about` is a one-paragraph description printed by --help. The
+// positional words (in order; everything after "--" is positional) go to
+// pos, which has room for argc entries; pos == NULL means the tool takes none
+// and a positional word is a usage error. Returns their count. Exits on
+// --help or a usage error.
+int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv,
+                   const char **pos);
 
 // Usage error: prints "prog: msg" and the synopsis, exits 2.
 void skpo_cli_usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));

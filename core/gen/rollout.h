@@ -12,10 +12,14 @@
 #ifndef SKPO_ROLLOUT_H
 #define SKPO_ROLLOUT_H
 
+#include "base/cli.h"
 #include "gen/generate.h"
 #include "model/model.h"
 #include "record/record.h"
 #include "tokenizer/tokenizer.h"
+
+#include <float.h>
+#include <limits.h>
 
 typedef struct skpo_rollout_opts {
     const char *model_dir;      // a checkpoint, or a LoRA adapter folder (its base is loaded, lora.h)
@@ -32,6 +36,22 @@ typedef struct skpo_rollout_opts {
     const char *const *stops;   // (n_stops)
     int n_stops;
 } skpo_rollout_opts;
+
+// The option rows of every tool that samples (skpo-sample, skpo-splice), each
+// writing straight into the skpo_rollout_opts `ro` (base/cli.h row macros).
+#define SKPO_ROLLOUT_OPT_ROWS(ro)                                                                                      \
+    SKPO_OPT_STR("model", 0, &(ro).model_dir, "DIR", "checkpoint folder (config.json, safetensors; or a LoRA adapter folder)"), \
+    SKPO_OPT_STR("adapter", 0, &(ro).adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),      \
+    SKPO_OPT_STR("tokenizer", 0, &(ro).tok_dir, "DIR", "tokenizer.json folder (default: --model)"),                    \
+    SKPO_OPT_FLAG("no-text", 0, &(ro).no_text, "no tokenizer: no `text`, EOS from config.json"),                     \
+    SKPO_OPT_INT("batch", 0, &(ro).batch, 1, 65536, "N", "sequences generated at once (default 64)"),                  \
+    SKPO_OPT_DOUBLE("temperature", 0, &(ro).sample.temperature, 0, 100, "T", "0 = greedy (default 1.0)"),              \
+    SKPO_OPT_DOUBLE("top-p", 0, &(ro).sample.top_p, DBL_MIN, 1, "P", "nucleus mass (default 1.0 = off)"),             \
+    SKPO_OPT_INT("top-k", 0, &(ro).sample.top_k, 0, INT_MAX, "K", "keep the K most likely (default 0 = off)"),         \
+    SKPO_OPT_LONG("max-tokens", 0, &(ro).max_tokens, 1, INT_MAX, "N", "new tokens per response (default 3072)"),       \
+    SKPO_OPT_LONG("kv-tokens", 0, &(ro).kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"),     \
+    SKPO_OPT_INT("threads", 0, &(ro).threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"),                        \
+    SKPO_OPT_STR("device", 0, &(ro).device, "cuda|cpu", "compute device (default: cuda when a GPU is visible)")
 
 typedef struct skpo_rollout {
     skpo_model *model;

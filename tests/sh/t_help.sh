@@ -92,9 +92,9 @@ skpo-advantage rho-min -0.1
 skpo-advantage rho-max 1.5
 skpo-advantage tau 0
 skpo-advantage tau -8
-skpo-advantage eps -0.05
+skpo-advantage prio-eps -0.05
 skpo-advantage temperature 0
-skpo-advantage len-init 0
+skpo-advantage lq-init 0
 skpo-advantage w-up -0.5
 skpo-update lr -1e-6
 skpo-update beta1 1

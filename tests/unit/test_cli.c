@@ -1,32 +1,38 @@
-// test_cli.c - option parsing keeps argv whole and puts positionals first.
+// test_cli.c - option parsing: argv is left as typed, positionals come back in
+// order, typed rows write their own field type, aliases and ranges.
 #include "harness.h"
 #include "base/cli.h"
 
 #include <string.h>
 
-static void parse_puts_positionals_first_and_keeps_every_word(void) {
+static void parse_leaves_argv_whole_and_returns_positionals_in_order(void) {
     long n = 0;
+    int k = 0, f = 0;
     double t = 0;
     const char *s = NULL;
-    int f = 0;
     skpo_opt opts[] = {
-        {"num", 'n', SKPO_OPT_INT, &n, 0, 100, "N", "a number"},
-        {"temp", 0, SKPO_OPT_DOUBLE, &t, 0, 2, "T", "a float"},
-        {"name", 0, SKPO_OPT_STR, &s, 0, 0, "S", "a string"},
-        {"flag", 0, SKPO_OPT_FLAG, &f, 0, 0, NULL, "a flag"},
-        {0},
+        SKPO_OPT_LONG("num", 'n', &n, 0, 100, "N", "a number"),
+        SKPO_OPT_INT("k", 0, &k, -5, 5, "K", "a small int"),
+        SKPO_OPT_DOUBLE("temp", 0, &t, 0, 2, "T", "a float"),
+        SKPO_OPT_STR("name", 0, &s, "S", "a string"),
+        SKPO_OPT_FLAG("flag", 0, &f, "a flag"),
+        SKPO_OPT_ALIAS("old-temp", "temp"),
+        SKPO_OPT_END,
     };
-    char *argv[] = {"prog", "a.txt", "--num", "7", "--temp=0.5", "b.txt", "--flag", "--name", "x", "--", "-c", NULL};
-    int argc = 11;
-    int np = skpo_cli_parse("[opts] FILE...", "", opts, argc, argv);
+    char *argv[] = {"prog", "a.txt", "--num", "7", "--old-temp=0.5", "b.txt", "--flag", "--k", "-3", "--name", "x",
+                    "--", "-c", NULL};
+    int argc = 13;
+    char *copy[14];
+    memcpy(copy, argv, sizeof copy);
+    const char *pos[13];
+    int np = skpo_cli_parse("[opts] FILE...", "", opts, argc, argv, pos);
     CHECK(np == 3);
-    CHECK(!strcmp(argv[1], "a.txt") && !strcmp(argv[2], "b.txt") && !strcmp(argv[3], "-c"));
-    CHECK(n == 7 && t == 0.5 && f == 1 && s && !strcmp(s, "x"));
-    for (int i = 0; i < argc; i++) CHECK(argv[i] != NULL);  // nothing lost: provenance still sees every word
-    CHECK(argv[argc] == NULL);
+    CHECK(!strcmp(pos[0], "a.txt") && !strcmp(pos[1], "b.txt") && !strcmp(pos[2], "-c"));
+    CHECK(n == 7 && k == -3 && t == 0.5 && f == 1 && s && !strcmp(s, "x"));
+    for (int i = 0; i <= argc; i++) CHECK(argv[i] == copy[i]);  // argv untouched: provenance sees it as typed
 }
 
 int main(void) {
-    RUN(parse_puts_positionals_first_and_keeps_every_word);
+    RUN(parse_leaves_argv_whole_and_returns_positionals_in_order);
     return TEST_SUMMARY();
 }

@@ -20,7 +20,7 @@
 
 static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
-    "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--eps E] [--len-init L]\n"
+    "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
@@ -41,29 +41,32 @@ static void parse(int argc, char **argv, args *a) {
     *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0, .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
     const skpo_opt opts[] = {
-        {"mode", 0, SKPO_OPT_STR, &a->mode, 0, 0, "MODE", "skpo, grpo, drgrpo, dapo or spo"},
-        {"state", 0, SKPO_OPT_STR, &a->state, 0, 0, "DIR", "tracker state folder (created on first use)"},
-        {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "checkpoint that sampled this step: measure D for rho"},
-        {"temperature", 0, SKPO_OPT_DOUBLE, &a->temperature, 1e-6, 100, "T", "sampling temperature of the stored log-probs (default 1)"},
-        {"step", 0, SKPO_OPT_INT, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"},
-        {"group", 0, SKPO_OPT_INT, &a->group, 1, 65536, "G", "records per group (default 8)"},
-        {"w-up", 0, SKPO_OPT_DOUBLE, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"},
-        {"w-down", 0, SKPO_OPT_DOUBLE, &a->w_down, 0, 1e6, "W", "downstream loss weight in skpo mode (default 0.5)"},
-        {"reward-up", 0, SKPO_OPT_STR, &a->reward_up, 0, 0, "mc|self",
-         "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"},
-        {"norm-down", 0, SKPO_OPT_FLAG, &a->norm_down, 0, 0, NULL, "batch-normalise downstream advantages too (docs/algorithm.md Q4)"},
-        {"tau", 0, SKPO_OPT_DOUBLE, &a->tau, 1e-12, 1e12, "T", "rho half-life: rho = 2^(-D/T) (default 8.0; SPO code: 0.06)"},
-        {"rho-min", 0, SKPO_OPT_DOUBLE, &a->rho_min, 1e-6, 1, "R", "lower clamp of rho (default 0.875)"},
-        {"rho-max", 0, SKPO_OPT_DOUBLE, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"},
-        {"eps", 0, SKPO_OPT_DOUBLE, &a->eps, 0, 1e6, "E", "prioritized-sampling weight floor (default 0.05)"},
-        {"len-init", 0, SKPO_OPT_DOUBLE, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"},
-        {"summary", 0, SKPO_OPT_FLAG, &a->summary, 0, 0, NULL, "print the metrics as one key=value line on stderr"},
-        {"metrics", 0, SKPO_OPT_STR, &a->metrics, 0, 0, "FILE", "also append the metrics record to FILE"},
+        SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo or spo"),
+        SKPO_OPT_STR("state", 0, &a->state, "DIR", "tracker state folder (created on first use)"),
+        SKPO_OPT_STR("model", 0, &a->model, "DIR", "checkpoint that sampled this step: measure D for rho"),
+        SKPO_OPT_DOUBLE("temperature", 0, &a->temperature, 1e-6, 100, "T", "sampling temperature of the stored log-probs (default 1)"),
+        SKPO_OPT_LONG("step", 0, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"),
+        SKPO_OPT_LONG("group", 0, &a->group, 1, 65536, "G", "records per group (default 8)"),
+        SKPO_OPT_DOUBLE("w-up", 0, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"),
+        SKPO_OPT_DOUBLE("w-down", 0, &a->w_down, 0, 1e6, "W", "downstream loss weight in skpo mode (default 0.5)"),
+        SKPO_OPT_FLAG("norm-down", 0, &a->norm_down, "batch-normalise downstream advantages too (docs/algorithm.md Q4)"),
+        SKPO_OPT_DOUBLE("tau", 0, &a->tau, 1e-12, 1e12, "T", "rho half-life: rho = 2^(-D/T) (default 8.0; SPO code: 0.06)"),
+        SKPO_OPT_DOUBLE("rho-min", 0, &a->rho_min, 1e-6, 1, "R", "lower clamp of rho (default 0.875)"),
+        SKPO_OPT_DOUBLE("rho-max", 0, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"),
+        SKPO_OPT_DOUBLE("prio-eps", 0, &a->eps, 0, 1e6, "E", "prioritized-sampling weight floor (default 0.05)"),
+        SKPO_OPT_DOUBLE("lq-init", 0, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"),
+        SKPO_OPT_ALIAS("eps", "prio-eps"),       // deprecated spellings (one release)
+        SKPO_OPT_ALIAS("len-init", "lq-init"),
+        SKPO_OPT_FLAG("summary", 0, &a->summary, "print the metrics as one key=value line on stderr"),
+        SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "also append the metrics record to FILE"),
+        SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
         {0},
     };
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
-    if (npos == 1) a->input = argv[1];
+    if (npos == 1) a->input = pos[0];
+    free(pos);
     if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
 }
 
@@ -145,9 +148,6 @@ static void append_metrics(const char *path, const skpo_rec *metrics) {
 }
 
 int main(int argc, char **argv) {
-    // skpo_cli_parse reorders argv; the meta record wants it as typed
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
     args a;
     parse(argc, argv, &a);
     skpo_adv_opts o;
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     int64_t dropped;
     if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
-    write_out(argc, orig, recs, n, keep, &metrics);
+    write_out(argc, argv, recs, n, keep, &metrics);
     // before stdout's EOF, so a consumer appending to the same file (skpo-update
     // writes its metrics after reading everything) never races this append
     if (a.metrics) append_metrics(a.metrics, &metrics);
@@ -190,6 +190,5 @@ int main(int argc, char **argv) {
     skpo_rec_free(&metrics);
     skpo_recs_free(recs, n);
     free(keep);
-    free(orig);
     return 0;
 }

@@ -75,22 +75,21 @@ int main(int argc, char **argv) {
     const char *ks_s = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096";
     int records = 0;
     const skpo_opt opts[] = {
-        {"k", 0, SKPO_OPT_STR, &ks_s, 0, 0, "LIST", "signs: estimate sizes k (default powers of 2 up to N/2)"},
-        {"records", 0, SKPO_OPT_FLAG, &records, 0, 0, NULL, "metrics records on stdout, table on stderr"},
+        SKPO_OPT_STR("k", 0, &ks_s, "LIST", "signs: estimate sizes k (default powers of 2 up to N/2)"),
+        SKPO_OPT_FLAG("records", 0, &records, "metrics records on stdout, table on stderr"),
         {0},
     };
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // parsing reorders argv; meta keeps it whole
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     if (npos < 1) skpo_cli_usage_error(synopsis, "which analysis: signs, shortcut or implicit");
-    const char *what = argv[1];
+    const char *what = pos[0];
     long ks[64];
     int nks = parse_ks(ks_s, ks, 64);
     if (strcmp(what, "signs") && strcmp(what, "shortcut") && strcmp(what, "implicit"))
         skpo_cli_usage_error(synopsis, "'%s' is not signs, shortcut or implicit", what);
     prefixes ps = {0};
     if (npos == 1) prefixes_read(&ps, "-");
-    for (int i = 2; i <= npos; i++) prefixes_read(&ps, argv[i]);
+    for (int i = 1; i < npos; i++) prefixes_read(&ps, pos[i]);
     if (ps.n == 0) skpo_die("no down records of cut segments in the input");
     rows t = {0};
     if (!strcmp(what, "signs")) analyze_signs(&ps, ks, nks, &t);
@@ -99,10 +98,10 @@ int main(int argc, char **argv) {
     if (t.n == 0) skpo_die("%s: no group had enough data (signs needs >= 2 segments with >= 2 continuations; implicit >= 2 labels)", what);
     rows_sort(&t);
     print_rows(records ? stderr : stdout, &t);
-    if (records) put_rows(&t, argc, orig);
+    if (records) put_rows(&t, argc, argv);
     skpo_close_stdout_or_die();
     rows_free(&t);
     prefixes_free(&ps);
-    free(orig);
+    free(pos);
     return SKPO_EXIT_OK;
 }

@@ -14,7 +14,7 @@
 // --- input: several files (or "-") read one after another ------------------------
 
 typedef struct cat_in {
-    char **paths;
+    const char **paths;
     int npaths, cur;
     bool json;          // inputs are JSON lines (--pack)
     bool live;          // some input is not a regular file: flush per record
@@ -26,7 +26,7 @@ typedef struct cat_in {
 } cat_in;
 
 // Opens lazily; paths must outlive the cat_in.
-void cat_in_init(cat_in *in, char **paths, int n, bool json);
+void cat_in_init(cat_in *in, const char **paths, int n, bool json);
 // Next record, or false at the end of the last input. Dies on bad input with
 // "skpo-cat: <what> at record N (byte offset B)" (or "at line N" for JSON).
 bool cat_in_next(cat_in *in, skpo_rec *r);

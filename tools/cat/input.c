@@ -16,7 +16,7 @@ static bool is_regular(int fd) {
     return fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-void cat_in_init(cat_in *in, char **paths, int n, bool json) {
+void cat_in_init(cat_in *in, const char **paths, int n, bool json) {
     memset(in, 0, sizeof *in);
     in->paths = paths;
     in->npaths = n;

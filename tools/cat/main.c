@@ -139,23 +139,24 @@ static void open_pack(cat_out *out, int argc, char **argv) {
 int main(int argc, char **argv) {
     cat_opts o = {.head = -1};
     const skpo_opt opts[] = {
-        {"where", 'w', SKPO_OPT_LIST, &o.where, 0, 0, "FIELD=VALUE", "keep records whose FIELD equals VALUE (repeatable, all must hold)"},
-        {"fields", 'f', SKPO_OPT_STR, &o.fields, 0, 0, "A,B,C", "print only these fields, in this order"},
-        {"head", 'n', SKPO_OPT_INT, &o.head, 0, 9.2e18, "N", "stop after N selected records"},
-        {"count", 'c', SKPO_OPT_FLAG, &o.count, 0, 0, NULL, "print the number of selected records"},
-        {"stats", 's', SKPO_OPT_FLAG, &o.stats, 0, 0, NULL, "per-kind counts, mean reward, length p50/p90/max, advantage mean/std"},
-        {"view", 'v', SKPO_OPT_FLAG, &o.view, 0, 0, NULL, "readable rollouts: down records grouped under their up segment"},
-        {"pack", 'p', SKPO_OPT_FLAG, &o.pack, 0, 0, NULL, "read JSON lines, write a record stream"},
-        {"no-meta", 0, SKPO_OPT_FLAG, &o.no_meta, 0, 0, NULL, "with --pack: do not write skpo-cat's own meta record first"},
-        {"schema", 0, SKPO_OPT_FLAG, &o.schema, 0, 0, NULL, "print the record schema (field, type, meaning) and exit"},
+        SKPO_OPT_LIST("where", 'w', &o.where, "FIELD=VALUE", "keep records whose FIELD equals VALUE (repeatable, all must hold)"),
+        SKPO_OPT_STR("fields", 'f', &o.fields, "A,B,C", "print only these fields, in this order"),
+        SKPO_OPT_LONG("head", 'n', &o.head, 0, 9.2e18, "N", "stop after N selected records"),
+        SKPO_OPT_FLAG("count", 'c', &o.count, "print the number of selected records"),
+        SKPO_OPT_FLAG("stats", 's', &o.stats, "per-kind counts, mean reward, length p50/p90/max, advantage mean/std"),
+        SKPO_OPT_FLAG("view", 'v', &o.view, "readable rollouts: down records grouped under their up segment"),
+        SKPO_OPT_FLAG("pack", 'p', &o.pack, "read JSON lines, write a record stream"),
+        SKPO_OPT_FLAG("no-meta", 0, &o.no_meta, "with --pack: do not write skpo-cat's own meta record first"),
+        SKPO_OPT_FLAG("schema", 0, &o.schema, "print the record schema (field, type, meaning) and exit"),
         {0},
     };
-    int n = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int n = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, pos);
     cat_out out = {.o = &o};
     check_opts(&o, &out);
-    static char *stdin_only[] = {"-"};
+    static const char *stdin_only[] = {"-"};
     cat_in in;
-    cat_in_init(&in, n ? argv + 1 : stdin_only, n ? n : 1, o.pack);
+    cat_in_init(&in, n ? pos : stdin_only, n ? n : 1, o.pack);
     if (o.pack) open_pack(&out, argc, argv);
     skpo_rec r;
     skpo_rec_init(&r);
@@ -166,6 +167,7 @@ int main(int argc, char **argv) {
     }
     skpo_rec_free(&r);
     cat_in_free(&in);
+    free(pos);
     finish(&out);
     return SKPO_EXIT_OK;
 }

@@ -141,25 +141,24 @@ int main(int argc, char **argv) {
     cut_cfg c = {0};
     const char *at = NULL;
     const skpo_opt opts[] = {
-        {"at", 0, SKPO_OPT_STR, &at, 0, 0, "LIST", "relative cut positions in [0, 1], comma-separated"},
-        {"label", 0, SKPO_OPT_STR, &c.label, 0, 0, "NAME", "set field `label` (method, layout) on every cut"},
-        {"only-correct", 0, SKPO_OPT_FLAG, &c.only_correct, 0, 0, NULL, "cut only responses that are correct"},
-        {"empty", 0, SKPO_OPT_FLAG, &c.empty, 0, 0, NULL, "zero-token segments (unconditional baseline)"},
-        {"cuts-only", 0, SKPO_OPT_FLAG, &c.cuts_only, 0, 0, NULL, "drop every other record (e.g. the up records of splice output)"},
+        SKPO_OPT_STR("at", 0, &at, "LIST", "relative cut positions in [0, 1], comma-separated"),
+        SKPO_OPT_STR("label", 0, &c.label, "NAME", "set field `label` (method, layout) on every cut"),
+        SKPO_OPT_FLAG("only-correct", 0, &c.only_correct, "cut only responses that are correct"),
+        SKPO_OPT_FLAG("empty", 0, &c.empty, "zero-token segments (unconditional baseline)"),
+        SKPO_OPT_FLAG("cuts-only", 0, &c.cuts_only, "drop every other record (e.g. the up records of splice output)"),
         {0},
     };
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // parsing reorders argv; meta keeps it whole
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     if (!at) skpo_cli_usage_error(synopsis, "--at is required");
     c.n_at = parse_at(at, c.at);
     skpo_err err = {{0}};
     skpo_writer *w;
-    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, orig, NULL, &err)) skpo_die("%s", err.msg);
+    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, argv, NULL, &err)) skpo_die("%s", err.msg);
     if (npos == 0) run(&c, "-", w);
-    for (int i = 1; i <= npos; i++) run(&c, argv[i], w);
+    for (int i = 0; i < npos; i++) run(&c, pos[i], w);
     if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
     skpo_close_stdout_or_die();
-    free(orig);
+    free(pos);
     return SKPO_EXIT_OK;
 }

@@ -227,24 +227,23 @@ int main(int argc, char **argv) {
     const char *by = "source";
     int table_out = 0;
     const skpo_opt opts[] = {
-        {"by", 0, SKPO_OPT_STR, &by, 0, 0, "source|pid", "group rows by benchmark source (default) or by problem"},
-        {"table", 0, SKPO_OPT_FLAG, &table_out, 0, 0, NULL, "print the table on stdout instead of records"},
+        SKPO_OPT_STR("by", 0, &by, "source|pid", "group rows by benchmark source (default) or by problem"),
+        SKPO_OPT_FLAG("table", 0, &table_out, "print the table on stdout instead of records"),
         {0},
     };
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // cli parsing reorders argv
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     if (strcmp(by, "source") && strcmp(by, "pid")) skpo_cli_usage_error(synopsis, "--by: '%s' is not source or pid", by);
     evalset es = {0};
     if (npos == 0) read_input("-", &es);
-    for (int i = 1; i <= npos; i++) read_input(argv[i], &es);
+    for (int i = 0; i < npos; i++) read_input(pos[i], &es);
     if (es.np == 0) skpo_die("no full records in the input");
-    report(&es, by, table_out, argc, orig);
+    report(&es, by, table_out, argc, argv);
     for (size_t i = 0; i < es.np; i++) {
         for (long j = 0; j < es.p[i].n; j++) free(es.p[i].pred[j]);
         free(es.p[i].pred); free(es.p[i].ok); free(es.p[i].pid); free(es.p[i].source); free(es.p[i].sub);
     }
     free(es.p);
-    free(orig);
+    free(pos);
     return 0;
 }

@@ -51,15 +51,15 @@ int main(int argc, char **argv) {
     long seed = 0;
     double std = 0;
     skpo_opt opts[] = {
-        {"config", 0, SKPO_OPT_STR, &config, 0, 0, "FILE", "Hugging Face config.json (qwen2 or llama)"},
-        {"out", 'o', SKPO_OPT_STR, &out, 0, 0, "DIR", "checkpoint folder to create (replaced if it exists)"},
-        {"seed", 0, SKPO_OPT_INT, &seed, 0, 9.2e18, "N", "random seed (default 0)"},
-        {"dtype", 0, SKPO_OPT_STR, &dtype, 0, 0, "f32|bf16", "weight dtype on disk (default f32)"},
-        {"std", 0, SKPO_OPT_DOUBLE, &std, 1e-12, 10, "X", "init std (default: initializer_range of the config, else 0.02)"},
-        {"tokenizer", 0, SKPO_OPT_STR, &tok, 0, 0, "DIR", "copy tokenizer files from this folder"},
+        SKPO_OPT_STR("config", 0, &config, "FILE", "Hugging Face config.json (qwen2 or llama)"),
+        SKPO_OPT_STR("out", 'o', &out, "DIR", "checkpoint folder to create (replaced if it exists)"),
+        SKPO_OPT_LONG("seed", 0, &seed, 0, 9.2e18, "N", "random seed (default 0)"),
+        SKPO_OPT_STR("dtype", 0, &dtype, "f32|bf16", "weight dtype on disk (default f32)"),
+        SKPO_OPT_DOUBLE("std", 0, &std, 1e-12, 10, "X", "init std (default: initializer_range of the config, else 0.02)"),
+        SKPO_OPT_STR("tokenizer", 0, &tok, "DIR", "copy tokenizer files from this folder"),
         {0},
     };
-    if (skpo_cli_parse(SYN, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYN, "unexpected argument '%s'", argv[1]);
+    skpo_cli_parse(SYN, ABOUT, opts, argc, argv, NULL);
     if (!config || !out) skpo_cli_usage_error(SYN, "--config and --out are required");
     if (strcmp(dtype, "f32") && strcmp(dtype, "bf16")) skpo_cli_usage_error(SYN, "--dtype must be f32 or bf16");
     skpo_err err = {0};

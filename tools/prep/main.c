@@ -397,24 +397,23 @@ static skpo_status prep_file(prep *p, const char *path, skpo_err *err) {
 int main(int argc, char **argv) {
     prep p = {.wording = "dapo", .max_tokens = 1024};
     const skpo_opt table[] = {
-        {"tokenizer", 0, SKPO_OPT_STR, &p.dir, 0, 0, "DIR", "folder with tokenizer.json"},
-        {"template", 0, SKPO_OPT_STR, &p.tmpl, 0, 0, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"},
-        {"wording", 0, SKPO_OPT_STR, &p.wording, 0, 0, "W", "prompt wording: dapo (default), boxed, raw"},
-        {"problem-field", 0, SKPO_OPT_STR, &p.pfield, 0, 0, "F", "field with the problem text"},
-        {"answer-field", 0, SKPO_OPT_STR, &p.afield, 0, 0, "F", "field with the gold answer"},
-        {"id-field", 0, SKPO_OPT_STR, &p.ifield, 0, 0, "F", "field with the problem id (pid)"},
-        {"source", 0, SKPO_OPT_STR, &p.source, 0, 0, "NAME", "source name (default: file name without .jsonl)"},
-        {"max-prompt-tokens", 0, SKPO_OPT_INT, &p.max_tokens, 1, 1 << 24, "N", "skip longer prompts (default 1024)"},
-        {"out", 'o', SKPO_OPT_STR, &p.out, 0, 0, "FILE", "write records to FILE atomically instead of stdout"},
-        {"no-extra", 0, SKPO_OPT_FLAG, &p.no_extra, 0, 0, NULL, "do not copy the row's other fields into the record"},
-        {"dedup", 0, SKPO_OPT_FLAG, &p.dedup, 0, 0, NULL, "skip rows whose rendered prompt repeats an earlier one"},
-        {"after", 0, SKPO_OPT_STR, &p.ood.after, 0, 0, "DATE", "LiveCodeBench: keep problems with contest_date >= DATE (YYYY-MM-DD)"},
-        {"before", 0, SKPO_OPT_STR, &p.ood.before, 0, 0, "DATE", "LiveCodeBench: keep problems with contest_date < DATE"},
+        SKPO_OPT_STR("tokenizer", 0, &p.dir, "DIR", "folder with tokenizer.json"),
+        SKPO_OPT_STR("template", 0, &p.tmpl, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"),
+        SKPO_OPT_STR("wording", 0, &p.wording, "W", "prompt wording: dapo (default), boxed, raw"),
+        SKPO_OPT_STR("problem-field", 0, &p.pfield, "F", "field with the problem text"),
+        SKPO_OPT_STR("answer-field", 0, &p.afield, "F", "field with the gold answer"),
+        SKPO_OPT_STR("id-field", 0, &p.ifield, "F", "field with the problem id (pid)"),
+        SKPO_OPT_STR("source", 0, &p.source, "NAME", "source name (default: file name without .jsonl)"),
+        SKPO_OPT_LONG("max-prompt-tokens", 0, &p.max_tokens, 1, 1 << 24, "N", "skip longer prompts (default 1024)"),
+        SKPO_OPT_STR("out", 'o', &p.out, "FILE", "write records to FILE atomically instead of stdout"),
+        SKPO_OPT_FLAG("no-extra", 0, &p.no_extra, "do not copy the row's other fields into the record"),
+        SKPO_OPT_FLAG("dedup", 0, &p.dedup, "skip rows whose rendered prompt repeats an earlier one"),
+        SKPO_OPT_STR("after", 0, &p.ood.after, "DATE", "LiveCodeBench: keep problems with contest_date >= DATE (YYYY-MM-DD)"),
+        SKPO_OPT_STR("before", 0, &p.ood.before, "DATE", "LiveCodeBench: keep problems with contest_date < DATE"),
         {0},
     };
-    char **argv0 = skpo_xcalloc((size_t)argc + 1, sizeof *argv0); // the parser reorders argv
-    memcpy(argv0, argv, (size_t)argc * sizeof *argv);
-    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, table, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, table, argc, argv, pos);
     if (!p.dir || !p.tmpl) skpo_cli_usage_error(SYNOPSIS, "--tokenizer and --template are required");
     const char *dates[2] = {p.ood.after, p.ood.before};
     for (int i = 0; i < 2; i++)
@@ -431,10 +430,10 @@ int main(int argc, char **argv) {
     if (skpo_tok_load(p.dir, &tok, &err) != SKPO_OK) skpo_die("%s", err.msg);
     p.tok = tok;
     if ((p.out ? skpo_writer_open_file(p.out, 0, &p.w, &err) : skpo_writer_open_fd(1, 0, &p.w, &err)) != SKPO_OK ||
-        skpo_writer_meta(p.w, argc, argv0, NULL, &err) != SKPO_OK)
+        skpo_writer_meta(p.w, argc, argv, NULL, &err) != SKPO_OK)
         skpo_die("%s", err.msg);
     for (int i = 0; i < npos; i++)
-        if (prep_file(&p, argv[1 + i], &err) != SKPO_OK) {
+        if (prep_file(&p, pos[i], &err) != SKPO_OK) {
             skpo_writer_abort(p.w); // no half-written --out file
             skpo_die("%s", err.msg);
         }
@@ -451,7 +450,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
     for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
     free(p.seen), free(p.texts), free(p.overlong_pids), free(p.dup_pids);
-    free(argv0);
+    free(pos);
     skpo_tok_free(tok);
     if (!p.out) skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;

@@ -43,25 +43,27 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1,
                 .task = "auto", .code_timeout = 6, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
     const skpo_opt opts[] = {
-        {"task", 0, SKPO_OPT_STR, &a->task, 0, 0, "T", "auto (default: the record's task field), math, choice or code"},
-        {"verifier", 0, SKPO_OPT_STR, &a->verifier, 0, 0, "NAME", "math (default), boxed or dapo"},
-        {"reward", 0, SKPO_OPT_STR, &a->reward, 0, 0, "R", "pm1: +1/-1 (default); 01: 1/0"},
-        {"overlong", 0, SKPO_OPT_STR, &a->overlong, 0, 0, "MAX:CACHE", "add DAPO's soft overlong penalty (e.g. 16384:4096)"},
-        {"overlong-max", 0, SKPO_OPT_INT, &a->omax, 1, 1 << 30, "N", "the same as --overlong N:CACHE (with --overlong-cache)"},
-        {"overlong-cache", 0, SKPO_OPT_INT, &a->ocache, 1, 1 << 30, "N", "L_cache of the overlong penalty (with --overlong-max)"},
-        {"truncated", 0, SKPO_OPT_STR, &a->truncated, 0, 0, "RULE", "finish=length: wrong (default) or keep the verdict"},
-        {"no-fallback", 0, SKPO_OPT_FLAG, &a->no_fallback, 0, 0, NULL, "math: no last-math/last-number fallback"},
-        {"code-timeout", 0, SKPO_OPT_DOUBLE, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"},
-        {"code-jobs", 0, SKPO_OPT_INT, &a->code_jobs, 1, 64, "N", "code: programs run at once (default: online CPUs)"},
-        {"code-mem", 0, SKPO_OPT_INT, &a->code_mem, 64, 1 << 20, "MB", "code: address-space limit per process (default 2048)"},
-        {"code-batch", 0, SKPO_OPT_INT, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"},
-        {"verify-cases", 0, SKPO_OPT_STR, &a->cases, 0, 0, "FILE", "report accuracy and speed on a case file (no records)"},
-        {"repeat", 0, SKPO_OPT_INT, &a->repeat, 0, 1000000, "N", "--verify-cases: passes over the file for timing (default: >= 1 s)"},
+        SKPO_OPT_STR("verifier", 0, &a->verifier, "NAME", "math (default), boxed or dapo"),
+        SKPO_OPT_STR("reward", 0, &a->reward, "R", "pm1: +1/-1 (default); 01: 1/0"),
+        SKPO_OPT_STR("overlong", 0, &a->overlong, "MAX:CACHE", "add DAPO's soft overlong penalty (e.g. 16384:4096)"),
+        SKPO_OPT_LONG("overlong-max", 0, &a->omax, 1, 1 << 30, "N", "the same as --overlong N:CACHE (with --overlong-cache)"),
+        SKPO_OPT_LONG("overlong-cache", 0, &a->ocache, 1, 1 << 30, "N", "L_cache of the overlong penalty (with --overlong-max)"),
+        SKPO_OPT_STR("truncated", 0, &a->truncated, "RULE", "finish=length: wrong (default) or keep the verdict"),
+        SKPO_OPT_FLAG("no-fallback", 0, &a->no_fallback, "math: no last-math/last-number fallback"),
+        SKPO_OPT_STR("verify-cases", 0, &a->cases, "FILE", "report accuracy and speed on a case file (no records)"),
+        SKPO_OPT_LONG("repeat", 0, &a->repeat, 0, 1000000, "N", "--verify-cases: passes over the file for timing (default: >= 1 s)"),
+        SKPO_OPT_STR("task", 0, &a->task, "T", "auto (default: the record's task field), math, choice or code"),
+        SKPO_OPT_DOUBLE("code-timeout", 0, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"),
+        SKPO_OPT_LONG("code-jobs", 0, &a->code_jobs, 1, 64, "N", "code: programs run at once (default: online CPUs)"),
+        SKPO_OPT_LONG("code-mem", 0, &a->code_mem, 64, 1 << 20, "MB", "code: address-space limit per process (default 2048)"),
+        SKPO_OPT_LONG("code-batch", 0, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"),
         {0},
     };
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
-    if (npos == 1) a->input = argv[1];
+    if (npos == 1) a->input = pos[0];
+    free(pos);
     skpo_reward_opts_default(o);
     if (!skpo_verifier_parse(a->verifier, &o->verify.mode)) skpo_cli_usage_error(synopsis, "--verifier: unknown verifier '%s'", a->verifier);
     static const char *const tasks[] = {"auto", "math", "choice", "code", NULL};
@@ -173,17 +175,15 @@ static void batch_run(code_batch *b, skpo_reader *rd) {
 }
 
 int main(int argc, char **argv) {
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
     args a;
     skpo_reward_opts o;
     parse(argc, argv, &a, &o);
-    if (a.cases) { free(orig); return verify_cases(&a, &o); }
+    if (a.cases) return verify_cases(&a, &o);
     skpo_err err = {{0}};
     skpo_reader *rd;
     skpo_writer *w;
     if (skpo_reader_open(a.input, &rd, &err)) skpo_die("%s", err.msg);
-    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, orig, NULL, &err)) skpo_die("%s", err.msg);
+    if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, argv, NULL, &err)) skpo_die("%s", err.msg);
     skpo_rec r;
     skpo_rec_init(&r);
     char gid[256] = "";
@@ -216,6 +216,5 @@ int main(int argc, char **argv) {
     skpo_rec_free(&r);
     if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
     skpo_close_stdout_or_die();
-    free(orig);
     return 0;
 }

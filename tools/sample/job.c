@@ -22,7 +22,6 @@ void sample_cfg_default(sample_cfg *c) {
     c->per_step = 0; // not given: --segment draws 128, --n takes every prompt
     c->lq_init = -1;
     c->prio_eps = -1;
-    c->batch = 64;
     c->step = -1;
     c->shard_n = 1;
     c->cut_s = "adaptive";
@@ -50,9 +49,6 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
         c->shard_i = (int)i;
         c->shard_n = (int)n;
     }
-    c->ro.batch = (int)c->batch;
-    c->ro.sample.top_k = (int)c->top_k;
-    c->ro.threads = (int)c->threads;
     c->ro.share_prefix = !c->no_share;
     c->ro.stops = c->stops.v;
     c->ro.n_stops = c->stops.n;

@@ -38,43 +38,29 @@ int main(int argc, char **argv) {
     sample_cfg c;
     sample_cfg_default(&c);
     const skpo_opt opts[] = {
-        {"model", 0, SKPO_OPT_STR, &c.ro.model_dir, 0, 0, "DIR", "checkpoint folder (config.json, safetensors; or a LoRA adapter folder)"},
-        {"adapter", 0, SKPO_OPT_STR, &c.ro.adapter, 0, 0, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"},
-        {"prompts", 0, SKPO_OPT_STR, &c.prompts, 0, 0, "FILE", "prompt records"},
-        {"tokenizer", 0, SKPO_OPT_STR, &c.ro.tok_dir, 0, 0, "DIR", "tokenizer.json folder (default: --model)"},
-        {"no-text", 0, SKPO_OPT_FLAG, &c.ro.no_text, 0, 0, NULL, "no tokenizer: no `text`, EOS from config.json"},
-        {"n", 0, SKPO_OPT_INT, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"},
-        {"segment", 0, SKPO_OPT_FLAG, &c.segment, 0, 0, NULL, "SKPO upstream segments (kind=up)"},
-        {"state", 0, SKPO_OPT_STR, &c.state, 0, 0, "DIR", "tracker state folder (L_q, sampling weights, step)"},
-        {"all", 0, SKPO_OPT_FLAG, &c.all, 0, 0, NULL, "every prompt in file order, no draw (default with --n)"},
-        {"group", 0, SKPO_OPT_INT, &c.group, 1, 4096, "G", "--segment: candidates per prompt (default 8)"},
-        {"prompts-per-step", 0, SKPO_OPT_INT, &c.per_step, 1, INT_MAX, "B",
-         "draw B prompts by prioritized sampling (default 128 with --segment)"},
-        {"lq-init", 0, SKPO_OPT_DOUBLE, &c.lq_init, 1, 1e9, "L", "--segment: L_q of unseen prompts (default: tracker's)"},
-        {"prio-eps", 0, SKPO_OPT_DOUBLE, &c.prio_eps, 0, 1e9, "E", "weight floor eps (default: tracker's, 0.05)"},
-        {"batch", 0, SKPO_OPT_INT, &c.batch, 1, 65536, "N", "sequences generated at once (default 64)"},
-        {"shard", 0, SKPO_OPT_STR, &c.shard, 0, 0, "I/N", "keep slice I of N of the work (same draws on every shard)"},
-        {"temperature", 0, SKPO_OPT_DOUBLE, &c.ro.sample.temperature, 0, 100, "T", "0 = greedy (default 1.0)"},
-        {"top-p", 0, SKPO_OPT_DOUBLE, &c.ro.sample.top_p, DBL_MIN, 1, "P", "nucleus mass (default 1.0 = off)"},
-        {"top-k", 0, SKPO_OPT_INT, &c.top_k, 0, INT_MAX, "K", "keep the K most likely (default 0 = off)"},
-        {"max-tokens", 0, SKPO_OPT_INT, &c.ro.max_tokens, 1, INT_MAX, "N", "new tokens per response (default 3072)"},
-        {"seed", 0, SKPO_OPT_INT, &c.seed, 0, 9007199254740992.0, "S", "run seed (default 0)"},
-        {"step", 0, SKPO_OPT_INT, &c.step, 0, 1e12, "N", "training step (default: the tracker's, else 0)"},
-        {"stop", 0, SKPO_OPT_LIST, &c.stops, 0, 0, "STR", "stop string (repeatable)"},
-        {"no-share", 0, SKPO_OPT_FLAG, &c.no_share, 0, 0, NULL, "prefill each sample alone (benchmarks, tests)"},
-        {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},
-        {"threads", 0, SKPO_OPT_INT, &c.threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"},
-        {"device", 0, SKPO_OPT_STR, &c.ro.device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
-        {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
-        {"stats", 0, SKPO_OPT_FLAG, &c.stats, 0, 0, NULL, "print generated tokens/s and KV use on stderr at the end"},
-        {"cut", 0, SKPO_OPT_STR, &c.cut_s, 0, 0, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"},
-        {"select", 0, SKPO_OPT_STR, &c.select_s, 0, 0, "median|extreme", "--segment: median NLL, or min (odd steps) / max (even)"},
-        {"self", 0, SKPO_OPT_FLAG, &c.self, 0, 0, NULL, "--segment: finish the candidates; write the kept one whole (kind=self)"},
+        SKPO_ROLLOUT_OPT_ROWS(c.ro),
+        SKPO_OPT_STR("prompts", 0, &c.prompts, "FILE", "prompt records"),
+        SKPO_OPT_LONG("n", 0, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"),
+        SKPO_OPT_FLAG("segment", 0, &c.segment, "SKPO upstream segments (kind=up)"),
+        SKPO_OPT_STR("state", 0, &c.state, "DIR", "tracker state folder (L_q, sampling weights, step)"),
+        SKPO_OPT_FLAG("all", 0, &c.all, "every prompt in file order, no draw (default with --n)"),
+        SKPO_OPT_LONG("group", 0, &c.group, 1, 4096, "G", "--segment: candidates per prompt (default 8)"),
+        SKPO_OPT_LONG("prompts-per-step", 0, &c.per_step, 1, INT_MAX, "B", "draw B prompts by prioritized sampling (default 128 with --segment)"),
+        SKPO_OPT_DOUBLE("lq-init", 0, &c.lq_init, 1, 1e9, "L", "--segment: L_q of unseen prompts (default: tracker's)"),
+        SKPO_OPT_DOUBLE("prio-eps", 0, &c.prio_eps, 0, 1e9, "E", "weight floor eps (default: tracker's, 0.05)"),
+        SKPO_OPT_STR("shard", 0, &c.shard, "I/N", "keep slice I of N of the work (same draws on every shard)"),
+        SKPO_OPT_LONG("seed", 0, &c.seed, 0, 9007199254740992.0, "S", "run seed (default 0)"),
+        SKPO_OPT_LONG("step", 0, &c.step, 0, 1e12, "N", "training step (default: the tracker's, else 0)"),
+        SKPO_OPT_LIST("stop", 0, &c.stops, "STR", "stop string (repeatable)"),
+        SKPO_OPT_FLAG("no-share", 0, &c.no_share, "prefill each sample alone (benchmarks, tests)"),
+        SKPO_OPT_STR("policy", 0, &c.policy, "NAME", "`policy` field (default: --model)"),
+        SKPO_OPT_FLAG("stats", 0, &c.stats, "print generated tokens/s and KV use on stderr at the end"),
+        SKPO_OPT_STR("cut", 0, &c.cut_s, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"),
+        SKPO_OPT_STR("select", 0, &c.select_s, "median|extreme", "--segment: median NLL, or min (odd steps) / max (even)"),
+        SKPO_OPT_FLAG("self", 0, &c.self, "--segment: finish the candidates; write the kept one whole (kind=self)"),
         {0},
     };
-    char **args = skpo_xmalloc((size_t)(argc + 1) * sizeof *args); // parsing reorders argv; meta keeps it whole
-    memcpy(args, argv, (size_t)(argc + 1) * sizeof *args);
-    if (skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv) != 0) skpo_cli_usage_error(SYNOPSIS, "unexpected argument");
+    skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, NULL);
     sample_cfg_check(&c, SYNOPSIS);
     if (c.ro.device && strcmp(c.ro.device, "cuda") && strcmp(c.ro.device, "cpu"))
         skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", c.ro.device);
@@ -86,12 +72,11 @@ int main(int argc, char **argv) {
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record
     skpo_writer *w;
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
-    sample_write_meta(&c, &job, w, argc, args);
+    sample_write_meta(&c, &job, w, argc, argv);
     if (sample_run(&c, &ro, &job, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job_free(&job);
     skpo_rollout_close(&ro);
-    free(args);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }

@@ -11,7 +11,7 @@
 typedef struct sample_cfg {
     skpo_rollout_opts ro;
     const char *prompts, *state, *shard, *policy;
-    long n, group, per_step, batch, top_k, seed, step, threads;
+    long n, group, per_step, seed, step;
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
     const char *cut_s, *select_s;  // --cut adaptive|fixed, --select median|extreme (the paper's ablations)

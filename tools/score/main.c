@@ -93,18 +93,20 @@ int main(int argc, char **argv) {
     double temp = 1.0;
     long max_tok = 8192, threads = 0;
     skpo_opt opts[] = {
-        {"model", 'm', SKPO_OPT_STR, &dir, 0, 0, "DIR", "checkpoint folder (config.json + safetensors; or a LoRA adapter folder)"},
-        {"adapter", 0, SKPO_OPT_STR, &adapter, 0, 0, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"},
-        {"field", 0, SKPO_OPT_STR, &field, 0, 0, "NAME", "output field (default ref_logp)"},
-        {"temperature", 't', SKPO_OPT_DOUBLE, &temp, 1e-6, 1e6, "T", "score softmax(logits / T) (default 1)"},
-        {"batch-tokens", 0, SKPO_OPT_INT, &max_tok, 1, 1L << 30, "N", "tokens per scoring batch (default 8192)"},
-        {"threads", 0, SKPO_OPT_INT, &threads, 0, 4096, "N", "CPU threads (default: all)"},
-        {"device", 0, SKPO_OPT_STR, &device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
+        SKPO_OPT_STR("model", 'm', &dir, "DIR", "checkpoint folder (config.json + safetensors)"),
+        SKPO_OPT_STR("field", 0, &field, "NAME", "output field (default ref_logp)"),
+        SKPO_OPT_DOUBLE("temperature", 't', &temp, 1e-6, 1e6, "T", "score softmax(logits / T) (default 1)"),
+        SKPO_OPT_LONG("batch-tokens", 0, &max_tok, 1, 1L << 30, "N", "tokens per scoring batch (default 8192)"),
+        SKPO_OPT_LONG("threads", 0, &threads, 0, 4096, "N", "CPU threads (default: all)"),
+        SKPO_OPT_STR("device", 0, &device, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"),
+        SKPO_OPT_STR("adapter", 0, &adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),
         {0},
     };
-    char **all = skpo_xcalloc((size_t)argc + 1, sizeof *all); // skpo_cli_parse reorders argv; meta wants it whole
-    memcpy(all, argv, (size_t)argc * sizeof *all);
-    int npos = skpo_cli_parse(SYN, ABOUT, opts, argc, argv);
+    const char *input = "-";
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(SYN, ABOUT, opts, argc, argv, pos);
+    if (npos == 1) input = pos[0];
+    free(pos);
     if (npos > 1) skpo_cli_usage_error(SYN, "at most one input file");
     if (!dir) skpo_cli_usage_error(SYN, "--model is required");
     if (!*field) skpo_cli_usage_error(SYN, "--field must not be empty");
@@ -117,19 +119,18 @@ int main(int argc, char **argv) {
         skpo_die("%s", err.msg);
     skpo_reader *rd;
     skpo_writer *w;
-    if (skpo_reader_open(npos ? argv[1] : "-", &rd, &err) || skpo_writer_open_fd(1, 0, &w, &err))
+    if (skpo_reader_open(input, &rd, &err) || skpo_writer_open_fd(1, 0, &w, &err))
         skpo_die("%s", err.msg);
     skpo_rec extra;
     skpo_rec_init(&extra);
     skpo_rec_set_str(&extra, "model", dir);
     if (adapter) skpo_rec_set_str(&extra, "adapter", adapter);
-    if (skpo_writer_meta(w, argc, all, &extra, &err)) skpo_die("%s", err.msg);
+    if (skpo_writer_meta(w, argc, argv, &extra, &err)) skpo_die("%s", err.msg);
     skpo_rec_free(&extra);
     score_stream(m, rd, w, field, (float)temp, max_tok);
     if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
     skpo_reader_close(rd);
     skpo_model_free(m);
-    free(all);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }

@@ -103,24 +103,22 @@ int main(int argc, char **argv) {
     const char *dist_s = "uniform", *ns_s = "8,16,32,64,128,256,512,1024,2048,4096,8192", *p_s = NULL;
     skpo_signsim_cfg c = {.lo = 0, .hi = 1, .centre = -1, .spread = -1};
     const skpo_opt opts[] = {
-        {"group", 0, SKPO_OPT_INT, &G, 2, MAX_LIST, "G", "prefixes per group (default 8)"},
-        {"trials", 0, SKPO_OPT_INT, &trials, 1, 1e12, "T", "groups simulated per N (default 20000)"},
-        {"seed", 0, SKPO_OPT_INT, &seed, 0, 9007199254740992.0, "S", "RNG seed (default 0)"},
-        {"n", 0, SKPO_OPT_STR, &ns_s, 0, 0, "LIST", "continuation counts (default 8,16,...,8192)"},
-        {"dist", 0, SKPO_OPT_STR, &dist_s, 0, 0, "D", "uniform (default), band, normal or beta"},
-        {"lo", 0, SKPO_OPT_DOUBLE, &c.lo, 0, 1, "A", "uniform: lower end (default 0)"},
-        {"hi", 0, SKPO_OPT_DOUBLE, &c.hi, 0, 1, "B", "uniform: upper end (default 1)"},
-        {"centre", 0, SKPO_OPT_DOUBLE, &c.centre, 0, 1, "C", "band/normal: centre of the rates"},
-        {"spread", 0, SKPO_OPT_DOUBLE, &c.spread, 1e-9, 1, "S", "band: width; normal: standard deviation"},
-        {"a", 0, SKPO_OPT_DOUBLE, &c.centre, 1e-6, 1e6, "A", "beta: first shape"},
-        {"b", 0, SKPO_OPT_DOUBLE, &c.spread, 1e-6, 1e6, "B", "beta: second shape"},
-        {"p", 0, SKPO_OPT_STR, &p_s, 0, 0, "LIST", "fixed rates, G values (sets --group)"},
-        {"records", 0, SKPO_OPT_FLAG, &records, 0, 0, NULL, "metrics records on stdout, table on stderr"},
+        SKPO_OPT_LONG("group", 0, &G, 2, MAX_LIST, "G", "prefixes per group (default 8)"),
+        SKPO_OPT_LONG("trials", 0, &trials, 1, 1e12, "T", "groups simulated per N (default 20000)"),
+        SKPO_OPT_LONG("seed", 0, &seed, 0, 9007199254740992.0, "S", "RNG seed (default 0)"),
+        SKPO_OPT_STR("n", 0, &ns_s, "LIST", "continuation counts (default 8,16,...,8192)"),
+        SKPO_OPT_STR("dist", 0, &dist_s, "D", "uniform (default), band, normal or beta"),
+        SKPO_OPT_DOUBLE("lo", 0, &c.lo, 0, 1, "A", "uniform: lower end (default 0)"),
+        SKPO_OPT_DOUBLE("hi", 0, &c.hi, 0, 1, "B", "uniform: upper end (default 1)"),
+        SKPO_OPT_DOUBLE("centre", 0, &c.centre, 0, 1, "C", "band/normal: centre of the rates"),
+        SKPO_OPT_DOUBLE("spread", 0, &c.spread, 1e-9, 1, "S", "band: width; normal: standard deviation"),
+        SKPO_OPT_DOUBLE("a", 0, &c.centre, 1e-6, 1e6, "A", "beta: first shape"),
+        SKPO_OPT_DOUBLE("b", 0, &c.spread, 1e-6, 1e6, "B", "beta: second shape"),
+        SKPO_OPT_STR("p", 0, &p_s, "LIST", "fixed rates, G values (sets --group)"),
+        SKPO_OPT_FLAG("records", 0, &records, "metrics records on stdout, table on stderr"),
         {0},
     };
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig); // parsing reorders argv; meta keeps it whole
-    memcpy(orig, argv, (size_t)argc * sizeof *orig);
-    if (skpo_cli_parse(synopsis, about, opts, argc, argv) != 0) skpo_cli_usage_error(synopsis, "unexpected argument");
+    skpo_cli_parse(synopsis, about, opts, argc, argv, NULL);
 
     double nsd[MAX_LIST], fixed[MAX_LIST];
     int64_t ns[MAX_LIST];
@@ -149,9 +147,8 @@ int main(int argc, char **argv) {
     skpo_signsim_row *rows = skpo_xcalloc((size_t)n_ns + 1, sizeof *rows);
     if (skpo_signsim_run(&c, rows, &err) != SKPO_OK) skpo_die_code(SKPO_EXIT_USAGE, "%s", err.msg);
     print_table(records ? stderr : stdout, &c, desc, rows, n_ns + 1);
-    if (records) put_records(&c, desc, rows, n_ns + 1, argc, orig);
+    if (records) put_records(&c, desc, rows, n_ns + 1, argc, argv);
     skpo_close_stdout_or_die();
     free(rows);
-    free(orig);
     return SKPO_EXIT_OK;
 }

@@ -16,10 +16,10 @@
 
 void splice_cfg_default(splice_cfg *c) {
     memset(c, 0, sizeof *c);
+    c->ro.batch = 64;
     c->ro.max_tokens = 3072;
     c->ro.sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
     c->group = 8;
-    c->batch = 64;
     c->layout_s = "skip";
 }
 
@@ -30,9 +30,6 @@ void splice_cfg_check(splice_cfg *c, const char *syn) {
     else if (!strcmp(c->layout_s, "inside"))
         skpo_cli_usage_error(syn, "--layout inside (segment inside the user message) is not implemented");
     else skpo_cli_usage_error(syn, "--layout: '%s' is not skip or continual", c->layout_s);
-    c->ro.batch = (int)c->batch;
-    c->ro.sample.top_k = (int)c->top_k;
-    c->ro.threads = (int)c->threads;
     c->ro.share_prefix = !c->no_share;
     c->ro.stops = c->stops.v;
     c->ro.n_stops = c->stops.n;

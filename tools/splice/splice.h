@@ -36,7 +36,7 @@ enum splice_layout { LAYOUT_SKIP, LAYOUT_CONTINUAL };
 typedef struct splice_cfg {
     skpo_rollout_opts ro;
     const char *layout_s, *policy;
-    long group, batch, top_k, seed, threads;
+    long group, seed;
     int no_share;
     int layout;
     skpo_strlist stops;

@@ -78,21 +78,21 @@ int main(int argc, char **argv) {
     int sft = 0;
     double direct = 0, skip = 0;
     const skpo_opt opts[] = {
-        {"count", 'n', SKPO_OPT_INT, &count, 1, 10000000, "N", "number of problems (default 100)"},
-        {"seed", 's', SKPO_OPT_INT, &seed, 0, 9e15, "S", "random seed (default 1)"},
-        {"split", 0, SKPO_OPT_STR, &split, 0, 0, "NAME", "train or test (default train)"},
-        {"ops", 0, SKPO_OPT_INT, &ops, 1, SYNTH_MAX_OPS, "N", "most operations per problem (default 2)"},
-        {"min-ops", 0, SKPO_OPT_INT, &min_ops, 1, SYNTH_MAX_OPS, "N", "fewest operations (default: --ops)"},
-        {"max-operand", 0, SKPO_OPT_INT, &max_operand, 1, 1000000, "N", "operands in 1..N (default 20)"},
-        {"kinds", 0, SKPO_OPT_STR, &kinds, 0, 0, "OPS", "operation kinds, e.g. '+-' or '+-*' (default +-)"},
-        {"direct", 0, SKPO_OPT_DOUBLE, &direct, 0, 1, "P", "share of solutions without worked steps (default 0)"},
-        {"tokenizer", 0, SKPO_OPT_STR, &tokdir, 0, 0, "DIR", "write prompt records tokenized with DIR"},
-        {"template", 0, SKPO_OPT_STR, &tmpl, 0, 0, "NAME", "chat template for --tokenizer (default plain)"},
-        {"sft", 0, SKPO_OPT_FLAG, &sft, 0, 0, NULL, "--tokenizer: full records with the solution as tokens"},
-        {"skip", 0, SKPO_OPT_DOUBLE, &skip, 0, 1, "P", "--sft: share with the skip-connected prompt [s, q] (0)"},
+        SKPO_OPT_LONG("count", 'n', &count, 1, 10000000, "N", "number of problems (default 100)"),
+        SKPO_OPT_LONG("seed", 's', &seed, 0, 9e15, "S", "random seed (default 1)"),
+        SKPO_OPT_STR("split", 0, &split, "NAME", "train or test (default train)"),
+        SKPO_OPT_LONG("ops", 0, &ops, 1, SYNTH_MAX_OPS, "N", "most operations per problem (default 2)"),
+        SKPO_OPT_LONG("min-ops", 0, &min_ops, 1, SYNTH_MAX_OPS, "N", "fewest operations (default: --ops)"),
+        SKPO_OPT_LONG("max-operand", 0, &max_operand, 1, 1000000, "N", "operands in 1..N (default 20)"),
+        SKPO_OPT_STR("kinds", 0, &kinds, "OPS", "operation kinds, e.g. '+-' or '+-*' (default +-)"),
+        SKPO_OPT_DOUBLE("direct", 0, &direct, 0, 1, "P", "share of solutions without worked steps (default 0)"),
+        SKPO_OPT_STR("tokenizer", 0, &tokdir, "DIR", "write prompt records tokenized with DIR"),
+        SKPO_OPT_STR("template", 0, &tmpl, "NAME", "chat template for --tokenizer (default plain)"),
+        SKPO_OPT_FLAG("sft", 0, &sft, "--tokenizer: full records with the solution as tokens"),
+        SKPO_OPT_DOUBLE("skip", 0, &skip, 0, 1, "P", "--sft: share with the skip-connected prompt [s, q] (0)"),
         {0},
     };
-    if (skpo_cli_parse(synopsis, about, opts, argc, argv) != 0) skpo_cli_usage_error(synopsis, "no arguments expected");
+    skpo_cli_parse(synopsis, about, opts, argc, argv, NULL);
     synth_opts o = {.min_ops = (int)(min_ops ? min_ops : ops), .max_ops = (int)ops, .max_operand = (int)max_operand};
     if (o.min_ops > o.max_ops) skpo_cli_usage_error(synopsis, "--min-ops %ld exceeds --ops %ld", min_ops, ops);
     if (!strcmp(split, "train")) o.split = SYNTH_TRAIN;

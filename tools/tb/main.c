@@ -71,11 +71,12 @@ static long convert(const char *path, FILE *f, const char *group, int64_t *next_
 int main(int argc, char **argv) {
     const char *logdir = ".", *group = "source";
     const skpo_opt opts[] = {
-        {"logdir", 'o', SKPO_OPT_STR, &logdir, 0, 0, "DIR", "where the event file goes (default .)"},
-        {"group", 0, SKPO_OPT_STR, &group, 0, 0, "FIELD", "string field prefixed to tags (default source; '' for none)"},
+        SKPO_OPT_STR("logdir", 'o', &logdir, "DIR", "where the event file goes (default .)"),
+        SKPO_OPT_STR("group", 0, &group, "FIELD", "string field prefixed to tags (default source; '' for none)"),
         {0},
     };
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
     skpo_err err = {0};
     if (skpo_mkdir_p(logdir, &err) != SKPO_OK) skpo_die("%s", err.msg);
     char *path = skpo_path_join(logdir, "events.out.tfevents.0.skpo");
@@ -87,7 +88,7 @@ int main(int argc, char **argv) {
     int64_t next_step = 0;
     long n = 0;
     for (int i = 0; i < (npos ? npos : 1); i++) {
-        long k = convert(npos ? argv[1 + i] : "-", af.f, *group ? group : NULL, &next_step, &b, &err);
+        long k = convert(npos ? pos[i] : "-", af.f, *group ? group : NULL, &next_step, &b, &err);
         if (k < 0) {
             skpo_afile_abort(&af); // no half-written event file left behind
             skpo_die("%s", err.msg);
@@ -98,5 +99,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "skpo-tb: %ld scalars -> %s\n", n, path);
     tfev_buf_free(&b);
     free(path);
+    free(pos);
     return SKPO_EXIT_OK;
 }

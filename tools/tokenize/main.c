@@ -130,24 +130,26 @@ static void run_file(const skpo_tok *t, const char *path, const opts *op, counte
 int main(int argc, char **argv) {
     opts op = {.tmpl = "qwen2.5"};
     const skpo_opt table[] = {
-        {"tokenizer", 0, SKPO_OPT_STR, &op.dir, 0, 0, "DIR", "folder with tokenizer.json (+ tokenizer_config.json)"},
-        {"decode", 0, SKPO_OPT_FLAG, &op.decode, 0, 0, NULL, "ids -> text"},
-        {"chat", 0, SKPO_OPT_FLAG, &op.chat, 0, 0, NULL, "render \"messages\" with --template, then encode"},
-        {"template", 0, SKPO_OPT_STR, &op.tmpl, 0, 0, "NAME", "chat template for --chat (default qwen2.5)"},
-        {"no-generation-prompt", 0, SKPO_OPT_FLAG, &op.no_gen, 0, 0, NULL, "--chat: no assistant opener at the end"},
-        {"no-special", 0, SKPO_OPT_FLAG, &op.no_special, 0, 0, NULL, "encode special-token strings as plain text"},
-        {"skip-special", 0, SKPO_OPT_FLAG, &op.skip_special, 0, 0, NULL, "--decode: leave special tokens out"},
-        {"stats", 0, SKPO_OPT_FLAG, &op.stats, 0, 0, NULL, "print bytes, tokens and encode MB/s on stderr"},
+        SKPO_OPT_STR("tokenizer", 0, &op.dir, "DIR", "folder with tokenizer.json (+ tokenizer_config.json)"),
+        SKPO_OPT_FLAG("decode", 0, &op.decode, "ids -> text"),
+        SKPO_OPT_FLAG("chat", 0, &op.chat, "render \"messages\" with --template, then encode"),
+        SKPO_OPT_STR("template", 0, &op.tmpl, "NAME", "chat template for --chat (default qwen2.5)"),
+        SKPO_OPT_FLAG("no-generation-prompt", 0, &op.no_gen, "--chat: no assistant opener at the end"),
+        SKPO_OPT_FLAG("no-special", 0, &op.no_special, "encode special-token strings as plain text"),
+        SKPO_OPT_FLAG("skip-special", 0, &op.skip_special, "--decode: leave special tokens out"),
+        SKPO_OPT_FLAG("stats", 0, &op.stats, "print bytes, tokens and encode MB/s on stderr"),
         {0},
     };
-    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, table, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, table, argc, argv, pos);
     if (!op.dir) skpo_cli_usage_error(SYNOPSIS, "--tokenizer is required");
     if (op.decode && op.chat) skpo_cli_usage_error(SYNOPSIS, "--decode and --chat exclude each other");
     skpo_tok *t;
     skpo_err err = {0};
     if (skpo_tok_load(op.dir, &t, &err) != SKPO_OK) skpo_die("%s", err.msg);
     counters c = {0};
-    for (int i = 0; i < (npos ? npos : 1); i++) run_file(t, npos ? argv[1 + i] : "-", &op, &c);
+    for (int i = 0; i < (npos ? npos : 1); i++) run_file(t, npos ? pos[i] : "-", &op, &c);
+    free(pos);
     if (op.stats)
         fprintf(stderr, "%s: encoded %zu bytes into %zu tokens in %.3f s (%.2f MB/s)\n", skpo_progname(), c.bytes, c.tokens,
                 c.secs, c.secs > 0 ? c.bytes / 1e6 / c.secs : 0.0);

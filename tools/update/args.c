@@ -6,6 +6,7 @@
 #include "tool.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *SYNOPSIS =
@@ -39,7 +40,6 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
     const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
-    long minibatch = a->u.minibatch, warmup = a->a.warmup_steps, epochs = 1;
     a->threads = 0;
     a->zero = -1;
     a->lora_alpha = NAN;
@@ -49,82 +49,81 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     double clip_low = NAN, clip_high = NAN, clip_high_up = NAN;
     double *W = a->u.phase_weight;
     skpo_opt opts[] = {
-        {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "checkpoint to update (HF folder; + optimizer state)"},
-        {"out", 0, SKPO_OPT_STR, &a->out, 0, 0, "DIR", "checkpoint to write (replaced atomically)"},
-        {"metrics", 0, SKPO_OPT_STR, &a->metrics, 0, 0, "FILE", "append one metrics record per mini-batch"},
-        {"step", 0, SKPO_OPT_INT, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"},
-        {"minibatch", 0, SKPO_OPT_INT, &minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"},
-        {"micro-tokens", 0, SKPO_OPT_INT, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"},
-        {"recompute-old", 0, SKPO_OPT_FLAG, &a->u.recompute_old, 0, 0, NULL, "old log-probs from the current weights, not `logp`"},
-        {"temperature", 0, SKPO_OPT_DOUBLE, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"},
-        {"loss", 0, SKPO_OPT_STR, &loss, 0, 0, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"},
-        {"clip-low", 0, SKPO_OPT_DOUBLE, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"},
-        {"clip-high", 0, SKPO_OPT_DOUBLE, &clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"},
-        {"clip-high-up", 0, SKPO_OPT_DOUBLE, &clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"},
-        {"up-loss", 0, SKPO_OPT_STR, &pl[0], 0, 0, "FORM", "upstream loss form: ppo, cispo, gspo, sapo (ppo)"},
-        {"up-clip-low", 0, SKPO_OPT_DOUBLE, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"},
-        {"up-clip-high", 0, SKPO_OPT_DOUBLE, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"},
-        {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"},
-        {"down-loss", 0, SKPO_OPT_STR, &pl[1], 0, 0, "FORM", "downstream loss form: ppo, cispo, gspo, sapo (cispo)"},
-        {"down-clip-low", 0, SKPO_OPT_DOUBLE, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"},
-        {"down-clip-high", 0, SKPO_OPT_DOUBLE, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"},
-        {"down-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"},
-        {"full-loss", 0, SKPO_OPT_STR, &pl[2], 0, 0, "FORM", "full-response loss form: ppo, cispo, gspo, sapo (ppo)"},
-        {"full-clip-low", 0, SKPO_OPT_DOUBLE, &lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"},
-        {"full-clip-high", 0, SKPO_OPT_DOUBLE, &hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"},
-        {"full-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"},
-        {"w-up", 0, SKPO_OPT_DOUBLE, &W[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"},
-        {"w-down", 0, SKPO_OPT_DOUBLE, &W[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"},
-        {"w-full", 0, SKPO_OPT_DOUBLE, &W[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"},
-        {"loss-agg", 0, SKPO_OPT_STR, &agg, 0, 0, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"},
-        {"up-loss-agg", 0, SKPO_OPT_STR, &pagg[0], 0, 0, "MODE", "upstream aggregation (default: --loss-agg)"},
-        {"down-loss-agg", 0, SKPO_OPT_STR, &pagg[1], 0, 0, "MODE", "downstream aggregation (default: --loss-agg)"},
-        {"full-loss-agg", 0, SKPO_OPT_STR, &pagg[2], 0, 0, "MODE", "full-response aggregation (default: --loss-agg)"},
-        {"loss-norm", 0, SKPO_OPT_DOUBLE, &L->agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"},
-        {"kl-coef", 0, SKPO_OPT_DOUBLE, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"},
-        {"sapo-tau-pos", 0, SKPO_OPT_DOUBLE, &L->sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"},
-        {"sapo-tau-neg", 0, SKPO_OPT_DOUBLE, &L->sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"},
-        {"entropy-coef", 0, SKPO_OPT_DOUBLE, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"},
-        {"lr", 0, SKPO_OPT_DOUBLE, &a->a.lr, 0, 1, "X", "peak learning rate (1e-6)"},
-        {"warmup-steps", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "linear warmup over N training steps (10)"},
-        {"weight-decay", 0, SKPO_OPT_DOUBLE, &a->a.weight_decay, 0, 1e6, "X", "decoupled weight decay (0.1)"},
-        {"decay", 0, SKPO_OPT_STR, &decay, 0, 0, "all|matrices", "which parameters decay (all, as verl)"},
-        {"beta1", 0, SKPO_OPT_DOUBLE, &a->a.beta1, 0, 0.999999999, "X", "AdamW beta1 (0.9)"},
-        {"beta2", 0, SKPO_OPT_DOUBLE, &a->a.beta2, 0, 0.999999999, "X", "AdamW beta2 (0.999)"},
-        {"adam-eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"},
-        {"max-grad-norm", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "global grad-norm clip, 0 = off (1.0)"},
-        {"epochs", 0, SKPO_OPT_INT, &epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"},
-        {"resume", 0, SKPO_OPT_FLAG, &a->resume, 0, 0, NULL, "fail unless --model holds optimizer state"},
-        {"fresh-optimizer", 0, SKPO_OPT_FLAG, &a->fresh_optimizer, 0, 0, NULL, "ignore optimizer state in --model"},
-        {"threads", 0, SKPO_OPT_INT, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"},
-        {"comm", 0, SKPO_OPT_STR, &comm, 0, 0, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"},
-        {"device", 0, SKPO_OPT_STR, &a->device, 0, 0, "cuda|cpu", "where to train (cuda when a GPU is visible)"},
-        {"recompute", 0, SKPO_OPT_FLAG, &a->recompute, 0, 0, NULL, "cuda: keep layer inputs only, recompute in backward"},
-        {"zero", 0, SKPO_OPT_INT, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"},
-        {"lora-rank", 0, SKPO_OPT_INT, &a->lora_rank, 1, 65536, "R", "train a LoRA adapter of rank R on a frozen base (off)"},
-        {"lora-alpha", 0, SKPO_OPT_DOUBLE, &a->lora_alpha, 1e-9, 1e9, "A", "LoRA scale alpha / R (32)"},
-        {"lora-targets", 0, SKPO_OPT_STR, &a->lora_targets, 0, 0, "LIST", "adapted projections (q,k,v,o,gate,up,down)"},
-        {"lora-dropout", 0, SKPO_OPT_DOUBLE, &a->lora_dropout, 0, 0.999, "P", "LoRA dropout (0; only 0 is implemented)"},
-        {"lora-seed", 0, SKPO_OPT_INT, &a->lora_seed, 0, 1e18, "N", "seed of a new adapter's A (0)"},
-        {"adapter", 0, SKPO_OPT_STR, &a->adapter, 0, 0, "DIR", "continue training this PEFT adapter on the base --model"},
-        {"merge-adapter", 0, SKPO_OPT_FLAG, &a->merge_adapter, 0, 0, NULL, "write --model's adapter merged into its base to --out; no training"},
+        SKPO_OPT_STR("model", 0, &a->model, "DIR", "checkpoint to update (HF folder; + optimizer state)"),
+        SKPO_OPT_STR("out", 0, &a->out, "DIR", "checkpoint to write (replaced atomically)"),
+        SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "append one metrics record per mini-batch"),
+        SKPO_OPT_LONG("step", 0, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"),
+        SKPO_OPT_INT("minibatch", 0, &a->u.minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"),
+        SKPO_OPT_LONG("micro-tokens", 0, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"),
+        SKPO_OPT_FLAG("recompute-old", 0, &a->u.recompute_old, "old log-probs from the current weights, not `logp`"),
+        SKPO_OPT_DOUBLE("temperature", 0, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"),
+        SKPO_OPT_STR("loss", 0, &loss, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"),
+        SKPO_OPT_DOUBLE("clip-low", 0, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"),
+        SKPO_OPT_DOUBLE("clip-high", 0, &clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"),
+        SKPO_OPT_DOUBLE("clip-high-up", 0, &clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"),
+        SKPO_OPT_STR("up-loss", 0, &pl[0], "ppo|cispo", "upstream loss form (ppo)"),
+        SKPO_OPT_DOUBLE("up-clip-low", 0, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("up-clip-high", 0, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"),
+        SKPO_OPT_DOUBLE("up-dual-clip", 0, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"),
+        SKPO_OPT_STR("down-loss", 0, &pl[1], "ppo|cispo", "downstream loss form (cispo)"),
+        SKPO_OPT_DOUBLE("down-clip-low", 0, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("down-clip-high", 0, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"),
+        SKPO_OPT_DOUBLE("down-dual-clip", 0, &dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"),
+        SKPO_OPT_STR("full-loss", 0, &pl[2], "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"),
+        SKPO_OPT_DOUBLE("full-clip-low", 0, &lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("full-clip-high", 0, &hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"),
+        SKPO_OPT_DOUBLE("full-dual-clip", 0, &dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"),
+        SKPO_OPT_DOUBLE("w-up", 0, &W[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"),
+        SKPO_OPT_DOUBLE("w-down", 0, &W[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"),
+        SKPO_OPT_DOUBLE("w-full", 0, &W[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"),
+        SKPO_OPT_STR("loss-agg", 0, &agg, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"),
+        SKPO_OPT_STR("up-loss-agg", 0, &pagg[0], "MODE", "upstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_STR("down-loss-agg", 0, &pagg[1], "MODE", "downstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_STR("full-loss-agg", 0, &pagg[2], "MODE", "full-response aggregation (default: --loss-agg)"),
+        SKPO_OPT_DOUBLE("loss-norm", 0, &L->agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"),
+        SKPO_OPT_DOUBLE("kl-coef", 0, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"),
+        SKPO_OPT_DOUBLE("entropy-coef", 0, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"),
+        SKPO_OPT_DOUBLE("lr", 0, &a->a.lr, 0, 1, "X", "peak learning rate (1e-6)"),
+        SKPO_OPT_INT("warmup-steps", 0, &a->a.warmup_steps, 0, 1e9, "N", "linear warmup over N training steps (10)"),
+        SKPO_OPT_DOUBLE("weight-decay", 0, &a->a.weight_decay, 0, 1e6, "X", "decoupled weight decay (0.1)"),
+        SKPO_OPT_STR("decay", 0, &decay, "all|matrices", "which parameters decay (all, as verl)"),
+        SKPO_OPT_DOUBLE("beta1", 0, &a->a.beta1, 0, 0.999999999, "X", "AdamW beta1 (0.9)"),
+        SKPO_OPT_DOUBLE("beta2", 0, &a->a.beta2, 0, 0.999999999, "X", "AdamW beta2 (0.999)"),
+        SKPO_OPT_DOUBLE("adam-eps", 0, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"),
+        SKPO_OPT_DOUBLE("max-grad-norm", 0, &a->a.max_grad_norm, 0, B, "X", "global grad-norm clip, 0 = off (1.0)"),
+        SKPO_OPT_INT("epochs", 0, &a->u.epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"),
+        SKPO_OPT_FLAG("resume", 0, &a->resume, "fail unless --model holds optimizer state"),
+        SKPO_OPT_FLAG("fresh-optimizer", 0, &a->fresh_optimizer, "ignore optimizer state in --model"),
+        SKPO_OPT_LONG("threads", 0, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"),
+        SKPO_OPT_STR("comm", 0, &comm, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"),
+        SKPO_OPT_STR("device", 0, &a->device, "cuda|cpu", "where to train (cuda when a GPU is visible)"),
+        SKPO_OPT_FLAG("recompute", 0, &a->recompute, "cuda: keep layer inputs only, recompute in backward"),
+        SKPO_OPT_LONG("zero", 0, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"),
+        SKPO_OPT_DOUBLE("sapo-tau-pos", 0, &L->sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"),
+        SKPO_OPT_DOUBLE("sapo-tau-neg", 0, &L->sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"),
+        SKPO_OPT_LONG("lora-rank", 0, &a->lora_rank, 1, 65536, "R", "train a LoRA adapter of rank R on a frozen base (off)"),
+        SKPO_OPT_DOUBLE("lora-alpha", 0, &a->lora_alpha, 1e-9, 1e9, "A", "LoRA scale alpha / R (32)"),
+        SKPO_OPT_STR("lora-targets", 0, &a->lora_targets, "LIST", "adapted projections (q,k,v,o,gate,up,down)"),
+        SKPO_OPT_DOUBLE("lora-dropout", 0, &a->lora_dropout, 0, 0.999, "P", "LoRA dropout (0; only 0 is implemented)"),
+        SKPO_OPT_LONG("lora-seed", 0, &a->lora_seed, 0, 1e18, "N", "seed of a new adapter's A (0)"),
+        SKPO_OPT_STR("adapter", 0, &a->adapter, "DIR", "continue training this PEFT adapter on the base --model"),
+        SKPO_OPT_FLAG("merge-adapter", 0, &a->merge_adapter, "write --model's adapter merged into its base to --out; no training"),
         // Other spellings callers use (pipelines/common.sh on main).
-        {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
-        {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
-        {"grad-clip", 0, SKPO_OPT_DOUBLE, &a->a.max_grad_norm, 0, B, "X", "same as --max-grad-norm"},
+        SKPO_OPT_ALIAS("warmup", "warmup-steps"),
+        SKPO_OPT_ALIAS("eps", "adam-eps"),
+        SKPO_OPT_ALIAS("grad-clip", "max-grad-norm"),
         {0},
     };
-    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, pos);
     if (!a->model || !a->out) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
-    a->input = npos ? argv[1] : "-";
+    a->input = npos ? pos[0] : "-";
+    free(pos);
     if (a->lora_dropout != 0) skpo_cli_usage_error(SYNOPSIS, "--lora-dropout %g: only 0 is implemented", a->lora_dropout);
     if (a->merge_adapter && (a->lora_rank || a->resume))
         skpo_cli_usage_error(SYNOPSIS, "--merge-adapter trains nothing: no --lora-rank or --resume");
     if (a->resume && a->fresh_optimizer) skpo_cli_usage_error(SYNOPSIS, "--resume and --fresh-optimizer exclude each other");
-    a->u.minibatch = (int)minibatch;
-    a->u.epochs = (int)epochs;
-    a->a.warmup_steps = (int)warmup;
     skpo_phase_loss *P = L->phase;
     for (int p = 0; p < SKPO_NPHASE; p++) {
         double group_high = p == SKPO_PHASE_UP ? clip_high_up : clip_high;

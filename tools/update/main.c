@@ -9,9 +9,6 @@
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
-    // The metrics' meta record wants argv as typed; parsing reorders it.
-    char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
-    for (int i = 0; i < argc; i++) orig[i] = argv[i];
     upd_args a;
     upd_parse_args(&a, argc, argv);
     upd_bind_device(&a);
@@ -46,9 +43,8 @@ int main(int argc, char **argv) {
     else if (c->rank == 0)
         st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
     upd_check(c, st, &e);
-    upd_report(c, &a, argc, orig, met, nmb, b, skpo_now() - t0);
+    upd_report(c, &a, argc, argv, met, nmb, b, skpo_now() - t0);
     free(met);
-    free(orig);
     skpo_batch_free(b);
     skpo_optim_free(o);
     skpo_comm_free(nc);   // before the model: it shares the model's device context
