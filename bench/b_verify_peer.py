@@ -3,7 +3,9 @@
 file, configured as verl wraps it (verl/utils/reward_score/math_verify.py):
 gold "\\boxed{gold}" parsed with LatexExtractionConfig, the response with
 ExprExtractionConfig + LatexExtractionConfig, math_metric; exceptions and
-timeouts score 0. Prints one line per kind ("kind K right total fp fn") and a
+timeouts score 0. The per-case TIMEOUT is CPU seconds of this process
+(ITIMER_VIRTUAL), so a loaded machine does not turn slow cases into timeouts;
+math-verify's own internal timeouts stay as it sets them. Prints one line per kind ("kind K right total fp fn") and a
 summary ("total right n fp fn checks_per_s timeouts")."""
 import json
 import signal
@@ -27,13 +29,13 @@ def main():
     limit = int(sys.argv[2])
     verify_func = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
                               pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGVTALRM, alarm)
     kinds = {}
     right = fp = fn = timeouts = 0
     t0 = time.perf_counter()
     for c in cases:
         score = 0.0
-        signal.alarm(limit)
+        signal.setitimer(signal.ITIMER_VIRTUAL, limit)
         try:
             score, _ = verify_func(["\\boxed{" + c["gold"] + "}"], [c["response"]])
         except Timeout:
@@ -41,7 +43,7 @@ def main():
         except Exception:
             pass
         finally:
-            signal.alarm(0)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         got = score > 0
         k = kinds.setdefault(c["kind"], [0, 0, 0, 0])
         k[1] += 1

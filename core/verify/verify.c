@@ -6,6 +6,7 @@
 #include "verify/verify_impl.h"
 #include "base/common.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,27 @@ static bool answers_equal(vctx *c, const char *g, const char *p) {
         changed = true;
     }
     bool eq = changed && parsed_equal(c, g, gl, alt, al);
+    if (!eq) { // "S_1 : S_2 = 1 : 7": a label made of names (digits only in subscripts), then the value
+        const char *e = NULL;
+        int d = 0;
+        for (size_t i = 0; i < pl; i++) {
+            if (p[i] == '{') d++;
+            else if (p[i] == '}') d--;
+            else if (p[i] == '=' && d == 0) e = p + i;
+        }
+        bool label = e != NULL && e > p, letter = false;
+        for (const char *q = p; label && q < e; q++) {
+            if (isalpha((unsigned char)*q)) letter = true;
+            if (strchr("+-*/^=<>", *q)) label = false;
+            if (isdigit((unsigned char)*q) && !(q > p && (q[-1] == '_' || isdigit((unsigned char)q[-1]) ||
+                                                         (q > p + 1 && q[-1] == '{' && q[-2] == '_'))))
+                label = false;
+            if (*q == '\\' && (!strncmp(q, "\\frac", 5) || !strncmp(q, "\\cdot", 5) || !strncmp(q, "\\times", 6) ||
+                                !strncmp(q, "\\sqrt", 5)))
+                label = false;
+        }
+        if (label && letter && e[1]) eq = parsed_equal(c, g, gl, e + 1, strlen(e + 1));
+    }
     free(alt);
     return eq;
 }

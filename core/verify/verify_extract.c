@@ -186,8 +186,9 @@ static bool boxes_answer(const char *t, box *ring, int nb, char *out, size_t cap
 // after spaces, '*' and '$'. Sets *end past it.
 static bool choice_at(const char *t, size_t i, size_t n, size_t *end) {
     while (i < n && (t[i] == ' ' || t[i] == '*' || t[i] == '$')) i++;
-    if (i + 8 <= n && !memcmp(t + i, "\\textbf{", 8)) i += 8;
-    else if (i + 6 <= n && !memcmp(t + i, "\\text{", 6)) i += 6;
+    bool cmd = false;
+    if (i + 8 <= n && !memcmp(t + i, "\\textbf{", 8)) { i += 8; cmd = true; }
+    else if (i + 6 <= n && !memcmp(t + i, "\\text{", 6)) { i += 6; cmd = true; }
     bool par = i < n && t[i] == '(';
     if (par) i++;
     if (i >= n || t[i] < 'A' || t[i] > 'E') return false;
@@ -197,6 +198,12 @@ static bool choice_at(const char *t, size_t i, size_t n, size_t *end) {
     else if (i + 1 < n && t[i] == ' ' && isalpha((unsigned char)t[i + 1]) && !par) {
         // "C because ...", "C since": a letter then an explanation; "A total of" is a word
         if (strncmp(t + i + 1, "because", 7) && strncmp(t + i + 1, "since", 5) && strncmp(t + i + 1, "as ", 3)) return false;
+    }
+    if (cmd && (i >= n || (t[i] != '}' && t[i] != ' '))) return false; // \text{A,B,E} is a list
+    { // "A, C" or "A and C": several letters are a list, not one choice
+        size_t k = i;
+        while (k < n && (t[k] == ',' || t[k] == ' ')) k++;
+        if (k > i && k < n && t[k] >= 'A' && t[k] <= 'E' && (k + 1 == n || !isalpha((unsigned char)t[k + 1]))) return false;
     }
     while (i < n && t[i] == '}') i++;
     if (end) *end = i;

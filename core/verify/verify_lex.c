@@ -500,6 +500,13 @@ static void lex_command(lexer *L, frame *f) {
         if (CMDS[k].tok == T_SQRT) mark_args(L, s, f->i, n, 1);
         return;
     }
+    // A_{\max}, x_\min: a word command in a subscript is part of a name
+    bool sub = (st >= 2 && s[st - 2] == '_') || (st >= 3 && s[st - 2] == '{' && s[st - 3] == '_');
+    if (sub && len < 20) {
+        vtok *t = emit(L, T_VAR);
+        if (t) { t->txt[0] = '\\'; memcpy(t->txt + 1, name, len); t->txt[len + 1] = 0; }
+        return;
+    }
     L->bad = true;
 }
 
