@@ -19,7 +19,8 @@
 # Writes DIR/compare.txt: held-out mean@k before / after and the gain (mean ± sample
 # sd over seeds), best-over-steps, mean seconds per training step (Fig. 11) and
 # wall time per run; DIR/compare.png (held-out mean@k per step, averaged over
-# seeds) when gnuplot is installed. A stopped comparison resumes where it was.
+# seeds) and DIR/step-time.png (seconds per step per method) when gnuplot is
+# installed. A stopped comparison resumes where it was.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 . "$PIPE/report.sh"
