@@ -19,7 +19,8 @@
 # Writes DIR/compare.txt: held-out mean@k before / after and the gain (mean ± sample
 # sd over seeds), best-over-steps, mean seconds per training step (Fig. 11) and
 # wall time per run; DIR/compare.png (held-out mean@k per step, averaged over
-# seeds) when gnuplot is installed. A stopped comparison resumes where it was.
+# seeds) and DIR/step-time.png (seconds per step per method) when gnuplot is
+# installed. A stopped comparison resumes where it was.
 # A method named M+loraR trains a rank-R LoRA adapter instead of all weights
 # (LORA_RANK=R, LR=LORA_LR, default 1e-3 = 10x demo.conf's LR as "LoRA Without
 # Regret" recommends), e.g. METHODS="skpo skpo+lora1 skpo+lora8 skpo+lora32".

@@ -62,6 +62,16 @@ mkdir -p "$RUN" || die "cannot create '$RUN'"
 exec 9>>"$RUN/lock"
 if command -v flock >/dev/null; then flock -n 9 || die "another train.sh is running on '$RUN'"; fi
 init_run "$@"
+# the ablation keys' values, checked before any step runs (the tools check them too)
+enum_key() { # KEY VALUE ALLOWED...
+  local k=$1 v=$2; shift 2
+  for a in "$@"; do [ "$v" = "$a" ] && return 0; done
+  die "$k='$v' is not one of: $*"
+}
+enum_key LAYOUT "${LAYOUT:-skip}" skip continual
+enum_key REWARD_UP "${REWARD_UP:-mc}" mc self
+enum_key CUT "${CUT:-adaptive}" adaptive fixed
+enum_key SELECT "${SELECT:-median}" median extreme
 case "$ALGO" in
   skpo) STEP_SH=$PIPE/step.sh;;
   grpo|drgrpo|dapo|spo|gspo|cispo|sapo) STEP_SH=$PIPE/$ALGO.sh;;

@@ -32,6 +32,9 @@ t "train.sh refuses a misspelt key, naming it, before creating anything" sh -c '
   { echo "rc=$rc"; cat "$0/typo.err"; exit 1; }' "$TMP" "$P" "$TMP"
 t "train.sh refuses a misspelt ablation key (SELCT=extreme)" sh -c '
   ! bash "$1/train.sh" "$0/typo2" SELCT=extreme 2>"$0/typo2.err" && grep -q "SELCT" "$0/typo2.err"' "$TMP" "$P"
+t "train.sh refuses a bad ablation value before any step (REWARD_UP=slef)" sh -c '
+  ! REWARD_CMD=$PARITY bash "$1/train.sh" "$0/badval" MODEL="$2/model" TRAIN_DATA="$2/train.msgpack.zst" REWARD_UP=slef 2>"$0/bv.err" &&
+  grep -q "REWARD_UP=.slef. is not one of: mc self" "$0/bv.err" && [ ! -e "$0/badval/last" ]' "$TMP" "$P" "$TMP"
 t "every key the defaults set, and THREADS, is accepted" sh -c '
   for k in $(grep -oE "^[A-Z_][A-Z0-9_]*=" "$1/config/defaults.conf" | tr -d =) THREADS; do
     out=$(bash "$1/train.sh" "$0/k" "$k=x" 2>&1); echo "$out" | grep -q "unknown config key" && { echo "$k: $out"; exit 1; }

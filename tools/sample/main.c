@@ -25,9 +25,7 @@
 
 static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L] [--cut C] [--select S] [--self])\n"
-    "       [--state DIR]"
-    "\n"
-    "       [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
+    "       [--state DIR] [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
     "       [--no-share] [--no-text] [--stats] [--device cuda|cpu]";
 static const char ABOUT[] =
