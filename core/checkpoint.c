@@ -80,6 +80,16 @@ skpo_status skpo_checkpoint_read_state(const char *dir, skpo_trainer_state *st, 
     return s;
 }
 
+int skpo_checkpoint_weights_only(const char *dir) {
+    char *p = skpo_path_join(dir, SKPO_TRAINER_FILE);
+    json_error_t je;
+    json_t *j = skpo_path_exists(p) ? json_load_file(p, 0, &je) : NULL;
+    int w = j && json_is_false(json_object_get(j, "optimizer_state"));
+    json_decref(j);
+    free(p);
+    return w;
+}
+
 // --- save ----------------------------------------------------------------------------
 
 // Files of an HF folder that belong to the tokenizer / generation side. An
@@ -114,9 +124,10 @@ static const char *dtype_name(skpo_dtype d) {
 }
 
 static skpo_status write_state(const char *dir, const skpo_trainer_state *st, skpo_dtype dtype, double lr,
-                               const char *parent, skpo_err *err) {
+                               const char *parent, int weights_only, skpo_err *err) {
     json_t *j = json_pack("{sssIsIsssf}", "format", SKPO_TRAINER_FORMAT, "step", (json_int_t)st->step,
                           "optimizer_updates", (json_int_t)st->optimizer_updates, "dtype", dtype_name(dtype), "lr", lr);
+    if (weights_only) json_object_set_new(j, "optimizer_state", json_false());
     if (parent) json_object_set_new(j, "parent", json_string(parent));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -143,7 +154,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
     if (!s) s = skpo_model_sync_host(m, err);   // device weights -> host (a CPU model: nothing)
     if (!s) s = skpo_model_save(m, tmp, dtype, 0, err);
     if (!s && src_dir) s = copy_side_files(src_dir, tmp, err);
-    if (!s) {
+    if (!s && o) {
         skpo_param *p;
         int np = skpo_model_params(m, &p);
         SKPO_ASSERT(np == o->n);
@@ -151,7 +162,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
         s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
         free(op);
     }
-    if (!s) s = write_state(tmp, st, dtype, lr, src_dir, err);
+    if (!s) s = write_state(tmp, st, dtype, lr, src_dir, !o, err);
     if (!s) s = skpo_fsync_dir(tmp, err);
     if (!s) s = skpo_dir_replace(tmp, base, err);
     if (s) {

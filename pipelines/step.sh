@@ -16,12 +16,12 @@
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
 L=$TMPD/logs
-stage_sample_segment 2>"$L/sample.err" \
-  | stage_splice 2>"$L/splice.err" \
-  | stage_reward 2>"$L/reward.err" \
+timed sample stage_sample_segment 2>"$L/sample.err" \
+  | timed splice stage_splice 2>"$L/splice.err" \
+  | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-  | stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
-  | stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
+  | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
+  | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
       --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe sample splice reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

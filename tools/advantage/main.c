@@ -8,7 +8,6 @@
 #include "advantage.h"
 #include "cli.h"
 #include "common.h"
-#include "model.h"
 #include "record.h"
 #include "tracker.h"
 
@@ -18,32 +17,33 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
+    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--tau T] [--rho-min R] [--rho-max R] [--eps E] [--len-init L]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
     "`weight` added (and `reward` = mean downstream reward on `up` records), then a `metrics` record, and\n"
     "saves the per-prompt tracker state of the next step in DIR (state-NNNNNN.msgpack.zst + CURRENT).\n"
-    "Without --model, rho = rho_max (SPO's constant-rho variant); with --model, the checkpoint that sampled\n"
-    "this step rescores each revisited prompt's stored segment: rho = clamp(2^(-D/tau)), D = mean |dlogp|.\n"
+    "Without --rescored, rho = rho_max (SPO's constant-rho variant); with --rescored, rho = clamp(2^(-D/tau))\n"
+    "where D (mean |dlogp| of each revisited prompt's stored segment under the weights that sampled this\n"
+    "step) is the `seg_div` field skpo-sample --rescore wrote on the prompt's records. Loads no model.\n"
     "Tracker options given on the command line replace those stored in the state.";
 
 typedef struct args {
     const char *mode, *state, *metrics, *input, *model;
     long step, group;
-    double w_up, w_down, temperature, tau, rho_min, rho_max, eps, len_init;
-    int norm_down, summary;
+    double w_up, w_down, tau, rho_min, rho_max, eps, len_init;
+    int norm_down, summary, rescored;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0,
+    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
     const skpo_opt opts[] = {
         {"mode", 0, SKPO_OPT_STR, &a->mode, 0, 0, "MODE", "skpo, grpo, drgrpo, dapo or spo"},
         {"state", 0, SKPO_OPT_STR, &a->state, 0, 0, "DIR", "tracker state folder (created on first use)"},
-        {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "checkpoint that sampled this step: measure D for rho"},
-        {"temperature", 0, SKPO_OPT_DOUBLE, &a->temperature, 1e-6, 100, "T", "sampling temperature of the stored log-probs (default 1)"},
+        {"rescored", 0, SKPO_OPT_FLAG, &a->rescored, 0, 0, NULL, "rho from the records' `seg_div` (skpo-sample --rescore)"},
+        {"model", 0, SKPO_OPT_STR, &a->model, 0, 0, "DIR", "removed: the sampler measures D (skpo-sample --rescore)"},
         {"step", 0, SKPO_OPT_INT, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"},
         {"group", 0, SKPO_OPT_INT, &a->group, 1, 65536, "G", "records per group (default 8)"},
         {"w-up", 0, SKPO_OPT_DOUBLE, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"},
@@ -62,6 +62,9 @@ static void parse(int argc, char **argv, args *a) {
     if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
     if (npos == 1) a->input = argv[1];
     if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
+    if (a->model)
+        skpo_cli_usage_error(synopsis, "--model is gone: skpo-sample --rescore measures rho's divergence where the "
+                                       "model is loaded; pass --rescored here");
 }
 
 static skpo_tracker *load_tracker(const args *a) {
@@ -153,15 +156,7 @@ int main(int argc, char **argv) {
     o.group = a.group; o.w_up = a.w_up; o.w_down = a.w_down; o.norm_down = a.norm_down;
     skpo_tracker *t = load_tracker(&a);
     skpo_err err = {{0}};
-    skpo_model *model = NULL;
-    skpo_adv_model_ctx mctx = {0};
-    if (a.model) {
-        skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
-        if (skpo_model_load(a.model, &mo, &model, &err)) skpo_die("%s", err.msg);
-        mctx = (skpo_adv_model_ctx){model, (float)a.temperature, 0};
-        o.divergence = skpo_adv_model_divergence;
-        o.div_ctx = &mctx;
-    }
+    o.div_from_records = a.rescored;
     skpo_rec *recs, metrics;
     size_t n;
     if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
@@ -180,7 +175,6 @@ int main(int argc, char **argv) {
     skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
     if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);
     skpo_tracker_free(t);
-    skpo_model_free(model);
     skpo_rec_free(&metrics);
     skpo_recs_free(recs, n);
     free(keep);

@@ -24,6 +24,7 @@ static void base_record(const sample_cfg *c, const sample_job *job, const sample
     skpo_rec_set_int(r, F_STEP, job->step);
     skpo_rec_set_str(r, F_POLICY, c->policy ? c->policy : c->ro.model_dir);
     skpo_rec_set_i32s(r, F_PROMPT, it->prompt, (size_t)it->n_prompt);
+    if (it->has_div) skpo_rec_set_float(r, F_SEG_DIV, it->div);
 }
 
 static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const sample_job *job, const sample_item *it,

@@ -32,6 +32,7 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (!c->prompts) skpo_cli_usage_error(syn, "--prompts is required");
     if ((c->n > 0) == (c->segment != 0)) skpo_cli_usage_error(syn, "give exactly one of --n K and --segment");
     if (c->all && c->per_step > 0) skpo_cli_usage_error(syn, "--all and --prompts-per-step exclude each other");
+    if (c->rescore && !c->state) skpo_cli_usage_error(syn, "--rescore needs --state (the stored segments)");
     if (!c->segment && c->lq_init >= 0) skpo_cli_usage_error(syn, "--lq-init goes with --segment");
     if (c->segment && !c->all && c->per_step == 0) c->per_step = 128;
     if (c->shard) {

@@ -23,7 +23,7 @@ static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L]) [--state DIR]\n"
     "       [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
-    "       [--no-share] [--no-text] [--stats] [--device cuda|cpu]";
+    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cuda|cpu]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -58,6 +58,7 @@ int main(int argc, char **argv) {
         {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},
         {"threads", 0, SKPO_OPT_INT, &c.threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"},
         {"device", 0, SKPO_OPT_STR, &c.ro.device, 0, 0, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"},
+        {"rescore", 0, SKPO_OPT_FLAG, &c.rescore, 0, 0, NULL, "with --state: `seg_div` = D of each revisited prompt's stored segment (rho)"},
         {"policy", 0, SKPO_OPT_STR, &c.policy, 0, 0, "NAME", "`policy` field (default: --model)"},
         {"stats", 0, SKPO_OPT_FLAG, &c.stats, 0, 0, NULL, "print generated tokens/s and KV use on stderr at the end"},
         {0},
@@ -74,6 +75,7 @@ int main(int argc, char **argv) {
     if (skpo_rollout_open(&c.ro, &ro, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job job;
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record
+    if (c.rescore) sample_job_rescore(&c, &ro, &job);
     skpo_writer *w;
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_write_meta(&c, &job, w, argc, args);

@@ -14,6 +14,7 @@ typedef struct sample_cfg {
     long n, group, per_step, batch, top_k, seed, step, threads;
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
+    int rescore;            // --rescore: D of each drawn prompt's stored segment (seg_div)
     skpo_strlist stops;
     int shard_i, shard_n;   // parsed from --shard
 } sample_cfg;
@@ -29,6 +30,8 @@ typedef struct sample_item {
     const int32_t *prompt;   // (n_prompt)
     int n_prompt;
     int t_q;                 // --segment: planned split position
+    int has_div;             // --rescore: the prompt's stored segment was scored
+    double div;              // its D (field seg_div)
 } sample_item;
 
 typedef struct sample_job {
@@ -43,6 +46,9 @@ typedef struct sample_job {
 // Read and check --prompts, draw/shard the work, plan t_q. Dies (exit 1) with
 // "prompt record N: what (pid X)" on a bad prompt record.
 void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *job);
+// --rescore: score each item's stored last segment (tracker of --state)
+// under ro's model and set has_div / div. Dies on a scoring error.
+void sample_job_rescore(const sample_cfg *c, const skpo_rollout *ro, sample_job *job);
 void sample_job_free(sample_job *job);
 
 void sample_write_meta(const sample_cfg *c, const sample_job *job, skpo_writer *w, int argc, char **argv);

@@ -11,7 +11,8 @@
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
     "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
-    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
+    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
+    "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N]";
 
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
@@ -98,6 +99,8 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"device", 0, SKPO_OPT_STR, &a->device, 0, 0, "cuda|cpu", "where to train (cuda when a GPU is visible)"},
         {"recompute", 0, SKPO_OPT_FLAG, &a->recompute, 0, 0, NULL, "cuda: keep layer inputs only, recompute in backward"},
         {"zero", 0, SKPO_OPT_INT, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"},
+        {"serve", 0, SKPO_OPT_STR, &a->serve, 0, 0, "DIR", "stay up: load --model once, train each DIR/<step>.req (docs/update.md)"},
+        {"weights-only", 0, SKPO_OPT_FLAG, &a->weights_only, 0, 0, NULL, "write no optimizer state in --out (a served step between durable saves)"},
         // Other spellings callers use (pipelines/common.sh on main).
         {"warmup", 0, SKPO_OPT_INT, &warmup, 0, 1e9, "N", "same as --warmup-steps"},
         {"eps", 0, SKPO_OPT_DOUBLE, &a->a.eps, 1e-30, 1, "X", "same as --adam-eps"},
@@ -105,7 +108,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {0},
     };
     int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv);
-    if (!a->model || !a->out) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
+    if (!a->model || (!a->out && !a->serve)) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
+    if (a->serve && (a->out || npos))
+        skpo_cli_usage_error(SYNOPSIS, "--serve takes --model only: --out and the records come with each request");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
     a->input = npos ? argv[1] : "-";
     if (a->resume && a->fresh_optimizer) skpo_cli_usage_error(SYNOPSIS, "--resume and --fresh-optimizer exclude each other");

@@ -14,6 +14,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < argc; i++) orig[i] = argv[i];
     upd_args a;
     upd_parse_args(&a, argc, argv);
+    if (a.serve) {
+        free(orig);
+        return upd_serve(&a);
+    }
     upd_bind_device(&a);
     double t0 = skpo_now();
     skpo_err e = {0};
@@ -40,7 +44,8 @@ int main(int argc, char **argv) {
     skpo_trainer_state ts = {a.u.step, o->t};
     skpo_status st = SKPO_OK;
     if (c->rank == 0)
-        st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
+        st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), a.weights_only ? NULL : o, &ts,
+                                  skpo_optim_lr(&a.a, a.u.step), &e);
     upd_check(c, st, &e);
     upd_report(c, &a, argc, orig, met, nmb, b, skpo_now() - t0);
     free(met);

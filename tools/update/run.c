@@ -106,6 +106,11 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     int np = skpo_model_params(m, &p);
     *o = skpo_optim_new(&a->a, p, np);
     int have = skpo_checkpoint_has_optim(a->model);
+    if (!have && !a->fresh_optimizer && have_ts && ts->optimizer_updates > 0 && skpo_checkpoint_weights_only(a->model))
+        return skpo_err_set(err, SKPO_ENOTFOUND,
+                            "'%s' is a weights-only checkpoint (step %" PRId64 ": its optimizer state stayed in the "
+                            "update server): continue from a durable checkpoint, or pass --fresh-optimizer",
+                            a->model, ts->step);
     if (a->resume && !have)
         return skpo_err_set(err, SKPO_ENOTFOUND, "--resume: '%s' holds no %s", a->model, SKPO_OPTIM_FILE);
     if (!have || a->fresh_optimizer) return SKPO_OK;

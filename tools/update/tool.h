@@ -23,6 +23,8 @@ typedef struct upd_args {
     int recompute;        // --recompute: per-layer activation recomputation (cuda)
     long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
     skpo_device dev;      // resolved by upd_bind_device
+    const char *serve;    // --serve DIR: a trainer for the whole run (serve.c)
+    int weights_only;     // --weights-only: no optimizer state in --out (the server keeps it)
 } upd_args;
 
 // Parse argv (exits 2 on a usage error, 0 after --help).
@@ -58,5 +60,13 @@ void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o
 // the step summary on stderr.
 void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,
                 const skpo_batch *b, double seconds);
+
+// --- serve.c -------------------------------------------------------------------
+
+// skpo-update --serve DIR: load --model once, then train one step per request
+// file DIR/<step>.req (the one-shot command line of that step), writing
+// DIR/<step>.done after the step's checkpoint and metrics are in place.
+// Returns the exit status.
+int upd_serve(upd_args *a);
 
 #endif
