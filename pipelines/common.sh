@@ -58,7 +58,7 @@ stage_sample_segment() {
   skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"} \
-    ${RHO_RESCORE:+--rescore}
+    ${RHO_RESCORE:+--rescore} "$@"
 }
 # stage_sample_n K: K whole responses for every prompt of the step's draw (draw_prompts).
 stage_sample_n() {
@@ -133,6 +133,34 @@ launcher() {
 }
 # launch CMD...: CMD as nranks MPI processes (one rank: CMD as is).
 launch() { launcher; "${LAUNCH[@]}" "$@"; }
+# nshards: sample / splice processes per step on this node: GPUS, else RANKS.
+nshards() { if [ "${GPUS:-0}" -gt 0 ]; then echo "$GPUS"; else echo "${RANKS:-1}"; fi; }
+# gpu_of I: the CUDA_VISIBLE_DEVICES entry of shard I (I itself when unset).
+gpu_of() {
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then printf '%s' "$CUDA_VISIBLE_DEVICES" | cut -d, -f$(($1 + 1)); else echo "$1"; fi
+}
+# shard_segments OUT: `skpo-sample --segment --shard I/N | skpo-splice` for each
+# of nshards shards in parallel (shard I on GPU I with GPUS), concatenated in
+# shard order into OUT: the unsharded stream (every shard draws the same
+# prompts and keeps its slice, the sampler writes in draw order, splice keeps
+# input order, seeds are per prompt and record). Logs: sample.I.err, splice.I.err.
+shard_segments() {
+  local n i rc=0 pids=() L=$TMPD/logs
+  n=$(nshards)
+  for ((i = 0; i < n; i++)); do
+    (
+      [ "${GPUS:-0}" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(gpu_of "$i")
+      timed sample stage_sample_segment --shard "$i/$n" 2>"$L/sample.$i.err" \
+        | timed splice stage_splice 2>"$L/splice.$i.err" >"$TMPD/shard.$i.msgpack.zst"
+      check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
+    ) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  [ "$rc" = 0 ] || return 1
+  for ((i = 0; i < n; i++)); do cat "$TMPD/shard.$i.msgpack.zst"; done >"$1" || return 1
+  rm -f "$TMPD"/shard.*.msgpack.zst
+}
 # check_devices: the run's ranks and GPUs exist before any work starts.
 check_devices() {
   case "${RANKS:-1}${GPUS:-0}${NODES:-1}" in *[!0-9]*) die "RANKS, GPUS and NODES must be whole numbers";; esac
@@ -382,7 +410,9 @@ commit_step() {
 write_times() {
   local c="$RUN/ckpt/$STEP" w o
   { echo "$(date +%s.%N) $STEP_T0" | awk '{printf "%.3f\n", $1 - $2}'
-  [ -f "$TMPD/times" ] && awk '{ printf "seconds.%s %.3f\n", $1, $3 - $2 }' "$TMPD/times"
+  # a stage run as several shards: the longest
+  [ -f "$TMPD/times" ] && awk '{ d = $3 - $2; if (!($1 in m)) k[++n] = $1; if (!($1 in m) || d > m[$1]) m[$1] = d }
+    END { for (i = 1; i <= n; i++) printf "seconds.%s %.3f\n", k[i], m[k[i]] }' "$TMPD/times"
   grep -h "^step=$STEP " "$RUN/logs/$STEP.update.err" 2>/dev/null | tail -n 1 | tr ' ' '\n' |
     awk -F= '$1 ~ /_s$/ { sub(/_s$/, "", $1); printf "seconds.update.%s %s\n", $1, $2 } $1 == "read_bytes" { printf "bytes.handoff %s\n", $2 }'
   o=$(bytes_of "$c/optim.safetensors"); w=$(($(bytes_of "$c") - o))

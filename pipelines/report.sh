@@ -65,11 +65,11 @@ step_row() {
 }
 
 print_step() {
-  step_row "$1" "$2" | awk -v total="$STEPS" -v split="$(time_split "$1" "$2")" -F'\t' '{
+  step_row "$1" "$2" | awk -v total="$STEPS" -v sp="$(time_split "$1" "$2")" -F'\t' '{
     printf "step %s/%s  reward %+.3f  acc %.3f  len %.1f", $1, total, $2, $3, $4
     if ($5 != "nan") printf " (up %.1f)", $5
     printf "  kl %.4f  ent %.3f  clip %.3f  %.1fs  %d tok/s", $6, $7, $8, $11, $12
-    if (split != "") printf "  [%s]", split
+    if (sp != "") printf "  [%s]", sp
     printf "\n" }'
 }
 # time_split RUN N: logs/N.time in short form: seconds per stage (the update as

@@ -62,10 +62,8 @@ case "$ALGO" in
 esac
 rm -rf "$RUN/tmp"
 check_devices
-if [ -n "$SERVE" ]; then
-  case "$SAVE_EVERY" in ''|*[!0-9]*|0) die "SAVE_EVERY='$SAVE_EVERY' is not a whole number >= 1";; esac
-  rollback_to_durable "$RUN"
-fi
+case "$SAVE_EVERY" in ''|*[!0-9]*|0) die "SAVE_EVERY='$SAVE_EVERY' is not a whole number >= 1";; esac
+rollback_to_durable "$RUN"   # steps after the newest durable checkpoint are redone (docs/scaling.md)
 if [ -n "$EVAL_DATA" ] && [ ! -f "$RUN/metrics/eval-0.msgpack.zst" ]; then
   run_eval "$RUN" 0 || exit 1
   print_eval "$RUN" 0

@@ -118,6 +118,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     size_t hi = job->drawn * (size_t)(c->shard_i + 1) / (size_t)c->shard_n;
     memmove(job->items, job->items + lo, (hi - lo) * sizeof *job->items);
     job->n = hi - lo;
+    for (size_t i = 0; i < job->n; i++) job->items[i].draw = (long)(lo + i);
     for (size_t i = 0; c->segment && i < job->n; i++) {
         skpo_rng r;
         skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));

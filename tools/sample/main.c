@@ -9,7 +9,8 @@
  *                t_q ~ U[ceil(L_q/6), floor(L_q/2)]; the median-NLL candidate
  *                is written as one `up` record.
  * Prompts come from --prompts FILE (job.c); records go to stdout, flushed after
- * each finished prompt so `skpo-sample | skpo-splice` overlap (emit.c).
+ * each prompt (in work-list order: shards concatenate to the unsharded
+ * stream) so `skpo-sample | skpo-splice` overlap (emit.c).
  */
 #include "cli.h"
 #include "sample.h"

@@ -30,6 +30,7 @@ typedef struct sample_item {
     const int32_t *prompt;   // (n_prompt)
     int n_prompt;
     int t_q;                 // --segment: planned split position
+    long draw;               // position in the step's (unsharded) work list
     int has_div;             // --rescore: the prompt's stored segment was scored
     double div;              // its D (field seg_div)
 } sample_item;
