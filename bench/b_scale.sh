@@ -11,7 +11,8 @@
 # from Qwen2.5-0.5B's config values, the real Qwen2.5 tokenizer, MATH train
 # prompts through skpo-prep --template qwen2.5-math; PROMPTS=2 G=2
 # MAX_TOKENS=16; needs ~10 GB of RAM and minutes on 2 cores). SKPO_BENCH_RANKS
-# (default 1) runs the update on that many CPU ranks.
+# (default 1) runs the update on that many CPU ranks; SKPO_BENCH_MODEL=DIR reuses
+# a 0.5B-shaped checkpoint made before (skpo-init takes minutes).
 top=${SKPO_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$top" || exit 1
 PATH="$top/bin:$PATH"
@@ -30,16 +31,11 @@ case "$shape" in
     conf="PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6";;
   qwen0.5b)
     tok=$shared/data/tokenizer/qwen2.5
-    cat >"$d/config.json" <<'EOF'
-{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
- "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
- "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "attention_dropout": 0.0, "use_sliding_window": false, "bos_token_id": 151643,
- "eos_token_id": 151643, "torch_dtype": "bfloat16"}
-EOF
+    cp tests/fixtures/scale/qwen2.5-0.5b.config.json "$d/config.json"   # Qwen2.5-0.5B's config values
     head -n 64 "$shared/data/train/math_train.jsonl" >"$d/math.jsonl" &&
       skpo-prep --template qwen2.5-math --tokenizer "$tok" "$d/math.jsonl" >"$d/train.msgpack.zst" &&
-      skpo-init --config "$d/config.json" --tokenizer "$tok" --seed 1 --out "$d/model" 2>"$d/init.err" ||
+      { [ -n "${SKPO_BENCH_MODEL:-}" ] && ln -s "$SKPO_BENCH_MODEL" "$d/model" ||   # reuse an initialised one
+        skpo-init --config "$d/config.json" --dtype bf16 --tokenizer "$tok" --seed 1 --out "$d/model" 2>"$d/init.err"; } ||
       { echo "b_scale: cannot build the 0.5B-shaped model or prompts" >&2; cat "$d/init.err" >&2; exit 1; }
     conf="PROMPTS=2 MINIBATCH=2 G=2 MAX_TOKENS=16 LQ_INIT=16";;
   *) echo "b_scale: SKPO_BENCH_SHAPE='$shape' is not tiny or qwen0.5b" >&2; exit 2;;

@@ -189,10 +189,12 @@ durable_due() {
   [ -z "${SKPO_SERVE_DIR:-}" ] && return 0
   [ "$1" -ge "$STEPS" ] || [ $(($1 % ${SAVE_EVERY:-1})) = 0 ]
 }
+# has_optim CKPT: does the checkpoint hold optimizer state (one file, or one per rank)?
+has_optim() { [ -f "$1/optim.safetensors" ] || [ -f "$1/optim.index.json" ]; }
 # durable_step RUN: the newest committed step whose checkpoint holds the optimizer state (0: the start).
 durable_step() {
   local n; n=$(last_step "$1")
-  while [ "$n" -gt 0 ] && { [ ! -f "$1/ckpt/$n/optim.safetensors" ] || [ ! -d "$1/state/$n" ]; }; do n=$((n - 1)); done
+  while [ "$n" -gt 0 ] && { ! has_optim "$1/ckpt/$n" || [ ! -d "$1/state/$n" ]; }; do n=$((n - 1)); done
   echo "$n"
 }
 # serve_step ARGS...: hand the step's records (stdin) and command line to the
@@ -415,7 +417,7 @@ write_times() {
     END { for (i = 1; i <= n; i++) printf "seconds.%s %.3f\n", k[i], m[k[i]] }' "$TMPD/times"
   grep -h "^step=$STEP " "$RUN/logs/$STEP.update.err" 2>/dev/null | tail -n 1 | tr ' ' '\n' |
     awk -F= '$1 ~ /_s$/ { sub(/_s$/, "", $1); printf "seconds.update.%s %s\n", $1, $2 } $1 == "read_bytes" { printf "bytes.handoff %s\n", $2 }'
-  o=$(bytes_of "$c/optim.safetensors"); w=$(($(bytes_of "$c") - o))
+  o=$(bytes_of "$c"/optim*.safetensors "$c"/optim.index.json); w=$(($(bytes_of "$c") - o))
   printf 'bytes.rollouts %s\nbytes.metrics %s\nbytes.state %s\nbytes.weights %s\nbytes.optimizer %s\n' \
     "$(bytes_of "$RUN/rollouts/$STEP.msgpack.zst")" "$(bytes_of "$RUN/metrics/$STEP.msgpack.zst")" \
     "$(bytes_of "$RUN/state/$STEP")" "$w" "$o"

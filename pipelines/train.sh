@@ -42,10 +42,10 @@ init_run() {
 # states, which a resume rolls back to).
 prune() {
   local last kept=0 n; last=$(last_step "$RUN")
-  [ -f "$RUN/ckpt/$last/optim.safetensors" ] && kept=1
+  has_optim "$RUN/ckpt/$last" && kept=1
   for ((n = last - 1; n > 0; n--)); do
     [ -e "$RUN/ckpt/$n" ] || [ -e "$RUN/state/$n" ] || continue
-    if [ -f "$RUN/ckpt/$n/optim.safetensors" ] && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
+    if has_optim "$RUN/ckpt/$n" && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
     rm -rf "$RUN/ckpt/$n" "$RUN/state/$n"
   done
   return 0

@@ -123,6 +123,18 @@ if command -v mpirun >/dev/null; then
       for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > m) m = d; c++ } }
       END { print \"max |dlogp| \" m \" over \" c; exit !(c > 0 && m <= 1e-4) }" &&
     ! cmp -s "$0/ckpt/1/model.safetensors" "$2/model/model.safetensors"' "$M" "$O" "$TMP"
+  # the durable step 1 of the 2-rank run: each rank wrote its share of the optimizer state;
+  # continuing from it equals an uninterrupted 2-rank run bit for bit
+  t "a durable step on 2 ranks writes one optimizer shard per rank, by that rank" sh -c '
+    [ -f "$0/ckpt/1/optim.index.json" ] && [ -f "$0/ckpt/1/optim-00000-of-00002.safetensors" ] &&
+    [ -f "$0/ckpt/1/optim-00001-of-00002.safetensors" ] && [ ! -e "$0/ckpt/1/optim.safetensors" ] &&
+    grep -q "\"optimizer_shards\": 2" "$0/ckpt/1/trainer_state.json" || { ls "$0/ckpt/1"; exit 1; }' "$M"
+  run "$M" STEPS=2 >"$M.out2" 2>"$M.err2"
+  run "$TMP/ranks2b" SERVE=1 SAVE_EVERY=1 STEPS=2 RANKS=2 >"$TMP/ranks2b.out" 2>"$TMP/ranks2b.err"
+  t "resuming 2 ranks from per-rank optimizer shards equals the uninterrupted 2-rank run, bit for bit" sh -c '
+    [ "$(cat "$0/last")" = 2 ] && cmp "$0/ckpt/2/model.safetensors" "$1/ckpt/2/model.safetensors" &&
+    cmp "$0/ckpt/2/optim-00001-of-00002.safetensors" "$1/ckpt/2/optim-00001-of-00002.safetensors" ||
+    { cat "$0.err2" "$0/logs/serve.err"; exit 1; }' "$M" "$TMP/ranks2b"
   RK=$TMP/rankdeath
   RCMD='kill -9 $(cat "$RUN/serve/rank1.pid"); '"$PARITY" run "$RK" SERVE=1 STEPS=1 RANKS=2 >"$RK.out" 2>"$RK.err"
   t "a rank that dies stops the step and the message names the rank" sh -c '

@@ -15,16 +15,10 @@ MATH=$SH/data/train/math_train.jsonl
 command -v mpirun >/dev/null || { skip "0.5B-shaped run" "mpirun is not installed"; exit 0; }
 P="$TOP/pipelines"
 export OMP_NUM_THREADS=1
-cat >"$TMP/config.json" <<'EOF'
-{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
- "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
- "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "attention_dropout": 0.0, "use_sliding_window": false, "bos_token_id": 151643,
- "eos_token_id": 151643, "torch_dtype": "bfloat16"}
-EOF
+cp "$FIX/scale/qwen2.5-0.5b.config.json" "$TMP/config.json"   # Qwen2.5-0.5B's config values
 head -n 16 "$MATH" >"$TMP/math.jsonl"
 skpo-prep --template qwen2.5-math --tokenizer "$TOK" "$TMP/math.jsonl" >"$TMP/train.msgpack.zst" 2>"$TMP/prep.err" &&
-skpo-init --config "$TMP/config.json" --tokenizer "$TOK" --seed 1 --out "$TMP/model" 2>"$TMP/init.err" ||
+skpo-init --config "$TMP/config.json" --dtype bf16 --tokenizer "$TOK" --seed 1 --out "$TMP/model" 2>"$TMP/init.err" ||
   { echo "FAIL 0.5B-shaped fixtures: $(cat "$TMP/prep.err" "$TMP/init.err" | head -n 3)"; exit 1; }
 t "the 0.5B-shaped checkpoint has the real shape (494 M parameters, bfloat16)" sh -c '
   grep -q "\"hidden_size\": *896" "$0/model/config.json" && s=$(wc -c <"$0/model/model.safetensors") &&
@@ -36,7 +30,7 @@ run() {
 }
 run "$TMP/a" >"$TMP/a.out" 2>"$TMP/a.err"
 t "2 SKPO steps on 2 ranks at the 0.5B shape; step 1 writes only the weights, step 2 is durable" sh -c '
-  [ "$(cat "$0/last")" = 2 ] && grep -q "^bytes.optimizer 0$" "$0/logs/1.time" && [ -f "$0/ckpt/2/optim.safetensors" ] &&
+  [ "$(cat "$0/last")" = 2 ] && grep -q "^bytes.optimizer 0$" "$0/logs/1.time" && [ -f "$0/ckpt/2/optim.index.json" ] &&
   awk "/^bytes.weights / { w = \$2 } /^bytes.total / { t = \$2 } END { exit !(t <= 1.5 * w) }" "$0/logs/1.time" ||
   { cat "$0.out" "$0.err"; exit 1; }' "$TMP/a"
 cat "$TMP/a.out"

@@ -201,13 +201,17 @@ int upd_serve(upd_args *a) {
         double tc = skpo_now();
         upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &s.u, met, &e), &e);
         double ts_ = skpo_now();
-        if (!s.weights_only) upd_check(c, skpo_optim_from_device(o, &e), &e);
+        // Durable on several CPU ranks: every rank writes its share of the
+        // optimizer state in parallel (shard.c); otherwise rank 0 writes it.
+        int by_rank = !s.weights_only && c->size > 1 && !o->dev;
+        if (!s.weights_only && !by_rank) upd_check(c, skpo_optim_from_device(o, &e), &e);
         skpo_trainer_state ts = {step, o->t};
         st = SKPO_OK;
         if (c->rank == 0)
-            st = skpo_checkpoint_save(s.out, s.model, m, skpo_model_src_dtype(m), s.weights_only ? NULL : o, &ts,
-                                      skpo_optim_lr(&s.a, step), &e);
+            st = skpo_checkpoint_save(s.out, s.model, m, skpo_model_src_dtype(m),
+                                      s.weights_only || by_rank ? NULL : o, &ts, skpo_optim_lr(&s.a, step), &e);
         upd_check(c, st, &e);
+        if (by_rank) upd_check(c, upd_save_optim_shards(c, s.out, m, o, &e), &e);
         upd_report(c, &s, argc, orig, met, nmb, b, skpo_now() - tl);
         double te = skpo_now();
         if (c->rank == 0) {
