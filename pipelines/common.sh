@@ -421,5 +421,5 @@ write_times() {
   printf 'bytes.rollouts %s\nbytes.metrics %s\nbytes.state %s\nbytes.weights %s\nbytes.optimizer %s\n' \
     "$(bytes_of "$RUN/rollouts/$STEP.msgpack.zst")" "$(bytes_of "$RUN/metrics/$STEP.msgpack.zst")" \
     "$(bytes_of "$RUN/state/$STEP")" "$w" "$o"
-  } | awk '{ print } /^bytes\./ { t += $2 } END { printf "bytes.total %d\n", t }'
+  } | awk '{ print } /^bytes\./ { t += $2 } END { printf "bytes.total %.0f\n", t }'
 }
