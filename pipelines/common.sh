@@ -61,7 +61,8 @@ stage_sample_segment() {
   skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
     --cut "${CUT:-adaptive}" --select "${SELECT:-median}" $([ "${REWARD_UP:-mc}" = self ] && echo --self) \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
-    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"}
+    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"} \
+    ${RHO_RESCORE:+--rescore} "$@"
 }
 # stage_sample_n K: K whole responses for every prompt of the step's draw (draw_prompts).
 stage_sample_n() {
@@ -86,18 +87,208 @@ stage_advantage() {
   local mode=$1; shift
   skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" \
     $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
-    ${RHO_RESCORE:+--model "$CK" --temperature "$TEMPERATURE"} \
+    ${RHO_RESCORE:+--rescored} \
     --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT" \
     --metrics "$TMPD/metrics.msgpack.zst" "$@"
 }
-stage_update() { # [extra flags]
-  skpo-update --model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP" \
-    --minibatch "$MINIBATCH" --lr "$LR" --warmup-steps "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
-    --beta1 "$BETA1" --beta2 "$BETA2" --adam-eps "$ADAM_EPS" --max-grad-norm "$GRAD_CLIP" --epochs "$EPOCHS" \
-    --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
-    ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) \
-    ${LORA_RANK:+--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED"} "$@"
+# stage_update [extra flags]: the step's update. With an update server running
+# (train.sh with SERVE, SKPO_SERVE_DIR set) the same command line goes to it
+# (serve_step) and only durable steps write optimizer state; otherwise a
+# one-shot skpo-update, under the MPI launcher when there are several ranks.
+stage_update() {
+  local args=(--model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP"
+    --minibatch "$MINIBATCH" --lr "$LR" --warmup-steps "$WARMUP" --weight-decay "$WEIGHT_DECAY"
+    --beta1 "$BETA1" --beta2 "$BETA2" --adam-eps "$ADAM_EPS" --max-grad-norm "$GRAD_CLIP" --epochs "$EPOCHS"
+    --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF")
+  [ "$CK" = "$RUN/ckpt/0" ] && args+=(--fresh-optimizer)
+  [ -n "${LORA_RANK:-}" ] && args+=(--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED")
+  if [ -n "${SKPO_SERVE_DIR:-}" ]; then
+    durable_due "$STEP" || args+=(--weights-only)
+    serve_step "${args[@]}" "$@"
+  else
+    launch skpo-update "${args[@]}" ${THREADS:+--threads "$THREADS"} "$@"
+  fi
 }
+
+# --- ranks, devices, the update server (docs/scaling.md) --------------------------------
+
+# nranks: update ranks of the run: GPUS (else RANKS) per node, times NODES.
+nranks() {
+  local per=${RANKS:-1}
+  [ "${GPUS:-0}" -gt 0 ] && per=$GPUS
+  echo $((per * ${NODES:-1}))
+}
+# launcher: LAUNCH=(the MPI launcher command for nranks processes), empty for
+# one rank. CPU ranks may outnumber cores (--oversubscribe) and are not pinned
+# (each runs OpenMP threads).
+launcher() {
+  local n; n=$(nranks)
+  LAUNCH=()
+  [ "$n" -le 1 ] && return 0
+  case "${LAUNCHER:-mpirun}" in
+    mpirun)
+      LAUNCH=(mpirun -np "$n")
+      [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
+      [ "${GPUS:-0}" -gt 0 ] || LAUNCH+=(--oversubscribe --bind-to none)
+      [ -n "${HOSTFILE:-}" ] && LAUNCH+=(--hostfile "$HOSTFILE")
+      [ "${NODES:-1}" -gt 1 ] && LAUNCH+=(-x SKPO_SERVE_OWNER -x PATH -x OMP_NUM_THREADS)
+      ;;
+    srun) LAUNCH=(srun --ntasks "$n" --kill-on-bad-exit=1 --mpi=pmix);;
+    *) die "LAUNCHER='$LAUNCHER' is not mpirun or srun";;
+  esac
+}
+# launch CMD...: CMD as nranks MPI processes (one rank: CMD as is).
+launch() { launcher; "${LAUNCH[@]}" "$@"; }
+# nshards: sample / splice processes per step on this node: GPUS, else RANKS.
+nshards() { if [ "${GPUS:-0}" -gt 0 ]; then echo "$GPUS"; else echo "${RANKS:-1}"; fi; }
+# gpu_of I: the CUDA_VISIBLE_DEVICES entry of shard I (I itself when unset).
+gpu_of() {
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then printf '%s' "$CUDA_VISIBLE_DEVICES" | cut -d, -f$(($1 + 1)); else echo "$1"; fi
+}
+# shard_segments OUT: `skpo-sample --segment --shard I/N | skpo-splice` for each
+# of nshards shards in parallel (shard I on GPU I with GPUS), concatenated in
+# shard order into OUT: the unsharded stream (every shard draws the same
+# prompts and keeps its slice, the sampler writes in draw order, splice keeps
+# input order, seeds are per prompt and record). Logs: sample.I.err, splice.I.err.
+shard_segments() {
+  local n i rc=0 pids=() L=$TMPD/logs
+  n=$(nshards)
+  for ((i = 0; i < n; i++)); do
+    (
+      [ "${GPUS:-0}" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(gpu_of "$i")
+      timed sample stage_sample_segment --shard "$i/$n" 2>"$L/sample.$i.err" \
+        | timed splice stage_splice 2>"$L/splice.$i.err" >"$TMPD/shard.$i.msgpack.zst"
+      check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
+    ) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  [ "$rc" = 0 ] || return 1
+  for ((i = 0; i < n; i++)); do cat "$TMPD/shard.$i.msgpack.zst"; done >"$1" || return 1
+  rm -f "$TMPD"/shard.*.msgpack.zst
+}
+# check_devices: the run's ranks and GPUs exist before any work starts.
+check_devices() {
+  case "${RANKS:-1}${GPUS:-0}${NODES:-1}" in *[!0-9]*) die "RANKS, GPUS and NODES must be whole numbers";; esac
+  [ "${RANKS:-1}" -ge 1 ] && [ "${NODES:-1}" -ge 1 ] || die "RANKS and NODES must be at least 1"
+  if [ "$(nranks)" -gt 1 ]; then
+    case "${LAUNCHER:-mpirun}" in
+      mpirun) command -v mpirun >/dev/null || die "$(nranks) ranks need mpirun (apt-get install openmpi-bin)";;
+      srun) command -v srun >/dev/null || die "LAUNCHER=srun but srun is not on PATH";;
+      *) die "LAUNCHER='$LAUNCHER' is not mpirun or srun";;
+    esac
+  fi
+  [ "${NODES:-1}" -gt 1 ] && [ "${LAUNCHER:-mpirun}" = mpirun ] && [ ! -f "${HOSTFILE:-}" ] &&
+    die "NODES=$NODES with LAUNCHER=mpirun needs HOSTFILE=FILE (or LAUNCHER=srun inside a Slurm allocation)"
+  [ "${GPUS:-0}" -gt 0 ] || return 0
+  local vis=0
+  if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+    vis=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+  elif command -v nvidia-smi >/dev/null; then
+    vis=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  fi
+  [ "$vis" -ge "$GPUS" ] || die "GPUS=$GPUS but $vis GPU(s) are visible on $(hostname) (nvidia-smi -L, CUDA_VISIBLE_DEVICES)"
+}
+# durable_due N: does step N write a durable checkpoint (weights + optimizer +
+# trainer state)? Every SAVE_EVERY steps and the last one; every step without a server.
+durable_due() {
+  [ -z "${SKPO_SERVE_DIR:-}" ] && return 0
+  [ "$1" -ge "$STEPS" ] || [ $(($1 % ${SAVE_EVERY:-1})) = 0 ]
+}
+# has_optim CKPT: does the checkpoint hold optimizer state (one file, or one per rank)?
+has_optim() { [ -f "$1/optim.safetensors" ] || [ -f "$1/optim.index.json" ]; }
+# durable_step RUN: the newest committed step whose checkpoint holds the optimizer state (0: the start).
+durable_step() {
+  local n; n=$(last_step "$1")
+  while [ "$n" -gt 0 ] && { ! has_optim "$1/ckpt/$n" || [ ! -d "$1/state/$n" ]; }; do n=$((n - 1)); done
+  echo "$n"
+}
+# serve_step ARGS...: hand the step's records (stdin) and command line to the
+# update server and wait until it wrote the checkpoint, or fail when it is gone.
+serve_step() {
+  local d=$SKPO_SERVE_DIR in="$SKPO_SERVE_DIR/$STEP.msgpack.zst" pid
+  pid=$(cat "$d/pid" 2>/dev/null)
+  rm -f "$d/$STEP.done"
+  cat >"$in.tmp" && mv -f "$in.tmp" "$in" || { echo "skpo-pipeline: cannot hand step $STEP's records to the update server in $d" >&2; return 1; }
+  printf '%s\n' "$@" "$in" >"$d/$STEP.req.tmp" && mv -f "$d/$STEP.req.tmp" "$d/$STEP.req" || return 1
+  while [ ! -f "$d/$STEP.done" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$d/$STEP.req"
+      # the launcher names the rank that died first; else: the ranks whose pid (this node) is gone
+      local f r dead
+      dead=$(sed -n 's/.*process rank \([0-9]*\) .*/\1/p' "$RUN/logs/serve.err" 2>/dev/null | tail -n 1)
+      if [ -z "$dead" ]; then
+        for f in "$d"/rank*.pid; do
+          [ -f "$f" ] || continue
+          r=${f##*/rank}; r=${r%.pid}
+          kill -0 "$(cat "$f")" 2>/dev/null || dead="${dead:+$dead }$r"
+        done
+      fi
+      [ -n "$dead" ] && echo "skpo-pipeline: update rank(s) $dead (of $(nranks)) died during step $STEP" >&2
+      echo "skpo-pipeline: the update server (pid ${pid:-?}) ended during step $STEP; the end of RUN/logs/serve.err:" >&2
+      tail -n 8 "$RUN/logs/serve.err" 2>/dev/null | sed 's/^/  | /' >&2
+      return 1
+    fi
+    sleep 0.05
+  done
+  rm -f "$in" "$d/$STEP.req"
+  cat "$d/$STEP.done" >&2
+}
+# start_server RUN: skpo-update --serve from the last committed (durable) step,
+# under the launcher; waits until it has loaded. Exports SKPO_SERVE_DIR.
+start_server() {
+  local S="$1/serve" n; n=$(last_step "$1")
+  rm -rf "$S"; mkdir -p "$S" "$1/logs"
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) server from step $n, $(nranks) rank(s)" >>"$1/logs/serve.err"
+  launcher
+  # exec: $! is the server (or its launcher) itself, so the client can watch it
+  (export SKPO_SERVE_OWNER=$$; [ "${SKPO_FAULT_STAGE:-}" = server ] && export LD_PRELOAD=$SKPO_FAULT_SHIM
+   exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" \
+    ${THREADS:+--threads "$THREADS"} $([ "$n" = 0 ] && echo --fresh-optimizer)) </dev/null >>"$1/logs/serve.err" 2>&1 &
+  echo $! >"$S/pid"
+  while [ ! -f "$S/ready" ]; do
+    kill -0 "$(cat "$S/pid")" 2>/dev/null || { tail -n 8 "$1/logs/serve.err" >&2; die "the update server did not start (RUN/logs/serve.err)"; }
+    sleep 0.05
+  done
+  export SKPO_SERVE_DIR=$S
+}
+stop_server() {
+  [ -n "${SKPO_SERVE_DIR:-}" ] && [ -d "$SKPO_SERVE_DIR" ] || return 0
+  local pid; pid=$(cat "$SKPO_SERVE_DIR/pid" 2>/dev/null)
+  : >"$SKPO_SERVE_DIR/stop"
+  [ -n "$pid" ] && wait "$pid" 2>/dev/null
+  unset SKPO_SERVE_DIR
+  return 0
+}
+# rollback_to_durable RUN: steps after the newest durable checkpoint are redone
+# (their optimizer state lived only in a server that is gone): the commit marker
+# goes back there and their checkpoints and states go. The redone steps draw,
+# sample and train exactly what they did (same seeds, same tracker state).
+rollback_to_durable() {
+  local l d n; l=$(last_step "$1"); d=$(durable_step "$1")
+  [ "$d" -lt "$l" ] || return 0
+  echo "skpo-pipeline: step $l is the last committed step, $d the last durable one: redoing steps $((d + 1))..$l" >&2
+  write_marker "$1" "$d"
+  for ((n = d + 1; n <= l; n++)); do rm -rf "$1/ckpt/$n" "$1/state/$n"; done
+}
+
+# timed NAME CMD...: CMD, appending "NAME START END" (epoch seconds) to $TMPD/times.
+# Fault injection for tests (tests/sh/t_scale.sh): SKPO_FAULT_STAGE=NAME runs
+# that stage (of step SKPO_FAULT_STEP, default every step; NAME=server: the
+# update server) with LD_PRELOAD=$SKPO_FAULT_SHIM (tests/fault/killshim.c).
+timed() {
+  local n=$1 t0 rc; shift
+  t0=$(date +%s.%N)
+  if [ "${SKPO_FAULT_STAGE:-}" = "$n" ] && [ "${SKPO_FAULT_STEP:-$STEP}" = "$STEP" ]; then
+    (export LD_PRELOAD=$SKPO_FAULT_SHIM; "$@"); rc=$?
+  else
+    "$@"; rc=$?
+  fi
+  echo "$n $t0 $(date +%s.%N)" >>"$TMPD/times"
+  return $rc
+}
+# bytes_of PATH...: bytes of the files under PATHs (0 when none).
+bytes_of() { du -sbc "$@" 2>/dev/null | tail -n 1 | cut -f1; }
 
 # draw_prompts B [ROUND]: the step's B prompts for the --n pipelines into
 # $TMPD/prompts.msgpack.zst, uniformly without replacement from TRAIN_DATA: one
@@ -117,7 +308,7 @@ draw_prompts() {
 stage_sample_n_prio() {
   skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --n "$1" --prompts-per-step "$2" \
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
-    --step "$STEP" ${THREADS:+--threads "$THREADS"}
+    --step "$STEP" ${THREADS:+--threads "$THREADS"} ${RHO_RESCORE:+--rescore}
 }
 # GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), the
 # lowest and highest reward (lo, hi; pids in first-seen order in order[1..n]);
@@ -153,11 +344,11 @@ full_step() {
   local mode=$1; shift
   local L=$TMPD/logs
   draw_prompts "$PROMPTS"
-  stage_sample_n "$G" 2>"$L/sample.err" \
-    | stage_reward 2>"$L/reward.err" \
+  timed sample stage_sample_n "$G" 2>"$L/sample.err" \
+    | timed reward stage_reward 2>"$L/reward.err" \
     | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-    | stage_advantage "$mode" 2>"$L/advantage.err" \
-    | stage_update "$@" 2>"$L/update.err"
+    | timed advantage stage_advantage "$mode" 2>"$L/advantage.err" \
+    | timed update stage_update "$@" 2>"$L/update.err"
   check_pipe sample reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
   commit_step
 }
@@ -229,8 +420,29 @@ commit_step() {
   [ -f "$TMPD/rollouts.msgpack.zst" ] && commit_file "$TMPD/rollouts.msgpack.zst" "$RUN/rollouts/$STEP.msgpack.zst"
   [ -f "$TMPD/metrics.msgpack.zst" ] && commit_file "$TMPD/metrics.msgpack.zst" "$RUN/metrics/$STEP.msgpack.zst"
   for f in "$TMPD"/logs/*.err; do [ -f "$f" ] && mv -f "$f" "$RUN/logs/$STEP.$(basename "$f")"; done
+  write_times >"$RUN/logs/$STEP.time.tmp"
   sync 2>/dev/null
   write_marker "$RUN" "$STEP"
+  mv -f "$RUN/logs/$STEP.time.tmp" "$RUN/logs/$STEP.time"
   rm -rf "$TMPD"
-  echo "$(date +%s.%N) $STEP_T0" | awk '{printf "%.3f\n", $1 - $2}' >"$RUN/logs/$STEP.time"
+}
+# write_times: logs/N.time of the committed step: the wall seconds on the first
+# line (what report.sh reads), then "seconds.STAGE S" for each timed stage (its
+# process lifetime: piped stages overlap), the update server's split
+# (seconds.update.load / .compute / .save), and "bytes.WHAT B" for what the step
+# wrote: rollouts, metrics, tracker state, checkpoint (weights, optimizer), the
+# records handed to the server, and their total.
+write_times() {
+  local c="$RUN/ckpt/$STEP" w o
+  { echo "$(date +%s.%N) $STEP_T0" | awk '{printf "%.3f\n", $1 - $2}'
+  # a stage run as several shards: the longest
+  [ -f "$TMPD/times" ] && awk '{ d = $3 - $2; if (!($1 in m)) k[++n] = $1; if (!($1 in m) || d > m[$1]) m[$1] = d }
+    END { for (i = 1; i <= n; i++) printf "seconds.%s %.3f\n", k[i], m[k[i]] }' "$TMPD/times"
+  grep -h "^step=$STEP " "$RUN/logs/$STEP.update.err" 2>/dev/null | tail -n 1 | tr ' ' '\n' |
+    awk -F= '$1 ~ /_s$/ { sub(/_s$/, "", $1); printf "seconds.update.%s %s\n", $1, $2 } $1 == "read_bytes" { printf "bytes.handoff %s\n", $2 }'
+  o=$(bytes_of "$c"/optim*.safetensors "$c"/optim.index.json); w=$(($(bytes_of "$c") - o))
+  printf 'bytes.rollouts %s\nbytes.metrics %s\nbytes.state %s\nbytes.weights %s\nbytes.optimizer %s\n' \
+    "$(bytes_of "$RUN/rollouts/$STEP.msgpack.zst")" "$(bytes_of "$RUN/metrics/$STEP.msgpack.zst")" \
+    "$(bytes_of "$RUN/state/$STEP")" "$w" "$o"
+  } | awk '{ print } /^bytes\./ { t += $2 } END { printf "bytes.total %.0f\n", t }'
 }

@@ -19,8 +19,8 @@ round=0 have=0
 while [ "$round" -lt "${DAPO_MAX_ROUNDS:-10}" ] && [ "$have" -lt "$PROMPTS" ]; do
   draw_prompts "$PROMPTS" "$round"
   [ "$(skpo-cat --count "$TMPD/prompts.msgpack.zst")" -gt 1 ] || break # only its meta: data used up
-  stage_sample_n "$G" 2>>"$L/sample.err" \
-    | stage_reward --overlong "$MAX_TOKENS:$OVERLONG_CACHE" 2>>"$L/reward.err" >>"$POOL"
+  timed sample stage_sample_n "$G" 2>>"$L/sample.err" \
+    | timed reward stage_reward --overlong "$MAX_TOKENS:$OVERLONG_CACHE" 2>>"$L/reward.err" >>"$POOL"
   check_pipe sample reward -- "${PIPESTATUS[@]}" || exit 1
   round=$((round + 1))
   have=$(informative_groups "$POOL") || die "step $STEP: cannot read the sampled groups"
@@ -28,8 +28,8 @@ done
 [ "$round" -gt 1 ] && echo "skpo-pipeline: step $STEP: dynamic sampling drew $round rounds for $have informative groups (want $PROMPTS)" >>"$L/sample.err"
 keep_groups "$PROMPTS" <"$POOL" 2>"$L/keep.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-  | stage_advantage dapo 2>"$L/advantage.err" \
-  | stage_update --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+  | timed advantage stage_advantage dapo 2>"$L/advantage.err" \
+  | timed update stage_update --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe keep tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 rm -f "$POOL"
 commit_step

@@ -49,7 +49,7 @@ print_eval() {
 # step_row RUN N: one TSV row of step N:
 # step reward acc len len_up kl entropy clip_frac grad_norm tokens seconds tok_per_s
 step_row() {
-  local t; t=$(cat "$1/logs/$2.time" 2>/dev/null || echo 0)
+  local t; t=$(head -n 1 "$1/logs/$2.time" 2>/dev/null); t=${t:-0}
   skpo-cat --where kind=metrics "$1/metrics/$2.msgpack.zst" 2>/dev/null | awk -v step="$2" -v secs="$t" "$JNUM"'
     function add(k, v) { if (v != "") { s[k] += v; c[k]++ } }
     function mean(k) { return c[k] ? s[k] / c[k] : "nan" }
@@ -65,10 +65,25 @@ step_row() {
 }
 
 print_step() {
-  step_row "$1" "$2" | awk -v total="$STEPS" -F'\t' '{
+  step_row "$1" "$2" | awk -v total="$STEPS" -v sp="$(time_split "$1" "$2")" -F'\t' '{
     printf "step %s/%s  reward %+.3f  acc %.3f  len %.1f", $1, total, $2, $3, $4
     if ($5 != "nan") printf " (up %.1f)", $5
-    printf "  kl %.4f  ent %.3f  clip %.3f  %.1fs  %d tok/s\n", $6, $7, $8, $11, $12 }'
+    printf "  kl %.4f  ent %.3f  clip %.3f  %.1fs  %d tok/s", $6, $7, $8, $11, $12
+    if (sp != "") printf "  [%s]", sp
+    printf "\n" }'
+}
+# time_split RUN N: logs/N.time in short form: seconds per stage (the update as
+# load/compute/save when a server ran it) and the bytes the step wrote.
+time_split() {
+  awk 'NR > 1 { v[$1] = $2 }
+    END { n = split("sample splice reward advantage", st, " ")
+      for (i = 1; i <= n; i++) if (("seconds." st[i]) in v) {
+        printf "%s%s %.1fs", sep, st[i] == "advantage" ? "adv" : st[i], v["seconds." st[i]]; sep = " " }
+      if ("seconds.update.compute" in v) printf "%supd %.1f/%.1f/%.1fs", sep, v["seconds.update.load"], v["seconds.update.compute"], v["seconds.update.save"]
+      else if ("seconds.update" in v) printf "%supd %.1fs", sep, v["seconds.update"]
+      if ("bytes.total" in v) { b = v["bytes.total"]
+        if (b >= 1e9) printf "  %.2f GB", b / 1e9; else if (b >= 1e6) printf "  %.1f MB", b / 1e6; else printf "  %.0f kB", b / 1e3 } }' \
+    "$1/logs/$2.time" 2>/dev/null
 }
 
 # steps_tsv RUN: every committed step's row (header first); evals_tsv RUN: step mean pass.

@@ -9,6 +9,8 @@
 # rollouts are teed after the reward so `skpo-cat --view` shows what was rewarded. Reads the
 # last committed step of RUN_DIR and commits the next one only if every stage
 # succeeded (see common.sh); on failure it names the stage and exits 1.
+# With RANKS or GPUS > 1 sample | splice run as that many shards in parallel
+# (shard_segments) and the rest of the pipeline reads their concatenation.
 # Swap the reward stage with REWARD_CMD (config or environment), e.g.
 #   REWARD_CMD='skpo-reward --verifier dapo' pipelines/step.sh run/
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
@@ -16,12 +18,24 @@
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
 L=$TMPD/logs
-stage_sample_segment 2>"$L/sample.err" \
-  | stage_splice 2>"$L/splice.err" \
-  | stage_reward 2>"$L/reward.err" \
+if [ "$(nshards)" -gt 1 ]; then  # RANKS / GPUS > 1: sample and splice sharded (common.sh)
+  shard_segments "$TMPD/spliced.msgpack.zst" || exit 1
+  timed reward stage_reward <"$TMPD/spliced.msgpack.zst" 2>"$L/reward.err" \
+    | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
+    | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
+    | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
+        --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+  check_pipe reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
+  rm -f "$TMPD/spliced.msgpack.zst"
+  commit_step
+  exit 0
+fi
+timed sample stage_sample_segment 2>"$L/sample.err" \
+  | timed splice stage_splice 2>"$L/splice.err" \
+  | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-  | stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
-  | stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
+  | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
+  | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
       --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe sample splice reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

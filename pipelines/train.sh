@@ -5,8 +5,10 @@
 # the KEY=VALUE overrides; MODEL and TRAIN_DATA are required) and ckpt/0 (a link
 # to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else ALGO.sh:
 # grpo, drgrpo, dapo, spo, gspo, cispo, sapo; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
-# steps on EVAL_DATA, keeping the newest KEEP checkpoints, and printing one
-# summary line per step. Overrides on a later call are appended to the config.
+# steps on EVAL_DATA, keeping the newest KEEP durable checkpoints, and printing one
+# summary line per step. With SERVE (default) one `skpo-update --serve` (under
+# the MPI launcher for RANKS / GPUS / NODES > 1) trains every step, keeping the
+# optimizer state in memory; durable checkpoints every SAVE_EVERY steps. Overrides on a later call are appended to the config.
 # Interrupted (Ctrl-C, kill, crash, a stage failing)? Run the same command again:
 # it resumes after the last committed step (RUN_DIR/last).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
@@ -47,13 +49,16 @@ init_run() {
   [ -e "$RUN/ckpt/0" ] || ln -s "$(cd "$MODEL" && pwd)" "$RUN/ckpt/0"
 }
 
-# prune: keep ckpt/0 and the newest KEEP committed checkpoints.
+# prune: keep ckpt/0, the last step's checkpoint (the next step samples it) and
+# the newest KEEP durable checkpoints (with optimizer state; with their tracker
+# states, which a resume rolls back to).
 prune() {
-  local last; last=$(last_step "$RUN")
-  for d in "$RUN"/ckpt/*; do
-    local n; n=$(basename "$d")
-    case "$n" in ''|*[!0-9]*) continue;; esac
-    if [ "$n" -gt 0 ] && [ "$n" -le $((last - KEEP)) ]; then rm -rf "$d" "$RUN/state/$n"; fi
+  local last kept=0 n; last=$(last_step "$RUN")
+  has_optim "$RUN/ckpt/$last" && kept=1
+  for ((n = last - 1; n > 0; n--)); do
+    [ -e "$RUN/ckpt/$n" ] || [ -e "$RUN/state/$n" ] || continue
+    if has_optim "$RUN/ckpt/$n" && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
+    rm -rf "$RUN/ckpt/$n" "$RUN/state/$n"
   done
   return 0
 }
@@ -78,6 +83,9 @@ case "$ALGO" in
   *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo or sapo";;
 esac
 rm -rf "$RUN/tmp"
+check_devices
+case "$SAVE_EVERY" in ''|*[!0-9]*|0) die "SAVE_EVERY='$SAVE_EVERY' is not a whole number >= 1";; esac
+rollback_to_durable "$RUN"   # steps after the newest durable checkpoint are redone (docs/scaling.md)
 if [ -n "$EVAL_DATA" ] && [ ! -f "$RUN/metrics/eval-0.msgpack.zst" ]; then
   run_eval "$RUN" 0 || exit 1
   print_eval "$RUN" 0
@@ -89,6 +97,13 @@ eval_due() {
 }
 n=$(last_step "$RUN")
 if [ "$n" -gt 0 ] && eval_due "$n"; then run_eval "$RUN" "$n" && print_eval "$RUN" "$n" || exit 1; fi
+# LoRA steps write only the adapter and its AdamW state (megabytes), so they run
+# one-shot: the update server trains full weights only.
+[ -n "$LORA_RANK" ] && SERVE=
+if [ -n "$SERVE" ] && [ "$(last_step "$RUN")" -lt "$STEPS" ]; then
+  trap stop_server EXIT
+  start_server "$RUN"
+fi
 while [ "$(last_step "$RUN")" -lt "$STEPS" ]; do
   bash "$STEP_SH" "$RUN" || exit 1
   n=$(last_step "$RUN")

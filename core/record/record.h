@@ -96,6 +96,8 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_WEIGHT "weight"    // float: phase weight in the loss
 #define F_CUT "cut"          // int: planned split position t_q (up records)
 #define F_NLL "nll"          // float: mean NLL of the segment (up records)
+#define F_DRAW "draw"        // int: position of the prompt in the step's draw (skpo-sample; shards merge in this order)
+#define F_SEG_DIV "seg_div"  // float: D of the prompt's stored last segment under the sampling weights (skpo-sample --rescore)
 #define F_TOOL "tool"        // str: meta: tool that wrote the stream
 #define F_ARGV "argv"        // any: meta: its command line (array of str)
 #define F_TIME "time"        // str: meta: UTC start time, ISO 8601

@@ -404,22 +404,35 @@ static skpo_status rhos(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, 
     const skpo_tracker_params *p = skpo_tracker_get_params(t);
     skpo_tracker_seg *segs = skpo_xcalloc(b->ng + 1, sizeof *segs);
     size_t *which = skpo_xcalloc(b->ng + 1, sizeof *which), ns = 0;
+    int adaptive = o->divergence || o->div_from_records;
     for (size_t k = 0; k < b->ng; k++) {
         const skpo_rec *r = &recs[b->g[k].head >= 0 ? b->g[k].head : b->g[k].mem[0]];
         const char *pid = skpo_rec_str(r, F_PID);
         rho[k] = p->rho_max;
         if (!skpo_tracker_seen(t, pid)) continue;
         s->revisits++;
-        if (o->divergence && skpo_tracker_last_seg(t, pid, &segs[ns]) && segs[ns].logp && segs[ns].prompt)
+        if (adaptive && skpo_tracker_last_seg(t, pid, &segs[ns]) && segs[ns].logp && segs[ns].prompt)
             which[ns++] = k;
-        else if (o->divergence) { // nothing to rescore: D = 0, like a first visit
+        else if (adaptive) { // nothing to rescore: D = 0, like a first visit
             int clipped;
             rho[k] = skpo_tracker_rho(t, 0.0, &clipped);
             s->rho_clipped += clipped;
         }
     }
     double *D = skpo_xcalloc(ns + 1, sizeof *D);
-    skpo_status st = ns ? o->divergence(o->div_ctx, segs, ns, D, err) : SKPO_OK;
+    skpo_status st = SKPO_OK;
+    if (ns && o->div_from_records) {
+        for (size_t i = 0; i < ns && !st; i++) {
+            const skpo_rec *r = &recs[b->g[which[i]].head >= 0 ? b->g[which[i]].head : b->g[which[i]].mem[0]];
+            if (!skpo_rec_float(r, F_SEG_DIV, &D[i]))
+                st = skpo_err_set(err, SKPO_EFORMAT,
+                                  "record '%s': prompt '%s' is a revisit with a stored segment but has no 'seg_div' "
+                                  "(sample with skpo-sample --rescore, or drop --rescored for rho = rho_max)",
+                                  skpo_rec_str(r, F_UID) ? skpo_rec_str(r, F_UID) : "?", b->g[which[i]].name);
+        }
+    } else if (ns) {
+        st = o->divergence(o->div_ctx, segs, ns, D, err);
+    }
     for (size_t i = 0; !st && i < ns; i++) {
         if (!(isfinite(D[i]) && D[i] >= 0)) {
             st = skpo_err_set(err, SKPO_ENUMERIC, "divergence %g for prompt '%s' is not a finite D >= 0", D[i],
@@ -431,7 +444,7 @@ static skpo_status rhos(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, 
         s->rho_clipped += clipped;
         mom_add(&s->D, D[i]);
     }
-    if (!o->divergence) s->rho_clipped = s->revisits; // constant rho_max: every revisit sits on the bound
+    if (!adaptive) s->rho_clipped = s->revisits; // constant rho_max: every revisit sits on the bound
     for (size_t k = 0; k < b->ng; k++) {
         const skpo_rec *r = &recs[b->g[k].head >= 0 ? b->g[k].head : b->g[k].mem[0]];
         if (skpo_tracker_seen(t, skpo_rec_str(r, F_PID))) mom_add(&s->rho, rho[k]);

@@ -23,9 +23,10 @@
  * advantages used the pre-update baselines: V from R_I (skpo), the group mean
  * (grpo family) or R (spo); L from the mean downstream / response length (Q6);
  * skpo and spo also store the segment (tokens, logp, prompt) for the next D.
- * rho: clamp(2^(-D/tau)) with D from the caller's divergence function on
- * revisits, D = 0 on first visits; without a divergence function rho = rho_max
- * (SPO's constant-rho variant, docs/algorithm.md Q1).
+ * rho: clamp(2^(-D/tau)) with D from the records' `seg_div` (div_from_records,
+ * what the pipelines use: skpo-sample --rescore measures it) or the caller's
+ * divergence function on revisits, D = 0 on first visits; with neither rho =
+ * rho_max (SPO's constant-rho variant, docs/algorithm.md Q1).
  */
 #ifndef SKPO_ADVANTAGE_H
 #define SKPO_ADVANTAGE_H
@@ -83,8 +84,13 @@ typedef struct skpo_adv_opts {
     int reward_up_self;         // skpo: R_I = reward of the `self` record, not the mean of the downs
     double eps_group;           // 1e-6
     double eps_batch;           // 1e-8
-    skpo_divergence_fn divergence; // NULL: rho = rho_max
+    skpo_divergence_fn divergence; // NULL: rho = rho_max (unless div_from_records)
     void *div_ctx;
+    // D from the records instead: the head record (up, else the group's first)
+    // of every revisited prompt whose stored segment is scorable carries
+    // `seg_div` (skpo-sample --rescore measured it under the sampling weights);
+    // a missing one is an error naming the record. No model needed here.
+    int div_from_records;
 } skpo_adv_opts;
 
 void skpo_adv_opts_default(skpo_adv_opts *o);

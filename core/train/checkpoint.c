@@ -80,6 +80,16 @@ skpo_status skpo_checkpoint_read_state(const char *dir, skpo_trainer_state *st, 
     return s;
 }
 
+int skpo_checkpoint_weights_only(const char *dir) {
+    char *p = skpo_path_join(dir, SKPO_TRAINER_FILE);
+    json_error_t je;
+    json_t *j = skpo_path_exists(p) ? json_load_file(p, 0, &je) : NULL;
+    int w = j && json_is_false(json_object_get(j, "optimizer_state"));
+    json_decref(j);
+    free(p);
+    return w;
+}
+
 // --- save ----------------------------------------------------------------------------
 
 // Files of an HF folder that belong to the tokenizer / generation side. An
@@ -114,9 +124,10 @@ static const char *dtype_name(skpo_dtype d) {
 }
 
 static skpo_status write_state(const char *dir, const skpo_trainer_state *st, skpo_dtype dtype, double lr,
-                               const char *parent, skpo_err *err) {
+                               const char *parent, int weights_only, skpo_err *err) {
     json_t *j = json_pack("{sssIsIsssf}", "format", SKPO_TRAINER_FORMAT, "step", (json_int_t)st->step,
                           "optimizer_updates", (json_int_t)st->optimizer_updates, "dtype", dtype_name(dtype), "lr", lr);
+    if (weights_only) json_object_set_new(j, "optimizer_state", json_false());
     if (parent) json_object_set_new(j, "parent", json_string(parent));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -171,7 +182,7 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
         s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
         free(op);
     }
-    if (!s && st) s = write_state(tmp, st, dtype, lr, src_dir, err);
+    if (!s && st) s = write_state(tmp, st, dtype, lr, src_dir, !o, err);
     return tmp_finish(s, base, tmp, err);
 }
 
@@ -189,6 +200,6 @@ skpo_status skpo_checkpoint_save_adapter(const char *out, const char *src_dir, c
         s = skpo_optim_save(o, p, 0, op, err);   // adapters are float32: no master copy
         free(op);
     }
-    if (!s) s = write_state(tmp, st, SKPO_DT_F32, lr, src_dir, err);
+    if (!s) s = write_state(tmp, st, SKPO_DT_F32, lr, src_dir, 0, err);
     return tmp_finish(s, base, tmp, err);
 }

@@ -11,7 +11,10 @@
  *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
  *                         "optimizer_updates": T, "dtype": "...", "lr": ...,
  *                         "parent": the checkpoint it was trained from}
- *                        step = training steps completed (the step that wrote it)
+ *                        step = training steps completed (the step that wrote it);
+ *                        "optimizer_state": false in a weights-only checkpoint
+ *                        (o = NULL: a served step between durable saves, whose
+ *                        optimizer state lives in the server's memory)
  * LoRA checkpoint (skpo_checkpoint_save_adapter): adapter_config.json +
  *   adapter_model.safetensors instead of config.json + model.safetensors; the
  *   rest as above, the base referenced by path, never copied.
@@ -41,6 +44,10 @@ typedef struct skpo_trainer_state {
     int64_t optimizer_updates;  // AdamW updates so far (== the optimizer's t)
 } skpo_trainer_state;
 
+// Does dir/trainer_state.json say "optimizer_state": false (a weights-only
+// checkpoint, its optimizer state kept by the update server)? 0 when absent.
+int skpo_checkpoint_weights_only(const char *dir);
+
 // The trainer's view of a model loaded with trainable = 1.
 skpo_policy skpo_policy_of_model(skpo_model *m);
 
@@ -51,7 +58,8 @@ skpo_status skpo_checkpoint_read_state(const char *dir, skpo_trainer_state *st, 
 int skpo_checkpoint_has_optim(const char *dir);
 
 // Write checkpoint `out` from model m (weights in dtype) and optimizer o,
-// copying tokenizer-side files from src_dir (NULL: none). lr is recorded for
+// copying tokenizer-side files from src_dir (NULL: none). o = NULL writes a
+// weights-only checkpoint (no optim.safetensors; trainer_state.json says so). lr is recorded for
 // the reader's information only. A model on cuda is synced to the host first;
 // a device optimizer must have been gathered (skpo_optim_from_device, a
 // collective every rank calls) before the saving rank calls this.

@@ -5,6 +5,8 @@
 // first writes half of its bytes (a torn write), then dies.
 //   SKPO_FAULT_KILL_AT=N    die at event N (1-based); unset or 0: never
 //   SKPO_FAULT_COUNT=FILE   at exit, write the number of events seen to FILE
+//   SKPO_FAULT_ARM=PATH     count only events that happen once PATH exists (a
+//                           long-lived process killed inside one later step)
 // Built by t_faults.sh with `cc -shared -fPIC`; not part of any tool.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,6 +37,8 @@ static int event(void) {
         kill_at = s ? atol(s) : 0;
         atexit(count_at_exit);
     }
+    const char *arm = getenv("SKPO_FAULT_ARM");
+    if (arm && *arm && access(arm, F_OK) != 0) return 0;
     return ++events == kill_at;
 }
 

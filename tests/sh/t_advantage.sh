@@ -89,13 +89,41 @@ t "a step re-run after a kill before the state was saved does not duplicate its 
 
 mkdir -p "$TMP/e"
 M="$FIX/model/qwen2_untied"
-t "with --model a revisit's rho comes from the rescored segment (D = mean |dlogp|)" sh -c '
-  skpo-advantage --mode skpo --state "$0/s" --model "$2" "$1/skpo_step1.msgpack.zst" >/dev/null &&
-  skpo-advantage --mode skpo --state "$0/s" --model "$2" --tau 50 --summary "$1/skpo_step2.msgpack.zst" 2>"$0/err" >/dev/null &&
-  grep -q " rho_mean=0.9339" "$0/err" && grep -q " kl_d_mean=4.932" "$0/err" && grep -q " rho_clip_frac=0 " "$0/err"' "$TMP/e" "$A" "$M"
-t "with --model and the default tau rho sits on rho_min" sh -c '
-  skpo-advantage --mode skpo --state "$0/s" --step 1 --tau 8 --model "$2" --summary "$1/skpo_step2.msgpack.zst" 2>"$0/err" >/dev/null &&
-  grep -q " rho_mean=0.875 " "$0/err" && grep -q " rho_clip_frac=1 " "$0/err"' "$TMP/e" "$A" "$M"
-t "a missing model folder fails before anything is written" sh -c '
-  ! skpo-advantage --mode skpo --state "$0/s2" --model "$0/none" "$1/skpo_step1.msgpack.zst" >"$0/o" 2>/dev/null &&
-  [ ! -s "$0/o" ] && [ ! -e "$0/s2/CURRENT" ]' "$TMP/e" "$A"
+# with_seg_div STATE MODEL IN OUT: IN's records with `seg_div` on each up record
+# whose prompt has a stored segment in STATE, computed here independently of
+# skpo-sample --rescore: skpo-score the stored segment under MODEL, D = mean |now - stored|.
+with_seg_div() {
+  cur="$1/$(cat "$1/CURRENT")"
+  skpo-cat --where kind=state "$cur" |
+    awk '{ p = $0; sub(/.*"pid":"/, "", p); sub(/".*/, "", p)
+           a = $0; sub(/.*"seg_prompt":\[/, "", a); sub(/\].*/, "", a)
+           b = $0; sub(/.*"seg_tokens":\[/, "", b); sub(/\].*/, "", b)
+           printf "{\"kind\":\"up\",\"pid\":\"%s\",\"prompt\":[%s],\"tokens\":[%s]}\n", p, a, b }' |
+    skpo-cat --pack | skpo-score --model "$2" --threads 1 | skpo-cat --where kind=up --fields pid,ref_logp >"$4.now" &&
+  skpo-cat --where kind=state --fields pid,seg_logp "$cur" >"$4.old" && skpo-cat "$3" >"$4.in" &&
+  awk 'function arr(l, f,   x) { x = l; sub(".*\"" f "\":\\[", "", x); sub(/\].*/, "", x); return x }
+       function pid(l,   x) { x = l; sub(/.*"pid":"/, "", x); sub(/".*/, "", x); return x }
+       FNR == 1 { file++ }
+       file == 1 { now[pid($0)] = arr($0, "ref_logp"); next }
+       file == 2 { old[pid($0)] = arr($0, "seg_logp"); next }
+       /"kind":"up"/ && (pid($0) in now) { k = pid($0); n = split(now[k], a, ","); split(old[k], b, ","); s = 0
+         for (i = 1; i <= n; i++) s += (a[i] > b[i] ? a[i] - b[i] : b[i] - a[i])
+         sub(/}$/, sprintf(",\"seg_div\":%.17g}", s / n)) }
+       { print }' "$4.now" "$4.old" "$4.in" | skpo-cat --pack --no-meta >"$4"
+}
+t "step 1 for the rescoring tests" sh -c '
+  skpo-advantage --mode skpo --state "$0/s" "$1/skpo_step1.msgpack.zst" >/dev/null' "$TMP/e" "$A"
+with_seg_div "$TMP/e/s" "$M" "$A/skpo_step2.msgpack.zst" "$TMP/e/step2.zst"
+t "with --rescored a revisit's rho comes from seg_div: the values model-loading rescoring gave (rho 0.9339, D 4.932)" sh -c '
+  skpo-advantage --mode skpo --state "$0/s" --rescored --tau 50 --summary "$0/step2.zst" 2>"$0/err" >/dev/null &&
+  grep -q " rho_mean=0.9339" "$0/err" && grep -q " kl_d_mean=4.932" "$0/err" && grep -q " rho_clip_frac=0 " "$0/err" ||
+  { cat "$0/err"; exit 1; }' "$TMP/e" "$A"
+t "with --rescored and the default tau rho sits on rho_min" sh -c '
+  skpo-advantage --mode skpo --state "$0/s" --step 1 --tau 8 --rescored --summary "$0/step2.zst" 2>"$0/err" >/dev/null &&
+  grep -q " rho_mean=0.875 " "$0/err" && grep -q " rho_clip_frac=1 " "$0/err"' "$TMP/e" "$A"
+t "--rescored with a revisit lacking seg_div fails naming the record, nothing written" sh -c '
+  ! skpo-advantage --mode skpo --state "$0/s" --step 1 --rescored "$1/skpo_step2.msgpack.zst" >"$0/o" 2>"$0/err" &&
+  grep -q "no .seg_div." "$0/err" && [ ! -s "$0/o" ]' "$TMP/e" "$A"
+t "--model is refused with a pointer to skpo-sample --rescore (advantage loads no model)" sh -c '
+  ! skpo-advantage --mode skpo --state "$0/s2" --model "$1" "$2/skpo_step1.msgpack.zst" >"$0/o" 2>"$0/err" &&
+  grep -q "rescore" "$0/err" && [ ! -s "$0/o" ] && [ ! -e "$0/s2/CURRENT" ]' "$TMP/e" "$M" "$A"

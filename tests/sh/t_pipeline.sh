@@ -21,7 +21,8 @@ skpo-synth --count 40 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.ms
 skpo-synth --count 6 --max-operand 9 --split test --tokenizer "$D/tokenizer" >"$TMP/test.msgpack.zst" &&
 skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
   { echo "FAIL pipeline fixtures (synth/init)"; exit 1; }
-CONF="STEPS=2 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 EVAL_K=2 EVAL_EVERY=2 KEEP=2 THREADS=1"
+# SAVE_EVERY=1: every step durable (with the update server), so the checkpoints compared below are all kept
+CONF="STEPS=2 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 EVAL_K=2 EVAL_EVERY=2 KEEP=2 THREADS=1 SAVE_EVERY=1"
 run() { # run DIR [KEY=VALUE...]: train.sh with the test's small config
   d=$1; shift
   # shellcheck disable=SC2086

@@ -7,7 +7,6 @@
  */
 #include "base/cli.h"
 #include "base/common.h"
-#include "model/lora.h"
 #include "model/model.h"
 #include "record/record.h"
 #include "rl/advantage.h"
@@ -19,32 +18,33 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--model DIR [--temperature T]] [--step N] [--group G]\n"
+    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
     "`weight` added (and `reward` = mean downstream reward on `up` records), then a `metrics` record, and\n"
     "saves the per-prompt tracker state of the next step in DIR (state-NNNNNN.msgpack.zst + CURRENT).\n"
-    "Without --model, rho = rho_max (SPO's constant-rho variant); with --model, the checkpoint that sampled\n"
-    "this step rescores each revisited prompt's stored segment: rho = clamp(2^(-D/tau)), D = mean |dlogp|.\n"
+    "Without --rescored, rho = rho_max (SPO's constant-rho variant); with --rescored, rho = clamp(2^(-D/tau))\n"
+    "where D (mean |dlogp| of each revisited prompt's stored segment under the weights that sampled this\n"
+    "step) is the `seg_div` field skpo-sample --rescore wrote on the prompt's records. Loads no model.\n"
     "Tracker options given on the command line replace those stored in the state.";
 
 typedef struct args {
     const char *mode, *state, *metrics, *input, *model, *reward_up;
     long step, group;
-    double w_up, w_down, temperature, tau, rho_min, rho_max, eps, len_init;
-    int norm_down, summary;
+    double w_up, w_down, tau, rho_min, rho_max, eps, len_init;
+    int norm_down, summary, rescored;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .temperature = 1.0, .reward_up = "mc",
+    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
     const skpo_opt opts[] = {
         SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo or spo"),
         SKPO_OPT_STR("state", 0, &a->state, "DIR", "tracker state folder (created on first use)"),
-        SKPO_OPT_STR("model", 0, &a->model, "DIR", "checkpoint that sampled this step: measure D for rho"),
-        SKPO_OPT_DOUBLE("temperature", 0, &a->temperature, 1e-6, 100, "T", "sampling temperature of the stored log-probs (default 1)"),
+        SKPO_OPT_FLAG("rescored", 0, &a->rescored, "rho from the records' `seg_div` (skpo-sample --rescore)"),
+        SKPO_OPT_STR("model", 0, &a->model, "DIR", "removed: the sampler measures D (skpo-sample --rescore)"),
         SKPO_OPT_LONG("step", 0, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"),
         SKPO_OPT_LONG("group", 0, &a->group, 1, 65536, "G", "records per group (default 8)"),
         SKPO_OPT_DOUBLE("w-up", 0, &a->w_up, 0, 1e6, "W", "upstream loss weight in skpo mode (default 0.5)"),
@@ -68,6 +68,9 @@ static void parse(int argc, char **argv, args *a) {
     if (npos == 1) a->input = pos[0];
     free(pos);
     if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
+    if (a->model)
+        skpo_cli_usage_error(synopsis, "--model is gone: skpo-sample --rescore measures rho's divergence where the "
+                                       "model is loaded; pass --rescored here");
 }
 
 static skpo_tracker *load_tracker(const args *a) {
@@ -159,15 +162,7 @@ int main(int argc, char **argv) {
     if (o.reward_up_self && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--reward-up self goes with --mode skpo");
     skpo_tracker *t = load_tracker(&a);
     skpo_err err = {{0}};
-    skpo_model *model = NULL;
-    skpo_adv_model_ctx mctx = {0};
-    if (a.model) {
-        skpo_model_opts mo = {SKPO_DEV_CPU, 0, 0};
-        if (skpo_lora_model_load(a.model, NULL, &mo, 1, &model, NULL, &err)) skpo_die("%s", err.msg); // LoRA folder: merged
-        mctx = (skpo_adv_model_ctx){model, (float)a.temperature, 0};
-        o.divergence = skpo_adv_model_divergence;
-        o.div_ctx = &mctx;
-    }
+    o.div_from_records = a.rescored;
     skpo_rec *recs, metrics;
     size_t n;
     if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
@@ -186,7 +181,6 @@ int main(int argc, char **argv) {
     skpo_tracker_set_step(t, skpo_tracker_step(t) + 1);
     if (skpo_tracker_save(t, a.state, &err)) skpo_die("saving state: %s", err.msg);
     skpo_tracker_free(t);
-    skpo_model_free(model);
     skpo_rec_free(&metrics);
     skpo_recs_free(recs, n);
     free(keep);

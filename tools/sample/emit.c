@@ -29,6 +29,8 @@ static void base_record(const sample_cfg *c, const sample_job *job, const sample
     char uid[1100];
     snprintf(uid, sizeof uid, "%s:%lld:%s", it->pid, (long long)job->step, suffix);
     skpo_rec_set_str(r, F_UID, uid);
+    skpo_rec_set_int(r, F_DRAW, it->draw);
+    if (it->has_div) skpo_rec_set_float(r, F_SEG_DIV, it->div);
 }
 
 static skpo_status put_full(const sample_cfg *c, const skpo_rollout *ro, const sample_job *job, const sample_item *it,
@@ -119,24 +121,35 @@ skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *
     submit_all(c, ro, job);
     skpo_progress prog;
     skpo_progress_init(&prog);
-    size_t done = 0;
-    while (done < job->n) {
-        skpo_status st = skpo_gen_step(ro->gen, err);
-        if (st != SKPO_OK) return st;
+    size_t done = 0, next = 0;
+    // Output in work-list (draw) order whatever the completion order, so the
+    // stream does not depend on timing and shards concatenate to the unsharded
+    // stream; a finished group waits here for the ones before it.
+    skpo_gen_group **held = skpo_xcalloc(job->n + 1, sizeof *held);
+    skpo_status st = SKPO_OK;
+    while (done < job->n && st == SKPO_OK) {
+        st = skpo_gen_step(ro->gen, err);
+        if (st != SKPO_OK) break;
         skpo_gen_group *gr;
         while ((gr = skpo_gen_pop(ro->gen))) {
-            const sample_item *it = gr->user;
-            st = c->segment ? put_up(c, ro, job, it, gr, w, err) : put_full(c, ro, job, it, gr, w, err);
-            skpo_gen_group_free(gr);
-            if (st == SKPO_OK) st = skpo_writer_flush(w, err);
-            if (st != SKPO_OK) return st;
+            held[(const sample_item *)gr->user - job->items] = gr;
             done++;
+        }
+        for (; st == SKPO_OK && next < job->n && held[next]; next++) {
+            const sample_item *it = held[next]->user;
+            st = c->segment ? put_up(c, ro, job, it, held[next], w, err) : put_full(c, ro, job, it, held[next], w, err);
+            skpo_gen_group_free(held[next]);
+            held[next] = NULL;
+            if (st == SKPO_OK) st = skpo_writer_flush(w, err);
         }
         const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);
         double dt = skpo_now() - prog.start;
         skpo_progress_update(&prog, "%zu/%zu prompts, %llu tokens, %.0f tok/s", done, job->n,
                              (unsigned long long)gs->gen_tokens, dt > 0 ? gs->gen_tokens / dt : 0.0);
     }
+    for (size_t i = 0; i < job->n; i++) skpo_gen_group_free(held[i]);
+    free(held);
+    if (st != SKPO_OK) return st;
     skpo_progress_done(&prog);
     if (c->stats) {
         const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);

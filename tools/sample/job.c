@@ -33,6 +33,7 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (!c->prompts) skpo_cli_usage_error(syn, "--prompts is required");
     if ((c->n > 0) == (c->segment != 0)) skpo_cli_usage_error(syn, "give exactly one of --n K and --segment");
     if (c->all && c->per_step > 0) skpo_cli_usage_error(syn, "--all and --prompts-per-step exclude each other");
+    if (c->rescore && !c->state) skpo_cli_usage_error(syn, "--rescore needs --state (the stored segments)");
     if (!c->segment && c->lq_init >= 0) skpo_cli_usage_error(syn, "--lq-init goes with --segment");
     if (c->segment && !c->all && c->per_step == 0) c->per_step = 128;
     if (!strcmp(c->cut_s, "fixed")) c->cut_fixed = 1;
@@ -120,6 +121,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     size_t hi = job->drawn * (size_t)(c->shard_i + 1) / (size_t)c->shard_n;
     memmove(job->items, job->items + lo, (hi - lo) * sizeof *job->items);
     job->n = hi - lo;
+    for (size_t i = 0; i < job->n; i++) job->items[i].draw = (long)(lo + i);
     for (size_t i = 0; c->segment && i < job->n; i++) {
         skpo_rng r;
         skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));

@@ -13,7 +13,8 @@
  *                run to the end; the kept one's whole generation is also
  *                written, kind=self, for REWARD_UP=self).
  * Prompts come from --prompts FILE (job.c); records go to stdout, flushed after
- * each finished prompt so `skpo-sample | skpo-splice` overlap (emit.c).
+ * each prompt (in work-list order: shards concatenate to the unsharded
+ * stream) so `skpo-sample | skpo-splice` overlap (emit.c).
  */
 #include "base/cli.h"
 #include "sample.h"
@@ -27,7 +28,7 @@ static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L] [--cut C] [--select S] [--self])\n"
     "       [--state DIR] [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
-    "       [--no-share] [--no-text] [--stats] [--device cuda|cpu]";
+    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cuda|cpu]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -36,7 +37,6 @@ int main(int argc, char **argv) {
     sample_cfg c;
     sample_cfg_default(&c);
     const skpo_opt opts[] = {
-        SKPO_ROLLOUT_OPT_ROWS(c.ro),
         SKPO_OPT_STR("prompts", 0, &c.prompts, "FILE", "prompt records"),
         SKPO_OPT_LONG("n", 0, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"),
         SKPO_OPT_FLAG("segment", 0, &c.segment, "SKPO upstream segments (kind=up)"),
@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_LONG("step", 0, &c.step, 0, 1e12, "N", "training step (default: the tracker's, else 0)"),
         SKPO_OPT_LIST("stop", 0, &c.stops, "STR", "stop string (repeatable)"),
         SKPO_OPT_FLAG("no-share", 0, &c.no_share, "prefill each sample alone (benchmarks, tests)"),
+        SKPO_OPT_FLAG("rescore", 0, &c.rescore, "with --state: `seg_div` = D of each revisited prompt's stored segment (rho)"),
         SKPO_OPT_STR("policy", 0, &c.policy, "NAME", "`policy` field (default: --model)"),
         SKPO_OPT_FLAG("stats", 0, &c.stats, "print generated tokens/s and KV use on stderr at the end"),
         SKPO_OPT_STR("cut", 0, &c.cut_s, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"),
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
     if (skpo_rollout_open(&c.ro, &ro, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job job;
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record
+    if (c.rescore) sample_job_rescore(&c, &ro, &job);
     skpo_writer *w;
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_write_meta(&c, &job, w, argc, argv);

@@ -16,6 +16,7 @@ typedef struct sample_cfg {
     int segment, all, no_share, stats;
     const char *cut_s, *select_s;  // --cut adaptive|fixed, --select median|extreme (the paper's ablations)
     int cut_fixed, select_extreme, self; // parsed; self: also write the kept candidate's whole generation
+    int rescore;            // --rescore: D of each drawn prompt's stored segment (seg_div)
     skpo_strlist stops;
     int shard_i, shard_n;   // parsed from --shard
 } sample_cfg;
@@ -31,6 +32,9 @@ typedef struct sample_item {
     const int32_t *prompt;   // (n_prompt)
     int n_prompt;
     int t_q;                 // --segment: planned split position
+    long draw;               // position in the step's (unsharded) work list
+    int has_div;             // --rescore: the prompt's stored segment was scored
+    double div;              // its D (field seg_div)
 } sample_item;
 
 typedef struct sample_job {
@@ -45,6 +49,9 @@ typedef struct sample_job {
 // Read and check --prompts, draw/shard the work, plan t_q. Dies (exit 1) with
 // "prompt record N: what (pid X)" on a bad prompt record.
 void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *job);
+// --rescore: score each item's stored last segment (tracker of --state)
+// under ro's model and set has_div / div. Dies on a scoring error.
+void sample_job_rescore(const sample_cfg *c, const skpo_rollout *ro, sample_job *job);
 void sample_job_free(sample_job *job);
 
 void sample_write_meta(const sample_cfg *c, const sample_job *job, skpo_writer *w, int argc, char **argv);

@@ -12,7 +12,8 @@
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
     "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
-    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
+    "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
+    "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N]";
 
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
@@ -49,6 +50,8 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     double clip_low = NAN, clip_high = NAN, clip_high_up = NAN;
     double *W = a->u.phase_weight;
     skpo_opt opts[] = {
+        SKPO_OPT_STR("serve", 0, &a->serve, "DIR", "stay up: load --model once, train each DIR/<step>.req (docs/update.md)"),
+        SKPO_OPT_FLAG("weights-only", 0, &a->weights_only, "write no optimizer state in --out (a served step between durable saves)"),
         SKPO_OPT_STR("model", 0, &a->model, "DIR", "checkpoint to update (HF folder; + optimizer state)"),
         SKPO_OPT_STR("out", 0, &a->out, "DIR", "checkpoint to write (replaced atomically)"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "append one metrics record per mini-batch"),
@@ -116,7 +119,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     };
     const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
     int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, pos);
-    if (!a->model || !a->out) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
+    if (!a->model || (!a->out && !a->serve)) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
+    if (a->serve && (a->out || npos))
+        skpo_cli_usage_error(SYNOPSIS, "--serve takes --model only: --out and the records come with each request");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
     a->input = npos ? pos[0] : "-";
     free(pos);

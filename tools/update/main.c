@@ -11,6 +11,9 @@
 int main(int argc, char **argv) {
     upd_args a;
     upd_parse_args(&a, argc, argv);
+    if (a.serve) {
+        return upd_serve(&a);
+    }
     upd_bind_device(&a);
     if (a.merge_adapter) upd_lora_merge_and_exit(&a);   // LoRA: no records, no training
     double t0 = skpo_now();
@@ -41,7 +44,7 @@ int main(int argc, char **argv) {
     if (c->rank == 0 && a.lora)   // LoRA: the adapter only, the base by reference
         st = skpo_checkpoint_save_adapter(a.out, a.model, a.lora_base, a.lora, o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
     else if (c->rank == 0)
-        st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
+        st = skpo_checkpoint_save(a.out, a.model, m, skpo_model_src_dtype(m), a.weights_only ? NULL : o, &ts, skpo_optim_lr(&a.a, a.u.step), &e);
     upd_check(c, st, &e);
     upd_report(c, &a, argc, argv, met, nmb, b, skpo_now() - t0);
     free(met);

@@ -105,14 +105,25 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     skpo_param *p;
     int np = skpo_model_params(m, &p);
     *o = skpo_optim_new(&a->a, p, np);
-    int have = skpo_checkpoint_has_optim(a->model);
+    int shards = !skpo_checkpoint_has_optim(a->model) && upd_have_optim_shards(a->model);
+    int have = skpo_checkpoint_has_optim(a->model) || shards;
+    if (!have && !a->fresh_optimizer && have_ts && ts->optimizer_updates > 0 && skpo_checkpoint_weights_only(a->model))
+        return skpo_err_set(err, SKPO_ENOTFOUND,
+                            "'%s' is a weights-only checkpoint (step %" PRId64 ": its optimizer state stayed in the "
+                            "update server): continue from a durable checkpoint, or pass --fresh-optimizer",
+                            a->model, ts->step);
     if (a->resume && !have)
         return skpo_err_set(err, SKPO_ENOTFOUND, "--resume: '%s' holds no %s", a->model, SKPO_OPTIM_FILE);
     if (!have || a->fresh_optimizer) return SKPO_OK;
-    char *path = skpo_path_join(a->model, SKPO_OPTIM_FILE);
     int used;
-    skpo_status st = skpo_optim_load(*o, p, skpo_model_src_dtype(m), path, &used, err);
-    free(path);
+    skpo_status st;
+    if (shards) {
+        st = upd_load_optim_shards(a->model, *o, p, np, skpo_model_src_dtype(m), &used, err);
+    } else {
+        char *path = skpo_path_join(a->model, SKPO_OPTIM_FILE);
+        st = skpo_optim_load(*o, p, skpo_model_src_dtype(m), path, &used, err);
+        free(path);
+    }
     if (!st && have_ts && ts->optimizer_updates != (*o)->t)
         st = skpo_err_set(err, SKPO_EFORMAT, "'%s': %s says %" PRId64 " optimizer updates, %s has %" PRId64,
                           a->model, SKPO_TRAINER_FILE, ts->optimizer_updates, SKPO_OPTIM_FILE, (*o)->t);

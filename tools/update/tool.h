@@ -33,6 +33,8 @@ typedef struct upd_args {
     int merge_adapter;    // --merge-adapter: write base + adapter merged to --out, no training
     skpo_lora *lora;      // the trained adapter (NULL: full fine-tuning)
     char *lora_base;      // absolute path of the frozen base the adapter belongs to
+    const char *serve;    // --serve DIR: a trainer for the whole run (serve.c)
+    int weights_only;     // --weights-only: no optimizer state in --out (the server keeps it)
 } upd_args;
 
 // Parse argv (exits 2 on a usage error, 0 after --help).
@@ -80,5 +82,26 @@ void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o
 // the step summary on stderr.
 void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,
                 const skpo_batch *b, double seconds);
+
+// --- shard.c -------------------------------------------------------------------
+
+#define UPD_SHARD_INDEX "optim.index.json"
+// Does dir hold a per-rank optimizer state (optim.index.json + shard files)?
+int upd_have_optim_shards(const char *dir);
+// Collective: rank r writes its deal of o's parameters to dir (CPU optimizer,
+// replicated on every rank); rank 0 then writes the index and marks
+// trainer_state.json (which must exist: save the weights-only checkpoint first).
+skpo_status upd_save_optim_shards(skpo_comm *c, const char *dir, skpo_model *m, const skpo_optim *o, skpo_err *err);
+// Load every shard of dir into o (as skpo_optim_load does for one file).
+skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
+                                  int *used_master, skpo_err *err);
+
+// --- serve.c -------------------------------------------------------------------
+
+// skpo-update --serve DIR: load --model once, then train one step per request
+// file DIR/<step>.req (the one-shot command line of that step), writing
+// DIR/<step>.done after the step's checkpoint and metrics are in place.
+// Returns the exit status.
+int upd_serve(upd_args *a);
 
 #endif
