@@ -145,7 +145,7 @@ __device__ __forceinline__ size_t pg_row(int block, int n_layers, int layer, int
 
 // At most 16 warps per block: ~90 registers a thread (sm_90, no spills) x 512
 // threads fit the register file.
-__global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
+__global__ void __launch_bounds__(512) k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
                              int max_blocks, const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer,
                              int block_size, int nh, int nkv, int hs, int chunk, float scale) {
     extern __shared__ float sh[];

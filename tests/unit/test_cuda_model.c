@@ -527,6 +527,72 @@ static void decode_graphs_match_eager_launches(void) {
     pair_close(&q);
 }
 
+// Decode `steps` steps of the sequences seq[0..n) on a graphed and an eager
+// model; every row within 1e-2 relative L2 (a replay against a stale pool is O(1)).
+static void decode_both(pair *p, pair *q, const int *seq, int n, int steps, int salt) {
+    int V = p->V, off[17];
+    int32_t toks[16];
+    float *lp = skpo_xmalloc((size_t)n * V * sizeof(float)), *lq = skpo_xmalloc((size_t)n * V * sizeof(float));
+    skpo_err err = {0};
+    for (int i = 0; i <= n; i++) off[i] = i;
+    for (int t = 0; t < steps; t++) {
+        for (int i = 0; i < n; i++) toks[i] = (int32_t)((t * 7 + i * 3 + salt) % V);
+        CHECK_MSG(skpo_model_step(p->gpu, p->kg, seq, n, toks, off, lp, &err) == SKPO_OK, "%s", err.msg);
+        CHECK_MSG(skpo_model_step(q->gpu, q->kg, seq, n, toks, off, lq, &err) == SKPO_OK, "%s", err.msg);
+        for (int i = 0; i < n; i++) {
+            double e = rel_l2(lp + (size_t)i * V, lq + (size_t)i * V, V);
+            CHECK_MSG(e <= 1e-2, "step %d row %d: relative difference %.3g", t, i, e);
+        }
+    }
+    free(lp);
+    free(lq);
+}
+
+// Graphs bake in both pool pointers: after the cache is freed and another of
+// another size made (its K may land where the old K was, its V elsewhere), no
+// old graph may replay. Decoding on the new cache (5 sequences: a bucket of 8
+// with 3 padding rows) still matches eager launches.
+static void decode_graphs_follow_a_remade_cache_of_another_size(void) {
+    NEED_GPU();
+    pair p, q;
+    int ok = pair_open(QWEN2, 0.05, &p);
+    setenv("SKPO_CUDA_GRAPHS", "0", 1);
+    ok = pair_open(QWEN2, 0.05, &q) && ok;
+    unsetenv("SKPO_CUDA_GRAPHS");
+    if (ok) {
+        int seq[5];
+        skpo_err err = {0};
+        for (int i = 0; i < 3; i++) {
+            seq[i] = skpo_kv_seq_new(p.kg);
+            CHECK(skpo_kv_seq_new(q.kg) == seq[i]);
+        }
+        decode_both(&p, &q, seq, 3, 5, 1);
+        skpo_kv_free(p.kg);
+        skpo_kv_free(q.kg);
+#ifdef SKPO_FAKE_CUDA
+        const infer_state *in = p.gpu->cuda->infer;
+        for (int i = 0; i < MAX_GRAPHS; i++) CHECK_MSG(!in->graphs[i].g && !in->graphs[i].used, "graph %d kept", i);
+        long launches = fk_graph_launches;
+#endif
+        p.kg = skpo_model_kv_new(p.gpu, 1000, 9, &err);
+        q.kg = skpo_model_kv_new(q.gpu, 1000, 9, &err);
+        CHECK_MSG(p.kg && q.kg, "%s", err.msg);
+        if (p.kg && q.kg) {
+            for (int i = 0; i < 5; i++) {
+                seq[i] = skpo_kv_seq_new(p.kg);
+                CHECK(skpo_kv_seq_new(q.kg) == seq[i]);
+            }
+            decode_both(&p, &q, seq, 5, 5, 2);
+#ifdef SKPO_FAKE_CUDA
+            CHECK_MSG(fk_graph_launches - launches == 4, "%ld replays on the new cache (eager, capture, 3 replays)",
+                      fk_graph_launches - launches);
+#endif
+        }
+    }
+    pair_close(&p);
+    pair_close(&q);
+}
+
 // A KV cache that cannot fit says how much it needs and how much is free;
 // saving a CUDA model writes the device weights.
 static void kv_too_large_and_save_from_the_device(void) {
@@ -589,6 +655,7 @@ int main(void) {
     RUN(greedy_decoding_is_identical_between_backends);
     RUN(step_dev_keeps_logits_on_the_device);
     RUN(decode_graphs_match_eager_launches);
+    RUN(decode_graphs_follow_a_remade_cache_of_another_size);
     RUN(kv_too_large_and_save_from_the_device);
 #ifdef SKPO_FAKE_CUDA
     RUN(checkpoint_too_large_for_the_device_is_refused_before_upload);
