@@ -392,8 +392,8 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
 
 // Device views of the staging ints of a step.
 typedef struct step_ix {
-    const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt;
-    int N, nseq, MB;
+    const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt, *tiles;
+    int N, nseq, MB, ntiles;
 } step_ix;
 
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
@@ -422,8 +422,12 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
         // biases, RoPE on q and k, K/V rows into the pool: one launch
         TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
                                  ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
-        TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
-                                      ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
+        if (N > ix->nseq)   // runs of rows of one sequence: tiles of rows share the K/V staging
+            TRY(skpo_cuda_attention_prefill(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, ix->tiles,
+                                            ix->ntiles, N, ks->n_layers, l, ks->block_size, NH, NKV, HS, err));
+        else
+            TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers,
+                                          l, ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
         if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
@@ -506,6 +510,14 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
         }
         hl[i] = off[i + 1] - 1;
     }
+    // Row tiles for prefill attention: runs of at most SKPO_CUDA_PREFILL_ROWS rows of one sequence.
+    int32_t *hti = hbt + (size_t)B * MB;
+    int nt = 0;
+    for (int i = 0; i < nseq; i++)
+        for (int r = off[i]; r < off[i + 1]; r += SKPO_CUDA_PREFILL_ROWS, nt++) {
+            hti[2 * nt] = r;
+            hti[2 * nt + 1] = off[i + 1] - r < SKPO_CUDA_PREFILL_ROWS ? off[i + 1] - r : SKPO_CUDA_PREFILL_ROWS;
+        }
     for (int i = nseq; i < B; i++) {
         int r = off[nseq] + (i - nseq);
         ht[r] = hp[r] = hr[r] = 0;
@@ -515,7 +527,8 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
         for (int j = 0; j < MB; j++) hbt[(size_t)i * MB + j] = pad;
     }
     return (step_ix){.toks = d, .pos = d + N, .row_seq = d + 2 * N, .slot_b = d + 3 * N, .slot_r = d + 4 * N,
-                     .last = d + 5 * N, .bt = d + 5 * N + B, .N = N, .nseq = B, .MB = MB};
+                     .last = d + 5 * N, .bt = d + 5 * N + B, .tiles = d + 5 * N + B + (size_t)B * MB, .N = N,
+                     .nseq = B, .MB = MB, .ntiles = nt};
 }
 
 // Decode graphs are kept for a few batch sizes: 1, 2, 4, 8, then powers of two
@@ -551,7 +564,8 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     MB = (MB + 15) / 16 * 16;
     // A graphed decode step runs a bucket of B >= nseq rows (decode_bucket).
     int graphed = N == nseq && !in->graphs_off, B = graphed ? decode_bucket(nseq) : nseq, NB = N + (B - nseq);
-    size_t nints = 5 * (size_t)NB + (size_t)B + (size_t)B * (size_t)MB;
+    size_t nints = 5 * (size_t)NB + (size_t)B + (size_t)B * (size_t)MB +
+                   2 * ((size_t)N / SKPO_CUDA_PREFILL_ROWS + (size_t)nseq);   // + row tiles
     in->last_nseq = 0;
     // The stream must be idle before the pinned staging is rewritten (the last
     // step's upload may still be reading it).
