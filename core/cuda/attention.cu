@@ -74,61 +74,99 @@ extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *
     return SKPO_OK;
 }
 
-// Backward: per (query row, head) warp. D = dout . out; for each key j:
-// p = exp(s_j - lse), dp = dout . v_j, ds = p (dp - D); dq += ds k_j scale;
-// dk_j += ds q scale; dv_j += p dout (fp32 atomics: several query heads share a
-// KV head and every later row touches key j).
+// Backward: one warp per (query row t, KV head hk) walks the keys of t's
+// sequence once for all G = nh / nkv query heads of the group. Per head h:
+// D_h = dout_h . out_h; for each key j: p = exp(s_j - lse_h), dp = dout_h . v_j,
+// ds = p (dp - D_h); dq_h += ds k_j scale. The group's contributions to key j,
+// dk_j += sum_h ds q_h scale and dv_j += sum_h p dout_h, are summed in
+// registers and added with one fp32 atomic per element (every later row of
+// the sequence touches key j too). q, dout and the dq accumulators of the
+// group live in the warp's slice of shared memory; lane l owns dims l + 32 i,
+// so lanes never share a word (no bank conflicts, no barriers beyond the warp).
+__host__ __device__ __forceinline__ size_t bwd_warp_floats(int G, int hs) { return (size_t)3 * G * hs + 2 * G; }
+
 __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, const bf16 *out, const float *lse,
                            const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
                            int T, int nh, int nkv, int hs, float scale) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (warp >= T * nh) return;
-    int t = warp / nh, h = warp % nh, hk = h / (nh / nkv);
+    extern __shared__ float sh[];
+    int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, G = nh / nkv;
+    int warp = blockIdx.x * (blockDim.x >> 5) + wib;
+    if (warp >= T * nkv) return;   // whole warps only
+    int t = warp / nkv, hk = warp - t * nkv;
     int s0 = seq_start[seq_of[t]];
     int qd = nh * hs, kd = nkv * hs;
-    float qr[PER_LANE], go[PER_LANE], dqr[PER_LANE];
-    float D = 0.f;
+    float *sq = sh + (size_t)wib * bwd_warp_floats(G, hs), *sg = sq + (size_t)G * hs, *sdq = sg + (size_t)G * hs;
+    float *sD = sdq + (size_t)G * hs, *sL = sD + G;
+    for (int g = 0; g < G; g++) {
+        int h = hk * G + g;
+        float D = 0.f;
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
-        int d = lane + 32 * i;
-        size_t o = (size_t)t * qd + h * hs + d;
-        qr[i] = d < hs ? __bfloat162float(q[o]) : 0.f;
-        go[i] = d < hs ? __bfloat162float(dout[o]) : 0.f;
-        if (d < hs) D += go[i] * __bfloat162float(out[o]);
-        dqr[i] = 0.f;
+        for (int i = 0; i < PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                size_t o = (size_t)t * qd + (size_t)h * hs + d;
+                float go = __bfloat162float(dout[o]);
+                sq[g * hs + d] = __bfloat162float(q[o]);
+                sg[g * hs + d] = go;
+                sdq[g * hs + d] = 0.f;
+                D += go * __bfloat162float(out[o]);
+            }
+        }
+        D = warp_sum(D);
+        if (lane == 0) sD[g] = D, sL[g] = lse[(size_t)t * nh + h];
     }
-    D = warp_sum(D);
-    float L = lse[(size_t)t * nh + h];
+    __syncwarp();
     // Keys from t down: concurrent warps (neighbouring queries) then hit
-    // different keys' dK/dV at any moment; walking up from s0 together, every
-    // warp of a sequence added into the same addresses at the same time.
+    // different keys' dK/dV at any moment.
     for (int j = t; j >= s0; j--) {
-        const bf16 *kr = k + (size_t)j * kd + hk * hs, *vr = v + (size_t)j * kd + hk * hs;
-        float s = 0.f, dp = 0.f;
+        const bf16 *kr = k + (size_t)j * kd + (size_t)hk * hs, *vr = v + (size_t)j * kd + (size_t)hk * hs;
+        float kv_k[PER_LANE], kv_v[PER_LANE], ak[PER_LANE], av[PER_LANE];
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             int d = lane + 32 * i;
-            if (d < hs) {
-                s += qr[i] * __bfloat162float(kr[d]);
-                dp += go[i] * __bfloat162float(vr[d]);
+            kv_k[i] = d < hs ? __bfloat162float(kr[d]) : 0.f;
+            kv_v[i] = d < hs ? __bfloat162float(vr[d]) : 0.f;
+            ak[i] = av[i] = 0.f;
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qg = sq + g * hs, *gg = sg + g * hs;
+            float s = 0.f, dp = 0.f;
+#pragma unroll
+            for (int i = 0; i < PER_LANE; i++) {
+                int d = lane + 32 * i;
+                if (d < hs) {
+                    s += qg[d] * kv_k[i];
+                    dp += gg[d] * kv_v[i];
+                }
+            }
+            s = warp_sum(s) * scale;
+            dp = warp_sum(dp);
+            float p = expf(s - sL[g]), ds = p * (dp - sD[g]);
+#pragma unroll
+            for (int i = 0; i < PER_LANE; i++) {
+                int d = lane + 32 * i;
+                if (d < hs) {
+                    sdq[g * hs + d] += ds * kv_k[i] * scale;
+                    ak[i] += ds * qg[d] * scale;
+                    av[i] += p * gg[d];
+                }
             }
         }
-        s = warp_sum(s) * scale;
-        dp = warp_sum(dp);
-        float p = expf(s - L), ds = p * (dp - D);
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             int d = lane + 32 * i;
             if (d < hs) {
-                dqr[i] += ds * __bfloat162float(kr[d]) * scale;
-                atomicAdd(&dk[(size_t)j * kd + hk * hs + d], ds * qr[i] * scale);
-                atomicAdd(&dv[(size_t)j * kd + hk * hs + d], p * go[i]);
+                atomicAdd(&dk[(size_t)j * kd + (size_t)hk * hs + d], ak[i]);
+                atomicAdd(&dv[(size_t)j * kd + (size_t)hk * hs + d], av[i]);
             }
         }
     }
+    for (int g = 0; g < G; g++)
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++)
-        if (lane + 32 * i < hs) dq[(size_t)t * qd + h * hs + lane + 32 * i] = __float2bfloat16(dqr[i]);
+        for (int i = 0; i < PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) dq[(size_t)t * qd + (size_t)(hk * G + g) * hs + d] = __float2bfloat16(sdq[g * hs + d]);
+        }
 }
 
 extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
@@ -142,11 +180,21 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
     skpo_status st = skpo_cuda_malloc(c, (void **)&seq_of, (size_t)T * sizeof(int32_t), "attention index", err);
     if (st) return st;
     k_seq_of<<<nseq, 256, 0, c->stream>>>(seq_of, seq_start, nseq);
-    size_t threads = (size_t)T * nh * 32;
-    k_attn_bwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>(
-        (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-        (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
+    // Up to 4 warps a block within 48 KiB of shared memory (one warp: raised to its need).
+    size_t per = bwd_warp_floats(nh / nkv, hs) * sizeof(float);
+    int wpb = (int)((48 * 1024) / per);
+    if (wpb > 4) wpb = 4;
+    if (wpb < 1) wpb = 1;
+    cudaError_t e = cudaSuccess;
+    if ((size_t)wpb * per > 48 * 1024)
+        e = cudaFuncSetAttribute(k_attn_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)per);
+    size_t warps = (size_t)T * nkv;
+    if (e == cudaSuccess)
+        k_attn_bwd<<<blocks_for(warps, (unsigned)wpb), 32 * wpb, (size_t)wpb * per, c->stream>>>(
+            (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
+            (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
+    if (e == cudaSuccess) e = cudaGetLastError();
+    cudaError_t es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
     if (e == cudaSuccess) e = es;
     cudaFree(seq_of);
     if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention backward kernel", __FILE__, __LINE__);

@@ -15,6 +15,7 @@ struct skpo_cuda {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    int sync_each;   // SKPO_CUDA_SYNC=1: synchronise after every launch (debugging)
 };
 
 skpo_status skpo_cuda_fail(skpo_err *err, cudaError_t e, const char *what, const char *file, int line);
@@ -22,9 +23,17 @@ skpo_status skpo_cublas_fail(skpo_err *err, cublasStatus_t s, const char *what, 
 
 #define CU(call, err) do { cudaError_t e_ = (call); \
     if (e_ != cudaSuccess) return skpo_cuda_fail((err), e_, #call, __FILE__, __LINE__); } while (0)
+// After a launch: the launch error; with SKPO_CUDA_SYNC=1 also the stream
+// synchronised (outside graph capture), so an asynchronous fault is reported
+// at the launch that caused it, not at some later call.
+cudaError_t skpo_cuda_after_launch(const skpo_cuda *c);
+#define LAUNCH_FAILED(e, err) skpo_cuda_fail((err), (e), c && c->sync_each ? \
+    "kernel failed (SKPO_CUDA_SYNC=1: at this launch)" : "kernel launch", __FILE__, __LINE__)
+#define LAUNCHED(err) do { cudaError_t e_ = skpo_cuda_after_launch(c); \
+    if (e_ != cudaSuccess) return LAUNCH_FAILED(e_, err); } while (0)
 #define CUBLAS(call, err) do { cublasStatus_t s_ = (call); \
-    if (s_ != CUBLAS_STATUS_SUCCESS) return skpo_cublas_fail((err), s_, #call, __FILE__, __LINE__); } while (0)
-#define LAUNCHED(err) CU(cudaGetLastError(), err)
+    if (s_ != CUBLAS_STATUS_SUCCESS) return skpo_cublas_fail((err), s_, #call, __FILE__, __LINE__); \
+    if (c->sync_each) LAUNCHED(err); } while (0)
 
 typedef __nv_bfloat16 bf16;
 

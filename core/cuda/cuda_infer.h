@@ -60,6 +60,20 @@ skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_b
                                       const int32_t *row_seq, const int32_t *row_pos, int N, int n_layers, int layer,
                                       int block_size, int nh, int nkv, int hs, float *work, size_t work_bytes,
                                       skpo_err *err);
+// Prefill: the same attention for steps with runs of rows of one sequence.
+// The rows come in tiles: tile i is rows tiles[2i] .. tiles[2i] + tiles[2i+1]
+// - 1 (at most SKPO_CUDA_PREFILL_ROWS rows of one sequence at consecutive
+// positions); every row in exactly one tile. A block owns one tile
+// and one KV head and stages each K/V tile of the prefix once (16-byte loads,
+// one block-table lookup per position) for all rows and query heads of the
+// group. Shapes it does not cover (head_dim > 128 or not a multiple of 8, more
+// than 8 query heads per KV head) run skpo_cuda_attention_paged unsplit.
+#define SKPO_CUDA_PREFILL_ROWS 16
+skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                        const skpo_bf16 *pool_v, const int32_t *block_table, int max_blocks,
+                                        const int32_t *row_seq, const int32_t *row_pos, const int32_t *tiles,
+                                        int ntiles, int N, int n_layers, int layer, int block_size, int nh, int nkv,
+                                        int hs, skpo_err *err);
 // Bytes of `work` that let skpo_cuda_attention_paged split as much as it wants.
 size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs);
 

@@ -14,6 +14,14 @@ skpo_status skpo_cublas_fail(skpo_err *err, cublasStatus_t s, const char *what, 
     return skpo_err_set(err, SKPO_EDEVICE, "cublas: status %d: %s (%s:%d)", (int)s, what, file, line);
 }
 
+cudaError_t skpo_cuda_after_launch(const skpo_cuda *c) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || !c || !c->sync_each) return e;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if ((e = cudaStreamIsCapturing(c->stream, &cs)) != cudaSuccess) return e;
+    return cs == cudaStreamCaptureStatusNone ? cudaStreamSynchronize(c->stream) : cudaSuccess;
+}
+
 extern "C" int skpo_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -30,6 +38,8 @@ extern "C" skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err
     CU(cudaSetDevice(device), err);
     skpo_cuda *c = (skpo_cuda *)skpo_xcalloc(1, sizeof *c);
     c->device = device;
+    const char *sync = getenv("SKPO_CUDA_SYNC");
+    c->sync_each = sync && *sync && strcmp(sync, "0");
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(c);
@@ -166,6 +176,13 @@ extern "C" skpo_status skpo_nccl_init(skpo_cuda *c, const unsigned char id[128],
     memcpy(&u, id, 128);
     skpo_nccl *n = (skpo_nccl *)skpo_xcalloc(1, sizeof *n);
     n->c = c;
+    // NCCL binds the communicator to the current device: make it this context's.
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) {
+        free(n);
+        cudaGetLastError();
+        return skpo_cuda_fail(err, e, "cudaSetDevice before ncclCommInitRank", __FILE__, __LINE__);
+    }
     ncclResult_t r = ncclCommInitRank(&n->comm, nranks, u, rank);
     if (r != ncclSuccess) {
         free(n);

@@ -31,11 +31,22 @@ __device__ void load_tile(bf16 *s, const bf16 *g, int r0, int T, int ld, int col
     }
 }
 
+// Forward shared memory: Q, K, V tiles (bf16), S (fp32) and P (bf16) of the
+// tile, each row's first key, per-row rescale factors, a 16x16 fp32 staging
+// tile per warp.
 template <int HS>
 static size_t fwd_smem() {
-    return (size_t)3 * FT * HS * 2 + FT * FT * 4 + FT * FT * 2 + (size_t)FT * HS * 4 + 2 * FT * 4;
+    return (size_t)3 * FT * HS * 2 + FT * FT * 4 + FT * FT * 2 + 2 * FT * 4 + (size_t)FW * 256 * 4;
 }
 
+// Each warp owns 16 query rows. The softmax walks them one row at a time with
+// the lanes across the row's 64 columns (consecutive words: no bank
+// conflicts); m and l of the warp's rows stay in registers (warp-uniform). O
+// stays in accumulator fragments for the whole key loop and is rescaled there:
+// a fragment loaded from a tile holding each element's row index says which
+// row each of a lane's fragment elements belongs to (the layout is opaque to
+// WMMA, this asks the hardware), so O never goes through shared memory until
+// the final 1/l.
 template <int HS>
 __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                                       const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
@@ -44,16 +55,23 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
     bf16 *sQ = (bf16 *)sm, *sK = sQ + FT * HS, *sV = sK + FT * HS;
     float *sS = (float *)(sV + FT * HS);
     bf16 *sP = (bf16 *)(sS + FT * FT);
-    float *sO = (float *)(sP + FT * FT), *sM = sO + FT * HS, *sL = sM + FT;
+    float *sC = (float *)(sP + FT * FT);
+    int *sS0 = (int *)(sC + FT);
+    float *sX = (float *)(sS0 + FT);
     int h = blockIdx.y, hk = h / (nh / nkv), t0 = blockIdx.x * FT, qd = nh * HS, kd = nkv * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *wx = sX + warp * 256;
     load_tile<HS>(sQ, q, t0, T, qd, h * HS);
-    for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) sO[i] = 0.f;
-    for (int i = threadIdx.x; i < FT; i += blockDim.x) sM[i] = -INFINITY, sL[i] = 0.f;
+    for (int i = threadIdx.x; i < FT; i += blockDim.x) sS0[i] = t0 + i < T ? seq_start[seq_of[t0 + i]] : 0x7fffffff;
+    for (int e = lane; e < 256; e += 32) wx[e] = (float)(e / 16);   // row index of each element of a 16x16 tile
+    __syncwarp();
+    facc rowmap, o[HS / 16];
+    wmma::load_matrix_sync(rowmap, wx, 16, wmma::mem_row_major);
+    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(o[n], 0.f);
+    float m[16], l[16];
+#pragma unroll
+    for (int rr = 0; rr < 16; rr++) m[rr] = -INFINITY, l[rr] = 0.f;
     int tlast = min(T, t0 + FT) - 1, jbeg = seq_start[seq_of[t0]];
-    // The two lanes of each of this warp's 16 rows, and that row's first key.
-    int r = warp * 16 + (lane >> 1), half = lane & 1, t = t0 + r;
-    int s0 = t < T ? seq_start[seq_of[t]] : 0x7fffffff;
     __syncthreads();
     for (int j0 = jbeg; j0 <= tlast; j0 += FT) {
         load_tile<HS>(sK, k, j0, T, kd, hk * HS);
@@ -72,47 +90,53 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
             wmma::store_matrix_sync(sS + warp * 16 * FT + nt * 16, acc, FT, wmma::mem_row_major);
         }
         __syncwarp();
-        float mx = -INFINITY, sum = 0.f;
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            int j = j0 + c;
-            float x = (t < T && j >= s0 && j <= t) ? sS[r * FT + c] * scale : -INFINITY;
-            sS[r * FT + c] = x;
-            mx = fmaxf(mx, x);
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) {   // one row at a time, lanes across its columns
+            int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], ja = j0 + lane, jb = ja + 32;
+            float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * FT + lane] * scale : -INFINITY;
+            float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * FT + lane + 32] * scale : -INFINITY;
+            float mnew = fmaxf(m[rr], warp_max(fmaxf(xa, xb)));
+            float corr = mnew == -INFINITY ? 1.f : expf(m[rr] - mnew);
+            float pa = xa == -INFINITY ? 0.f : expf(xa - mnew), pb = xb == -INFINITY ? 0.f : expf(xb - mnew);
+            sP[r * FT + lane] = __float2bfloat16(pa);
+            sP[r * FT + lane + 32] = __float2bfloat16(pb);
+            l[rr] = l[rr] * corr + warp_sum(pa + pb);
+            m[rr] = mnew;
+            if (lane == 0) sC[r] = corr;
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mold = sM[r], mnew = fmaxf(mold, mx);
-        float corr = mnew == -INFINITY ? 1.f : expf(mold - mnew);
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            float x = sS[r * FT + c], p = x == -INFINITY ? 0.f : expf(x - mnew);
-            sP[r * FT + c] = __float2bfloat16(p);
-            sum += p;
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); d++) sO[r * HS + d] *= corr;
         __syncwarp();
-        if (!half) sL[r] = sL[r] * corr + sum, sM[r] = mnew;
-        __syncwarp();
-        for (int nt = 0; nt < HS / 16; nt++) {   // O += P V
-            facc acc;
-            wmma::load_matrix_sync(acc, sO + warp * 16 * HS + nt * 16, HS, wmma::mem_row_major);
+        for (int nt = 0; nt < HS / 16; nt++) {   // O = O * corr (in the fragments), O += P V
+            for (int e = 0; e < o[nt].num_elements; e++) o[nt].x[e] *= sC[warp * 16 + (int)rowmap.x[e]];
             for (int kk = 0; kk < FT; kk += 16) {
                 fa_row a;
                 fb_row b;
                 wmma::load_matrix_sync(a, sP + warp * 16 * FT + kk, FT);
                 wmma::load_matrix_sync(b, sV + kk * HS + nt * 16, HS);
-                wmma::mma_sync(acc, a, b, acc);
+                wmma::mma_sync(o[nt], a, b, o[nt]);
             }
-            wmma::store_matrix_sync(sO + warp * 16 * HS + nt * 16, acc, HS, wmma::mem_row_major);
         }
-        __syncthreads();   // K/V and the statistics are rewritten next
+        __syncthreads();   // K/V are rewritten next
     }
-    for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) {
-        int rr = i / HS, tt = t0 + rr;
-        if (tt < T) out[(size_t)tt * qd + h * HS + i % HS] = __float2bfloat16(sO[i] / sL[rr]);
+    if (lane == 0)
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) sC[warp * 16 + rr] = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
+    __syncwarp();
+    for (int nt = 0; nt < HS / 16; nt++) {   // O / l through this warp's staging tile
+        for (int e = 0; e < o[nt].num_elements; e++) o[nt].x[e] *= sC[warp * 16 + (int)rowmap.x[e]];
+        wmma::store_matrix_sync(wx, o[nt], 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int t = t0 + warp * 16 + e / 16;
+            if (t < T) out[(size_t)t * qd + h * HS + nt * 16 + e % 16] = __float2bfloat16(wx[e]);
+        }
+        __syncwarp();
     }
-    if (lse)
-        for (int i = threadIdx.x; i < FT; i += blockDim.x)
-            if (t0 + i < T) lse[(size_t)(t0 + i) * nh + h] = sM[i] + logf(sL[i]);
+    if (lse && lane == 0)
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) {
+            int t = t0 + warp * 16 + rr;
+            if (t < T) lse[(size_t)t * nh + h] = m[rr] + logf(l[rr]);
+        }
 }
 
 // D[t,h] = dout . out (one warp per row and head).

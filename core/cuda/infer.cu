@@ -145,7 +145,7 @@ __device__ __forceinline__ size_t pg_row(int block, int n_layers, int layer, int
 
 // At most 16 warps per block: ~90 registers a thread (sm_90, no spills) x 512
 // threads fit the register file.
-__global__ void k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
+__global__ void __launch_bounds__(512, 1) k_attn_paged(bf16 *out, float *part, const bf16 *q, const bf16 *pk, const bf16 *pv, const int32_t *bt,
                              int max_blocks, const int32_t *row_seq, const int32_t *row_pos, int n_layers, int layer,
                              int block_size, int nh, int nkv, int hs, int chunk, float scale) {
     extern __shared__ float sh[];
@@ -303,6 +303,189 @@ extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, c
         LAUNCHED(err);
     }
     return SKPO_OK;
+}
+
+// --- prefill: tiles of rows of one sequence ----------------------------------------------
+// Grid (tiles, nkv); block = one warp per query head of the group (G <= 8).
+// Shared: the tile's queries (G, PF_ROWS, hs) scaled, K (PG_TILE, hs + 4) and
+// V (PG_TILE, hs) as float, each warp's probabilities (PF_ROWS, PG_TILE).
+// Per key tile each lane scores one key against all rows of its warp's head
+// (K read once per lane, queries as broadcast float4), the online softmax is
+// per row (m, l in registers), and each lane accumulates PL = hs/32 output
+// dims of every row. K/V rows are fetched as 16-byte vectors, one block-table
+// lookup per key.
+#define PF_ROWS SKPO_CUDA_PREFILL_ROWS
+#define PF_MAX_G 8
+
+// Eight bf16 (one 16-byte load, little-endian pairs) to float: a bf16 is the top half of a float.
+__device__ __forceinline__ float pf_bits(uint32_t w) {
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+__device__ __forceinline__ void pf_unpack8(float *dst, uint4 u) {
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        dst[2 * x] = pf_bits(w[x] << 16);
+        dst[2 * x + 1] = pf_bits(w[x] & 0xffff0000u);
+    }
+}
+
+template <int PL>
+__global__ void __launch_bounds__(32 * PF_MAX_G) k_attn_prefill(bf16 *out, const bf16 *q, const bf16 *pk, const bf16 *pv,
+                                                                 const int32_t *bt, int max_blocks,
+                                                                 const int32_t *row_seq, const int32_t *row_pos,
+                                                                 const int32_t *tiles, int n_layers, int layer,
+                                                                 int block_size, int nh, int nkv, int hs, float scale) {
+    extern __shared__ __align__(16) float sh[];
+    int hk = blockIdx.y, G = nh / nkv, g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    int r0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
+    int ks = hs + 4, kd = nkv * hs, qd = nh * hs, h = hk * G + g, cpr = hs / 8;
+    float *sQ = sh;                               // (G, PF_ROWS, hs)
+    float *sK = sQ + (size_t)G * PF_ROWS * hs;    // (PG_TILE, hs + 4)
+    float *sV = sK + PG_TILE * ks;                // (PG_TILE, hs)
+    float *sP = sV + PG_TILE * hs;                // (G, PF_ROWS, PG_TILE)
+    size_t *sOff = (size_t *)(sP + (size_t)G * PF_ROWS * PG_TILE);   // (PG_TILE) pool offsets of the keys
+    for (int i = threadIdx.x; i < n * G * cpr; i += nthr) {   // queries: (row, head, 8 dims) per thread
+        int r = i / (G * cpr), rem = i - r * G * cpr, gg = rem / cpr, c = rem - gg * cpr;
+        float f[8];
+        pf_unpack8(f, *(const uint4 *)(q + (size_t)(r0 + r) * qd + (size_t)(hk * G + gg) * hs + c * 8));
+        float *d = sQ + ((size_t)gg * PF_ROWS + r) * hs + c * 8;
+#pragma unroll
+        for (int x = 0; x < 8; x++) d[x] = f[x] * scale;
+    }
+    const int32_t *table = bt + (size_t)row_seq[r0] * max_blocks;
+    int len = row_pos[r0 + n - 1] + 1, p0 = row_pos[r0];
+    float m[PF_ROWS], l[PF_ROWS], acc[PF_ROWS][PL];
+#pragma unroll
+    for (int r = 0; r < PF_ROWS; r++) {
+        m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+        for (int i = 0; i < PL; i++) acc[r][i] = 0.f;
+    }
+    float *pw = sP + (size_t)g * PF_ROWS * PG_TILE;
+    const float *qw = sQ + (size_t)g * PF_ROWS * hs;
+    for (int j0 = 0; j0 < len; j0 += PG_TILE) {
+        int nt = min(PG_TILE, len - j0);
+        __syncthreads();   // the previous tile is consumed (and the queries are written)
+        if ((int)threadIdx.x < nt) {
+            int p = j0 + threadIdx.x;
+            sOff[threadIdx.x] = pg_row(table[p / block_size], n_layers, layer, block_size, p % block_size, kd) +
+                                (size_t)hk * hs;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < nt * cpr; i += nthr) {
+            int j = i / cpr, c = i - j * cpr;
+            size_t o = sOff[j] + (size_t)c * 8;
+            pf_unpack8(sK + j * ks + c * 8, *(const uint4 *)(pk + o));
+            pf_unpack8(sV + j * hs + c * 8, *(const uint4 *)(pv + o));
+        }
+        __syncthreads();
+        float s[PF_ROWS];
+#pragma unroll
+        for (int r = 0; r < PF_ROWS; r++) s[r] = 0.f;
+        if (lane < nt) {
+            const float4 *k4 = (const float4 *)(sK + lane * ks);
+            for (int d = 0; d < hs / 4; d++) {
+                float4 b = k4[d];
+#pragma unroll
+                for (int r = 0; r < PF_ROWS; r++)
+                    if (r < n) {
+                        float4 a = ((const float4 *)(qw + r * hs))[d];
+                        s[r] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                    }
+            }
+        }
+        int j = j0 + lane;
+#pragma unroll
+        for (int r = 0; r < PF_ROWS; r++) {
+            if (r >= n) break;
+            // Rows past this tile's keys keep their state (their keys end before j0).
+            int ok = lane < nt && j <= p0 + r;
+            float x = ok ? s[r] : -INFINITY, mx = warp_max(x);
+            float mn = fmaxf(m[r], mx);
+            float corr = m[r] == -INFINITY ? 0.f : expf(m[r] - mn), pr = ok ? expf(x - mn) : 0.f;
+            l[r] = l[r] * corr + warp_sum(pr);
+            m[r] = mn;
+            pw[r * PG_TILE + lane] = pr;
+#pragma unroll
+            for (int i = 0; i < PL; i++) acc[r][i] *= corr;
+        }
+        __syncwarp();
+        int nt4 = nt & ~3;   // V rows past nt hold stale data: never multiply them, even by 0
+        for (int jj = 0; jj < nt; jj += 4) {
+            float vv[4][PL];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int i = 0; i < PL; i++) {
+                    int d = lane + 32 * i;
+                    vv[u][i] = (jj + u < nt && d < hs) ? sV[(jj + u) * hs + d] : 0.f;
+                }
+#pragma unroll
+            for (int r = 0; r < PF_ROWS; r++) {
+                if (r >= n) break;
+                float4 p4;
+                if (jj < nt4) p4 = *(const float4 *)(pw + r * PG_TILE + jj);
+                else p4 = make_float4(pw[r * PG_TILE + jj], jj + 1 < nt ? pw[r * PG_TILE + jj + 1] : 0.f,
+                                      jj + 2 < nt ? pw[r * PG_TILE + jj + 2] : 0.f, 0.f);
+#pragma unroll
+                for (int i = 0; i < PL; i++) acc[r][i] += p4.x * vv[0][i] + p4.y * vv[1][i] + p4.z * vv[2][i] + p4.w * vv[3][i];
+            }
+        }
+        __syncwarp();   // pw is rewritten next tile
+    }
+#pragma unroll
+    for (int r = 0; r < PF_ROWS; r++) {
+        if (r >= n) break;
+        bf16 *orow = out + (size_t)(r0 + r) * qd + (size_t)h * hs;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (lane + 32 * i < hs) orow[lane + 32 * i] = __float2bfloat16(acc[r][i] / l[r]);
+    }
+}
+
+template <int PL>
+static skpo_status prefill_launch(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                  const skpo_bf16 *pool_v, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                  const int32_t *row_pos, const int32_t *tiles, int ntiles, int n_layers, int layer,
+                                  int block_size, int nh, int nkv, int hs, skpo_err *err) {
+    int G = nh / nkv;
+    size_t shm = sizeof(float) * ((size_t)G * PF_ROWS * hs + (size_t)PG_TILE * (hs + 4) + (size_t)PG_TILE * hs +
+                                  (size_t)G * PF_ROWS * PG_TILE) +
+                 PG_TILE * sizeof(size_t);
+    if (shm > 48 * 1024)
+        CU(cudaFuncSetAttribute(k_attn_prefill<PL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm), err);
+    dim3 grid((unsigned)ntiles, (unsigned)nkv);
+    k_attn_prefill<PL><<<grid, 32 * G, shm, c->stream>>>((bf16 *)out, (const bf16 *)q, (const bf16 *)pool_k,
+                                                         (const bf16 *)pool_v, bt, max_blocks, row_seq, row_pos, tiles,
+                                                         n_layers, layer, block_size, nh, nkv, hs,
+                                                         1.f / sqrtf((float)hs));
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
+                                                   const skpo_bf16 *pool_k, const skpo_bf16 *pool_v,
+                                                   const int32_t *block_table, int max_blocks, const int32_t *row_seq,
+                                                   const int32_t *row_pos, const int32_t *tiles, int ntiles, int N,
+                                                   int n_layers, int layer, int block_size, int nh, int nkv, int hs,
+                                                   skpo_err *err) {
+    if (!N) return SKPO_OK;
+    // 16-byte loads: q and the pools must be 16-byte aligned (rows are, for hs % 8 == 0).
+    int misaligned = (((uintptr_t)q | (uintptr_t)pool_k | (uintptr_t)pool_v) & 15) != 0;
+    if (nkv <= 0 || nh % nkv || nh / nkv > PF_MAX_G || hs % 8 || hs > 128 || !ntiles || misaligned)
+        return skpo_cuda_attention_paged(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, N,
+                                         n_layers, layer, block_size, nh, nkv, hs, NULL, 0, err);
+    if (hs <= 32)
+        return prefill_launch<1>(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, tiles, ntiles,
+                                 n_layers, layer, block_size, nh, nkv, hs, err);
+    if (hs <= 64)
+        return prefill_launch<2>(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, tiles, ntiles,
+                                 n_layers, layer, block_size, nh, nkv, hs, err);
+    return prefill_launch<4>(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, tiles, ntiles,
+                             n_layers, layer, block_size, nh, nkv, hs, err);
 }
 
 // --- CUDA graphs -------------------------------------------------------------------------

@@ -245,7 +245,7 @@ __device__ lse_acc row_lse(const bf16 *z, int V, float inv_t) {
     return r;
 }
 
-__global__ void k_logprob(float *logp, float *ent, const bf16 *logits, const int32_t *target, int V, float inv_t) {
+__global__ void __launch_bounds__(512) k_logprob(float *logp, float *ent, const bf16 *logits, const int32_t *target, int V, float inv_t) {
     const bf16 *z = logits + (size_t)blockIdx.x * V;
     lse_acc a = row_lse(z, V, inv_t);
     if (threadIdx.x == 0) {
@@ -265,7 +265,7 @@ extern "C" skpo_status skpo_cuda_logprob(skpo_cuda *c, float *logp, float *entro
 }
 
 // dz_i = dlogp (1[i=y] - p_i) - dent p_i (z_i - E[z]);  dlogits = dz / T
-__global__ void k_logprob_bwd(bf16 *dlogits, const bf16 *logits, const int32_t *target, const float *dlogp,
+__global__ void __launch_bounds__(512) k_logprob_bwd(bf16 *dlogits, const bf16 *logits, const int32_t *target, const float *dlogp,
                               const float *dent, int V, float inv_t) {
     size_t row = blockIdx.x;
     const bf16 *z = logits + row * V;
@@ -314,7 +314,7 @@ __device__ static float row_mass_count(const float *z, int V, float inv_t, float
     return block_sum(mass, shm);
 }
 
-__global__ void k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
+__global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
                          float top_p, const float *coin) {
     __shared__ float shm[32];
     __shared__ float part[1024];

@@ -14,7 +14,9 @@
  * bf16 (the residual stream too), accumulation fp32. Scratch grows to the
  * largest batch seen and is reused: no device allocation in a steady state.
  * Pure decode steps (one row per sequence) are captured in a CUDA graph per
- * (batch, table width) and replayed (SKPO_CUDA_GRAPHS=0 turns that off).
+ * (batch bucket, table width, K and V pool) and replayed (SKPO_CUDA_GRAPHS=0
+ * turns that off); the batch is padded to its bucket with rows that write and
+ * read only a pad block past the end of the pool.
  */
 #include "model/model_impl.h"
 
@@ -35,8 +37,8 @@ static int visible_devices(void) { return skpo_cuda_device_count(); }
 enum { KV_BLOCK = 16, MAX_GRAPHS = 8 };
 
 typedef struct step_graph {
-    int nseq, max_blocks;
-    const void *kv_pool;   // graphs bake in the pool address
+    int nseq, max_blocks;  // nseq: the batch bucket
+    const void *kv_k, *kv_v; // graphs bake in both pool addresses
     skpo_cuda_graph *g;
     unsigned long used;    // LRU stamp
 } step_graph;
@@ -56,6 +58,7 @@ typedef struct infer_state {
 } infer_state;
 
 static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err);
+static void graphs_drop(infer_state *in);
 
 skpo_status model_cuda_probe(int device, skpo_err *err) {
     int n = skpo_cuda_device_count();
@@ -186,9 +189,18 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
 
 // --- the KV pool on the device ---------------------------------------------------------------
 
+// Bytes of one pool block (K or V) of the model's caches.
+static size_t pool_block_bytes(const skpo_model *m) {
+    return (size_t)m->c.num_hidden_layers * KV_BLOCK * (size_t)(m->c.num_key_value_heads * m->c.head_dim) *
+           sizeof(skpo_bf16);
+}
+
+// The pool holds one block more than the cache hands out: the pad block that
+// the padding rows of a bucketed decode graph write and read.
 static skpo_status pool_alloc(void *ctx, size_t bytes, void **k, void **v, skpo_err *err) {
     skpo_cuda *cu = ((const skpo_model *)ctx)->cuda->cu;
     size_t avail = skpo_cuda_mem_free(cu);
+    bytes += pool_block_bytes(ctx);
     *k = *v = NULL;
     if (2 * bytes > avail)
         return skpo_err_set(err, SKPO_ENOMEM,
@@ -204,7 +216,14 @@ static skpo_status pool_alloc(void *ctx, size_t bytes, void **k, void **v, skpo_
     return s;
 }
 
+// Graphs bake in the pool: none may outlive it (a new pool can reuse the
+// address of this K, or of this V, but not necessarily both).
 static void pool_release(void *ctx, void *k, void *v) {
+    const skpo_model *m = ctx;
+    if (m->cuda && m->cuda->infer) {
+        skpo_cuda_sync(m->cuda->cu, NULL);
+        graphs_drop(m->cuda->infer);
+    }
     skpo_cuda_dfree(k);
     skpo_cuda_dfree(v);
 }
@@ -232,6 +251,7 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
         .max_seqs = max_seqs,
     };
     skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
+    if (kv) graphs_drop(m->cuda->infer);  // recorded for other pools (belt and braces: release drops them too)
     // Scratch for a decode step of every sequence now, not mid-generation.
     size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
     if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
@@ -338,8 +358,8 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
 
 // Device views of the staging ints of a step.
 typedef struct step_ix {
-    const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt;
-    int N, nseq, MB;
+    const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt, *tiles;
+    int N, nseq, MB, ntiles;
 } step_ix;
 
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
@@ -368,8 +388,12 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
         // biases, RoPE on q and k, K/V rows into the pool: one launch
         TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
                                  ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
-        TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers, l,
-                                      ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
+        if (N > ix->nseq)   // runs of rows of one sequence: tiles of rows share the K/V staging
+            TRY(skpo_cuda_attention_prefill(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, ix->tiles,
+                                            ix->ntiles, N, ks->n_layers, l, ks->block_size, NH, NKV, HS, err));
+        else
+            TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers,
+                                          l, ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
         TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
         TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
         if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
@@ -397,11 +421,11 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
 static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_err *err) {
     infer_state *in = m->cuda->infer;
     skpo_cuda *cu = m->cuda->cu;
-    const void *pool = skpo_kv_pool_raw_k(kv);
+    const void *pk = skpo_kv_pool_raw_k(kv), *pv = skpo_kv_pool_raw_v(kv);
     step_graph *hit = NULL, *lru = &in->graphs[0];
     for (int i = 0; i < MAX_GRAPHS; i++) {
         step_graph *g = &in->graphs[i];
-        if (g->used && g->nseq == ix->nseq && g->max_blocks == ix->MB && g->kv_pool == pool) hit = g;
+        if (g->used && g->nseq == ix->nseq && g->max_blocks == ix->MB && g->kv_k == pk && g->kv_v == pv) hit = g;
         if (g->used < lru->used) lru = g;
     }
     in->clock++;
@@ -411,7 +435,7 @@ static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, s
     }
     if (!hit) {  // first sighting: remember it, run eagerly
         skpo_cuda_graph_free(lru->g);
-        *lru = (step_graph){.nseq = ix->nseq, .max_blocks = ix->MB, .kv_pool = pool, .used = in->clock};
+        *lru = (step_graph){.nseq = ix->nseq, .max_blocks = ix->MB, .kv_k = pk, .kv_v = pv, .used = in->clock};
         return step_launch(m, kv, ix, err);
     }
     hit->used = in->clock;
@@ -428,14 +452,17 @@ static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, s
 }
 
 // Fill the pinned staging ints of a step (positions after the reservation).
-static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
-                          const int *old, int MB) {
+// B >= nseq rows of sequences: the nseq real ones, then padding (decode steps
+// only) of token 0 at position 0 whose K/V row and block table are the pad block.
+static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, int B, const int32_t *toks,
+                          const int *off, const int *old, int MB) {
     infer_state *in = m->cuda->infer;
-    int N = off[nseq], bs = skpo_kv_get_shape(kv)->block_size;
+    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
+    int N = off[nseq] + (B - nseq), bs = ks->block_size, pad = (int)ks->n_blocks;
     int32_t *h = in->hints, *d = in->dints;
     int32_t *ht = h, *hp = h + N, *hs = h + 2 * N, *hb = h + 3 * N, *hr = h + 4 * N, *hl = h + 5 * N;
-    int32_t *hbt = hl + nseq;
-    memcpy(ht, toks, (size_t)N * sizeof *ht);
+    int32_t *hbt = hl + B;
+    memcpy(ht, toks, (size_t)off[nseq] * sizeof *ht);
     for (int i = 0; i < nseq; i++) {
         int nb;
         const int *blk = skpo_kv_seq_blocks(kv, seq[i], &nb);
@@ -449,8 +476,33 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
         }
         hl[i] = off[i + 1] - 1;
     }
+    // Row tiles for prefill attention: runs of at most SKPO_CUDA_PREFILL_ROWS rows of one sequence.
+    int32_t *hti = hbt + (size_t)B * MB;
+    int nt = 0;
+    for (int i = 0; i < nseq; i++)
+        for (int r = off[i]; r < off[i + 1]; r += SKPO_CUDA_PREFILL_ROWS, nt++) {
+            hti[2 * nt] = r;
+            hti[2 * nt + 1] = off[i + 1] - r < SKPO_CUDA_PREFILL_ROWS ? off[i + 1] - r : SKPO_CUDA_PREFILL_ROWS;
+        }
+    for (int i = nseq; i < B; i++) {
+        int r = off[nseq] + (i - nseq);
+        ht[r] = hp[r] = hr[r] = 0;
+        hs[r] = i;
+        hb[r] = pad;
+        hl[i] = r;
+        for (int j = 0; j < MB; j++) hbt[(size_t)i * MB + j] = pad;
+    }
     return (step_ix){.toks = d, .pos = d + N, .row_seq = d + 2 * N, .slot_b = d + 3 * N, .slot_r = d + 4 * N,
-                     .last = d + 5 * N, .bt = d + 5 * N + nseq, .N = N, .nseq = nseq, .MB = MB};
+                     .last = d + 5 * N, .bt = d + 5 * N + B, .tiles = d + 5 * N + B + (size_t)B * MB, .N = N,
+                     .nseq = B, .MB = MB, .ntiles = nt};
+}
+
+// Decode graphs are kept for a few batch sizes: 1, 2, 4, 8, then powers of two
+// and 1.5 x powers of two (12, 16, 24, 32, 48, 64, 96, ...), at most 50% padding.
+static int decode_bucket(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p >= 16 && n <= p / 4 * 3 ? p / 4 * 3 : p;
 }
 
 skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
@@ -478,14 +530,17 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     // Table width in steps of 16 blocks (256 positions): a decode graph keyed
     // on it then stays valid for 256 tokens instead of 16.
     MB = (MB + 15) / 16 * 16;
-    size_t nints = 5 * (size_t)N + (size_t)nseq + (size_t)nseq * (size_t)MB;
+    // A graphed decode step runs a bucket of B >= nseq rows (decode_bucket).
+    int graphed = N == nseq && !in->graphs_off, B = graphed ? decode_bucket(nseq) : nseq, NB = N + (B - nseq);
+    size_t nints = 5 * (size_t)NB + (size_t)B + (size_t)B * (size_t)MB +
+                   2 * ((size_t)N / SKPO_CUDA_PREFILL_ROWS + (size_t)nseq);   // + row tiles
     in->last_nseq = 0;
     // The stream must be idle before the pinned staging is rewritten (the last
     // step's upload may still be reading it).
-    if (!(s = infer_reserve(m, (size_t)N, (size_t)nseq, nints, err)) && !(s = skpo_cuda_sync(mc->cu, err))) {
-        step_ix ix = step_stage(m, kv, seq, nseq, toks, off, old, MB);
+    if (!(s = infer_reserve(m, (size_t)NB, (size_t)B, nints, err)) && !(s = skpo_cuda_sync(mc->cu, err))) {
+        step_ix ix = step_stage(m, kv, seq, nseq, B, toks, off, old, MB);
         s = skpo_cuda_h2d_async(mc->cu, in->dints, in->hints, nints * sizeof(int32_t), err);
-        if (!s) s = N == nseq && !in->graphs_off ? step_graphed(m, kv, &ix, err) : step_launch(m, kv, &ix, err);
+        if (!s) s = graphed ? step_graphed(m, kv, &ix, err) : step_launch(m, kv, &ix, err);
         if (!s && logits)
             s = skpo_cuda_d2h(mc->cu, logits, in->logits, (size_t)nseq * (size_t)m->c.vocab_size * sizeof(float), err);
     }

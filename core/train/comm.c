@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #if defined(__has_include)
@@ -270,16 +271,35 @@ int skpo_comm_file_rank(int *rank, int *size) {
     return 0;
 }
 
+// A waiting rank takes only an id file written at most SKPO_NCCL_ID_MAX_AGE
+// seconds (default 60) before it started waiting: an older one is left by a
+// crashed run, and joining with its id would hang in ncclCommInitRank.
 skpo_status skpo_comm_file_id(const char *path, int rank, unsigned char id[128], double timeout_s, skpo_err *err) {
     if (rank == 0) return skpo_write_file_atomic(path, id, 128, err);
     double t0 = skpo_now();
+    time_t start = time(NULL);
+    long max_age = 60;
+    const char *ma = getenv("SKPO_NCCL_ID_MAX_AGE");
+    if (ma && skpo_parse_long(ma, 0, 1L << 30, &max_age))
+        return skpo_err_set(err, SKPO_ERANGE, "SKPO_NCCL_ID_MAX_AGE='%s': expected seconds", ma);
+    double stale = -1;   // age of a stale file seen, at the time this rank started
     for (;;) {
         FILE *f = fopen(path, "rb");
         if (f) {
-            size_t got = fread(id, 1, 128, f);
-            fclose(f);
-            if (got == 128) return SKPO_OK;   // written atomically: all or nothing
+            struct stat sb;
+            if (fstat(fileno(f), &sb) == 0 && (double)sb.st_mtime < (double)start - (double)max_age) {
+                stale = difftime(start, sb.st_mtime);
+            } else {
+                size_t got = fread(id, 1, 128, f);
+                fclose(f);
+                if (got == 128) return SKPO_OK;   // written atomically: all or nothing
+                f = NULL;
+            }
+            if (f) fclose(f);
         }
+        if (skpo_now() - t0 > timeout_s && stale >= 0)
+            return skpo_err_set(err, SKPO_EIO, "rank %d: '%s' holds a stale NCCL id, written %.0f s before this rank started (left by a crashed run?); remove it and restart every rank",
+                                rank, path, stale);
         if (skpo_now() - t0 > timeout_s)
             return skpo_err_set(err, SKPO_EIO, "rank %d: no NCCL id in '%s' after %.0f s (is rank 0 running, and is the path on a filesystem all ranks share?)",
                                 rank, path, timeout_s);

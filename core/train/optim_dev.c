@@ -92,7 +92,10 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
         return skpo_err_set(err, SKPO_ERANGE, "device buffers hold %zu parameters, the optimizer %zu", d->numel, total);
     }
     if (D->zero) {
-        D->shard = d->numel / (size_t)comm->size;
+        // Shards a multiple of 4 floats: every rank's slice (and NCCL's
+        // in-place recv = send + rank * count) starts 16-byte aligned; the
+        // remainder joins the tail that every rank keeps whole.
+        D->shard = d->numel / (size_t)comm->size / 4 * 4;
         D->lo = (size_t)comm->rank * D->shard;
         D->tail0 = D->shard * (size_t)comm->size;
     } else {

@@ -300,6 +300,10 @@ static cudaError_t capture_violation(const char *what) {
     return fail(cudaErrorStreamCaptureUnsupported);
 }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st) {
+    *st = capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (capturing) return capture_violation("cudaStreamSynchronize");
     drain();

@@ -15,7 +15,7 @@ struct accumulator {};
 enum layout_t { mem_row_major, mem_col_major };
 
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
-    float v[16 * 16];
+    float x[16 * 16];   // every lane keeps the whole tile: element e is row e / 16
     static const int num_elements = 256;
 };
 
@@ -27,7 +27,7 @@ inline void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, L> &f, const T *p
     emu::syncwarp();
     for (int m = 0; m < 16; m++)
         for (int k = 0; k < 16; k++)
-            f.v[m * 16 + k] = emu_ld(p, std::is_same<L, row_major>::value ? (size_t)m * ldm + k : (size_t)k * ldm + m);
+            f.x[m * 16 + k] = emu_ld(p, std::is_same<L, row_major>::value ? (size_t)m * ldm + k : (size_t)k * ldm + m);
     emu::syncwarp();
 }
 template <class T, class L>
@@ -35,23 +35,23 @@ inline void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, L> &f, const T *p
     emu::syncwarp();
     for (int k = 0; k < 16; k++)
         for (int n = 0; n < 16; n++)
-            f.v[k * 16 + n] = emu_ld(p, std::is_same<L, row_major>::value ? (size_t)k * ldm + n : (size_t)n * ldm + k);
+            f.x[k * 16 + n] = emu_ld(p, std::is_same<L, row_major>::value ? (size_t)k * ldm + n : (size_t)n * ldm + k);
     emu::syncwarp();
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm, layout_t l) {
     emu::syncwarp();
     for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) f.v[m * 16 + n] = p[l == mem_row_major ? (size_t)m * ldm + n : (size_t)n * ldm + m];
+        for (int n = 0; n < 16; n++) f.x[m * 16 + n] = p[l == mem_row_major ? (size_t)m * ldm + n : (size_t)n * ldm + m];
     emu::syncwarp();
 }
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm, layout_t l) {
     emu::syncwarp();
     for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) p[l == mem_row_major ? (size_t)m * ldm + n : (size_t)n * ldm + m] = f.v[m * 16 + n];
+        for (int n = 0; n < 16; n++) p[l == mem_row_major ? (size_t)m * ldm + n : (size_t)n * ldm + m] = f.x[m * 16 + n];
     emu::syncwarp();
 }
 inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float x) {
-    for (int i = 0; i < 256; i++) f.v[i] = x;
+    for (int i = 0; i < 256; i++) f.x[i] = x;
 }
 template <class A, class B, class LA, class LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, A, LA> &a,
@@ -59,11 +59,11 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
     float r[256];
     for (int m = 0; m < 16; m++)
         for (int n = 0; n < 16; n++) {
-            float s = c.v[m * 16 + n];
-            for (int k = 0; k < 16; k++) s += a.v[m * 16 + k] * b.v[k * 16 + n];
+            float s = c.x[m * 16 + n];
+            for (int k = 0; k < 16; k++) s += a.x[m * 16 + k] * b.x[k * 16 + n];
             r[m * 16 + n] = s;
         }
-    for (int i = 0; i < 256; i++) d.v[i] = r[i];
+    for (int i = 0; i < 256; i++) d.x[i] = r[i];
 }
 }  // namespace wmma
 }  // namespace nvcuda

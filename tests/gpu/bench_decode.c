@@ -111,9 +111,9 @@ static void bench_sampler(int B, int V) {
     float *h = skpo_xmalloc((size_t)B * V * 4);
     uint64_t x = 99;
     for (size_t i = 0; i < (size_t)B * V; i++) { x = x * 6364136223846793005ull + 1442695040888963407ull; h[i] = (float)((x >> 40) * (8.0 / 16777216.0)) - 4.f; }
-    BENCH_CU(cudaMemcpy(r.logits, h, (size_t)B * V * 4, cudaMemcpyHostToDevice));
+    bench_h2d(r.logits, h, (size_t)B * V * 4);
     for (int i = 0; i < B; i++) h[i] = (float)(i + 0.5) / B;
-    BENCH_CU(cudaMemcpy(r.coin, h, (size_t)B * 4, cudaMemcpyHostToDevice));
+    bench_h2d(r.coin, h, (size_t)B * 4);
     // the context's stream does not order with stream 0: time on the host around a sync
     double ts[10];
     for (int i = 0; i < 12; i++) {

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     bench_opt opt;
     const char *opt_what = NULL;
     ok = bench_opt_new(m, &opt, &opt_what, &e);
-    double t[REPS], tf[REPS];
+    double t[REPS], tf[REPS], tb[REPS];
     for (int rep = -1; ok && rep < REPS; rep++) {
         bench_sync();
         double t0 = bench_now();
@@ -55,9 +55,11 @@ int main(int argc, char **argv) {
         bench_sync();
         double t1 = bench_now();
         ok = ok && skpo_model_train_backward(m, dlogp, NULL, &e) == SKPO_OK;
+        bench_sync();
+        double t2 = bench_now();
         ok = ok && bench_opt_step(m, &opt, &e);
         bench_sync();
-        if (rep >= 0) { t[rep] = bench_now() - t0; tf[rep] = t1 - t0; }
+        if (rep >= 0) { t[rep] = bench_now() - t0; tf[rep] = t1 - t0; tb[rep] = t2 - t1; }
     }
     if (ok) {
         for (int i = 0; i < nscored; i++) ok &= isfinite(logp[i]);
@@ -66,13 +68,14 @@ int main(int argc, char **argv) {
     if (!ok) {
         printf("FAIL bench update %s: %s\n", model, e.msg);
     } else {
-        double tm = bench_median(t, REPS), tfm = bench_median(tf, REPS), T = (double)NSEQ * LEN;
+        double tm = bench_median(t, REPS), tfm = bench_median(tf, REPS), tbm = bench_median(tb, REPS);
+        double T = (double)NSEQ * LEN;
         double lin = bench_matmul_params(&c) - (double)V * c.hidden_size;
         double flops = 6 * lin * T + 6.0 * V * c.hidden_size * nscored + 3 * NSEQ * bench_attn_flops(&c, LEN);
-        printf("BENCH ours update model=%s tokens=%d tok_s=%.0f mfu=%.3f ms=%.1f fwd_ms=%.1f tflops=%.1f "
+        printf("BENCH ours update model=%s tokens=%d tok_s=%.0f mfu=%.3f ms=%.1f fwd_ms=%.1f bwd_ms=%.1f tflops=%.1f "
                "(%d x %d tokens; optimizer: %s)\n",
-               model, NSEQ * LEN, T / tm, flops / tm / gemm_flops, 1e3 * tm, 1e3 * tfm, flops / tm / 1e12, NSEQ, LEN,
-               opt_what);
+               model, NSEQ * LEN, T / tm, flops / tm / gemm_flops, 1e3 * tm, 1e3 * tfm, 1e3 * tbm, flops / tm / 1e12,
+               NSEQ, LEN, opt_what);
     }
     bench_opt_free(&opt);
     free(ids); free(logp); free(dlogp);

@@ -137,6 +137,15 @@ static inline void bench_gemm_run(void *p) {
     if (s != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasGemmEx failed: %d\n", (int)s); exit(1); }
 }
 
+// Host to device from pageable memory, complete before anything on any stream
+// reads it: cudaMemcpy from pageable memory may return once the source is
+// staged, before the DMA lands, and the contexts' non-blocking streams do not
+// order with the legacy stream it runs on.
+static inline void bench_h2d(void *dev, const void *host, size_t bytes) {
+    BENCH_CU(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+    BENCH_CU(cudaDeviceSynchronize());
+}
+
 // Random bf16 values in [-1, 1) (never zeros: zeros run faster than real data).
 static void bench_fill_bf16(void *dev, size_t n, uint64_t seed) {
     uint16_t *h = skpo_xmalloc(n * 2);
@@ -148,7 +157,7 @@ static void bench_fill_bf16(void *dev, size_t n, uint64_t seed) {
         memcpy(&u, &f, 4);
         h[i] = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
     }
-    BENCH_CU(cudaMemcpy(dev, h, n * 2, cudaMemcpyHostToDevice));
+    bench_h2d(dev, h, n * 2);
     free(h);
 }
 

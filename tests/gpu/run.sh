@@ -188,11 +188,41 @@ for m in $models; do
   [ "$have_torch" = 1 ] && part "peer-torch-$m" 90 env PYTHONUNBUFFERED=1 python3 tests/gpu/peer_torch.py "$m"
 done
 
+# --- compute-sanitizer on the op tests, with what is left of the budget ------------
+# racecheck (shared-memory hazards inside a block, which the CPU emulator runs
+# in one interleaving only) and synccheck (barriers under divergence). Slow
+# (10-100x): each run gets at most 60 s of what is left; a run cut short is a
+# SKIP, not a failure. Reports go to build/gpu-sanitizer.log.
+san=$(command -v compute-sanitizer 2>/dev/null || true)
+[ -z "$san" ] && [ -x "$CUDA_HOME/bin/compute-sanitizer" ] && san="$CUDA_HOME/bin/compute-sanitizer"
+: >build/gpu-sanitizer.log
+if [ -z "$san" ]; then
+  echo "SKIP sanitizer: skipped: no compute-sanitizer on PATH or in $CUDA_HOME/bin"
+else
+  for st in racecheck:test_cuda_ops synccheck:test_cuda_ops racecheck:test_cuda_model synccheck:test_cuda_model; do
+    tool=${st%%:*}; t=build/tests/${st#*:}; name="sanitizer-$tool-${st#*:}"
+    l=$(left); [ "$l" -gt 60 ] && l=60
+    if [ "$l" -lt 15 ]; then echo "SKIP $name: skipped: time budget spent ($(elapsed)s)"; continue; fi
+    [ -x "$t" ] || { echo "SKIP $name: $t was not built"; continue; }
+    ps=$(date +%s)
+    echo "== $name" >>build/gpu-sanitizer.log
+    timeout -k 5 "$l" "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$t" >>build/gpu-sanitizer.log 2>&1
+    src=$?
+    dt=$(( $(date +%s) - ps ))
+    if [ "$src" = 124 ] || [ "$src" = 137 ]; then echo "SKIP $name: not finished in ${l}s (time allowing only)"
+    elif [ "$src" = 99 ]; then
+      echo "FAIL $name: hazards reported (${dt}s):"; grep -E '^========= (ERROR|Race|Barrier|Invalid|  )' build/gpu-sanitizer.log | head -12; rc=1
+    elif [ "$src" != 0 ]; then echo "FAIL $name: exit $src under the sanitizer (${dt}s)"; rc=1
+    else echo "PASS $name: no hazards (${dt}s)"
+    fi
+  done
+fi
+
 # --- summary: ours / torch, and the issues' targets --------------------------------
 echo "== summary (ours vs PyTorch eager, same GPU, same run)"
 awk -f tests/gpu/summary.awk build/gpu-bench.log
 [ "$(grep -c '^FAIL' build/gpu-bench.log)" = 0 ] || rc=1
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/INFO gpu after: /'
 echo "INFO total: $(elapsed)s of the ${budget}s budget; exit $rc"
-[ -n "${OUT:-}" ] && cp build/gpu-bench.log build/gpu-build.log build/gpu-build2.log build/gpu-stderr.log "$OUT/" 2>/dev/null
+[ -n "${OUT:-}" ] && cp build/gpu-bench.log build/gpu-build.log build/gpu-build2.log build/gpu-stderr.log build/gpu-sanitizer.log "$OUT/" 2>/dev/null
 exit $rc

@@ -15,6 +15,9 @@ function kv(s,   a, i, n, p) {
   if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
   rate[key, who] = (kind == "prefill") ? V["tflops"] : V["tok_s"]
   frac[key, who] = (kind == "update") ? V["mfu"] : V["frac"]
+  if (kind == "update" && who == "ours" && V["ms"] + 0 > 0) {
+    upd_ms[key] = V["ms"]; upd_fwd[key] = V["fwd_ms"]; upd_bwd[key] = V["bwd_ms"]
+  }
 }
 END {
   unit["decode"] = "tok/s"; unit["prefill"] = "TFLOP/s"; unit["update"] = "tok/s"
@@ -28,6 +31,18 @@ END {
     if (frac[order[i], "torch"] != "") line = line sprintf(" (%.1f%%)", 100 * frac[order[i], "torch"])
     if (o != "" && t != "" && t + 0 > 0) line = line sprintf("  ratio %.2f", o / t)
     print line
+  }
+  # where the time goes: prefill against the GEMM peak (attention staging,
+  # issue #25 item 2) and the backward's share of an update step (items 3-4)
+  for (i = 1; i <= nk; i++) {
+    split(order[i], k, SUBSEP)
+    f = frac[order[i], "ours"]
+    if (k[1] == "prefill" && f != "")
+      printf("INFO prefill %s %s: %.1f%% of the measured GEMM peak\n", k[2], k[3], 100 * f)
+    if (k[1] == "update" && (order[i] in upd_ms) && upd_bwd[order[i]] != "")
+      printf("INFO update %s %s: backward %.1f%% of the step (forward %.1f%%, optimizer %.1f%%; %.1f ms)\n", k[2], k[3],
+             100 * upd_bwd[order[i]] / upd_ms[order[i]], 100 * upd_fwd[order[i]] / upd_ms[order[i]],
+             100 * (upd_ms[order[i]] - upd_fwd[order[i]] - upd_bwd[order[i]]) / upd_ms[order[i]], upd_ms[order[i]])
   }
   # targets
   for (i = 1; i <= nk; i++) {

@@ -320,6 +320,29 @@ skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_b
                            {max_blocks, N, n_layers, layer, bs, nh, nkv, hs, (long)work_bytes}, 0});
 }
 
+// Prefill: the tiles must cover rows 0..N-1 in order, each at most
+// SKPO_CUDA_PREFILL_ROWS rows of one sequence at consecutive positions (the
+// kernel's contract); then the same loops as the paged kernel.
+skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
+                                        const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,
+                                        const int32_t *row_pos, const int32_t *tiles, int ntiles, int N, int n_layers,
+                                        int layer, int bs, int nh, int nkv, int hs, skpo_err *err) {
+    SKPO_ASSERT(!fk_capturing);
+    int next = 0;
+    for (int i = 0; i < ntiles; i++) {
+        int r0 = tiles[2 * i], n = tiles[2 * i + 1];
+        if (r0 != next || n < 1 || n > SKPO_CUDA_PREFILL_ROWS || r0 + n > N)
+            return skpo_err_set(err, SKPO_ERANGE, "fake prefill: tile %d = rows %d + %d after row %d", i, r0, n, next);
+        for (int r = r0 + 1; r < r0 + n; r++)
+            if (row_seq[r] != row_seq[r0] || row_pos[r] != row_pos[r - 1] + 1)
+                return skpo_err_set(err, SKPO_ERANGE, "fake prefill: tile %d mixes sequences or positions at row %d", i, r);
+        next = r0 + n;
+    }
+    if (next != N) return skpo_err_set(err, SKPO_ERANGE, "fake prefill: tiles cover %d of %d rows", next, N);
+    return fk_attention_paged(c, out, q, pk, pv, bt, max_blocks, row_seq, row_pos, N, n_layers, layer, bs, nh, nkv, hs,
+                              NULL, 0, err);
+}
+
 skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {
     SKPO_ASSERT(!fk_capturing);
     fk_capturing = 1;

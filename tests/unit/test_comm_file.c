@@ -7,6 +7,8 @@
 
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <utime.h>
 #include <unistd.h>
 
 static void rank_and_size_come_from_skpo_or_slurm_variables(void) {
@@ -54,9 +56,29 @@ static void waiting_rank_gives_up_naming_the_file(void) {
     CHECK(strstr(e.msg, "/tmp/skpo-no-such-dir/id") && strstr(e.msg, "rank 2"));
 }
 
+// An id file left by a crashed run (an hour old here) is not joined: the
+// waiting rank fails naming it instead of hanging in ncclCommInitRank.
+static void stale_id_file_from_a_crashed_run_fails_clearly(void) {
+    char dir[] = "/tmp/skpo-ncclid-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *path = skpo_path_join(dir, "id");
+    unsigned char id[128] = {1}, got[128];
+    skpo_err e = {0};
+    CHECK(skpo_comm_file_id(path, 0, id, 0, &e) == SKPO_OK);
+    struct utimbuf old = {time(NULL) - 3600, time(NULL) - 3600};
+    CHECK(utime(path, &old) == 0);
+    CHECK(skpo_comm_file_id(path, 1, got, 0.2, &e) == SKPO_EIO);
+    CHECK_MSG(strstr(e.msg, "stale") && strstr(e.msg, path) && strstr(e.msg, "rank 1"), "%s", e.msg);
+    CHECK(utime(path, NULL) == 0);   // rewritten now: taken
+    CHECK(skpo_comm_file_id(path, 1, got, 0.2, &e) == SKPO_OK && !memcmp(got, id, 128));
+    skpo_rm_rf(dir, &e);
+    free(path);
+}
+
 int main(void) {
     RUN(rank_and_size_come_from_skpo_or_slurm_variables);
     RUN(id_written_by_rank_0_reaches_a_waiting_rank);
     RUN(waiting_rank_gives_up_naming_the_file);
+    RUN(stale_id_file_from_a_crashed_run_fails_clearly);
     return TEST_SUMMARY();
 }

@@ -299,6 +299,38 @@ static void qwen2_05b_attention_shape_steps_match_cpu(void) {
     run_scenario(QWEN2_05B, "qwen2 0.5B heads");
 }
 
+// Max |got - reference| over every row and head of paged attention (double reference).
+static double paged_worst(const float *got, const float *q, const float *pk, const float *pv, const int32_t *bt, int MB,
+                          const int32_t *rseq, const int32_t *pos, int N, int L, int layer, int bs, int nh, int nkv,
+                          int hs) {
+    int kd = nkv * hs, qd = nh * hs;
+    double worst = 0;
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < nh; h++) {
+            int hk = h / (nh / nkv), len = pos[r] + 1;
+            double *w = skpo_xmalloc((size_t)len * sizeof *w), mx = -INFINITY, sum = 0;
+            for (int j = 0; j < len; j++) {
+                size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
+                double d = 0;
+                for (int e = 0; e < hs; e++) d += (double)q[(size_t)r * qd + (size_t)h * hs + e] * pk[o + e];
+                w[j] = d / sqrt((double)hs);
+                mx = fmax(mx, w[j]);
+            }
+            for (int j = 0; j < len; j++) sum += (w[j] = exp(w[j] - mx));
+            for (int e = 0; e < hs; e++) {
+                double a = 0;
+                for (int j = 0; j < len; j++) {
+                    size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
+                    a += w[j] * pv[o + e];
+                }
+                double g = got[(size_t)r * qd + (size_t)h * hs + e];
+                worst = isfinite(g) ? fmax(worst, fabs(g - a / sum)) : INFINITY;
+            }
+            free(w);
+        }
+    return worst;
+}
+
 // The paged attention kernel on its own, against a double-precision
 // reference: rows of two sequences at positions 0..700 over scattered blocks,
 // Qwen2.5-0.5B heads (14 over 2, head_dim 64) and Llama-8B-like (32 over 8,
@@ -350,30 +382,7 @@ static void paged_attention_matches_reference_with_and_without_splits(void) {
                                                 split ? dwork : NULL, split ? wb : 0, &err) == SKPO_OK, "%s", err.msg);
             CHECK(skpo_cuda_d2h(cu, b16, dout, (size_t)N * qd * 2, &err) == SKPO_OK);
             skpo_bf16_to_f32_host(got, b16, (size_t)N * qd);
-            double worst = 0;
-            for (int r = 0; r < N; r++)
-                for (int h = 0; h < nh; h++) {
-                    int hk = h / (nh / nkv), len = pos[r] + 1;
-                    double *w = skpo_xmalloc((size_t)len * sizeof *w), mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < len; j++) {
-                        size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
-                        double d = 0;
-                        for (int e = 0; e < hs; e++) d += (double)q[(size_t)r * qd + (size_t)h * hs + e] * pk[o + e];
-                        w[j] = d / sqrt((double)hs);
-                        mx = fmax(mx, w[j]);
-                    }
-                    for (int j = 0; j < len; j++) sum += (w[j] = exp(w[j] - mx));
-                    for (int e = 0; e < hs; e++) {
-                        double a = 0;
-                        for (int j = 0; j < len; j++) {
-                            size_t o = (((size_t)bt[rseq[r] * MB + j / bs] * L + layer) * bs + j % bs) * kd + (size_t)hk * hs;
-                            a += w[j] * pv[o + e];
-                        }
-                        double g = got[(size_t)r * qd + (size_t)h * hs + e];
-                        worst = isfinite(g) ? fmax(worst, fabs(g - a / sum)) : INFINITY;
-                    }
-                    free(w);
-                }
+            double worst = paged_worst(got, q, pk, pv, bt, MB, rseq, pos, N, L, layer, bs, nh, nkv, hs);
             CHECK_MSG(worst <= 1e-2, "heads %d/%d hs %d split %d: max error %.3g", nh, nkv, hs, split, worst);
             printf("# paged attention %d/%d heads, hs %d, %s: max abs error %.2e\n", nh, nkv, hs,
                    split ? "split" : "unsplit", worst);
@@ -382,6 +391,59 @@ static void paged_attention_matches_reference_with_and_without_splits(void) {
         skpo_cuda_dfree(dbt); skpo_cuda_dfree(dpos); skpo_cuda_dfree(dseq); skpo_cuda_dfree(dwork);
         skpo_cuda_free_ctx(cu);
         free(pk); free(pv); free(q); free(b16); free(got);
+    }
+}
+
+// The prefill kernel (tiles of rows of one sequence) against the same
+// reference: 40 rows of sequence 0 after a 300-position prefix (tiles of 16,
+// 16, 8: the prefix spans 22 pages and 11 key tiles), 37 rows of sequence 1
+// from position 0 (16, 16, 5) and one row of sequence 1 at position 700 (a
+// tile of 1); heads 14/2 at head_dim 64 (Qwen2.5-0.5B), 28/4 at 128 (7B) and
+// 12/4 at 96 (lanes past head_dim idle). Absolute tolerance 1e-2.
+static void prefill_attention_tiles_match_reference_over_long_prefixes(void) {
+    NEED_GPU();
+    static const int shapes[3][3] = {{14, 2, 64}, {28, 4, 128}, {12, 4, 96}};
+    enum { N = 78, NT = 7 };
+    int32_t pos[N], rseq[N], tiles[2 * NT] = {0, 16, 16, 16, 32, 8, 40, 16, 56, 16, 72, 5, 77, 1};
+    for (int r = 0; r < 40; r++) rseq[r] = 0, pos[r] = 300 + r;
+    for (int r = 40; r < 77; r++) rseq[r] = 1, pos[r] = r - 40;
+    rseq[77] = 1, pos[77] = 700;
+    for (int sh = 0; sh < 3; sh++) {
+        int nh = shapes[sh][0], nkv = shapes[sh][1], hs = shapes[sh][2], kd = nkv * hs, qd = nh * hs;
+        int L = 2, layer = 1, bs = 16, MB = 48, nblocks = 2 * MB;
+        int32_t bt[2 * 48];
+        for (int i = 0; i < 2 * MB; i++) bt[i] = (int32_t)((i * 37 + 11) % nblocks);
+        size_t pool_n = (size_t)nblocks * L * bs * kd, nq = (size_t)N * qd;
+        float *pk = skpo_xmalloc(pool_n * sizeof(float)), *pv = skpo_xmalloc(pool_n * sizeof(float));
+        float *q = skpo_xmalloc(nq * sizeof(float)), *got = skpo_xmalloc(nq * sizeof(float));
+        for (size_t i = 0; i < pool_n; i++) { pk[i] = frand(); pv[i] = frand(); }
+        for (size_t i = 0; i < nq; i++) q[i] = 2.f * frand();
+        skpo_bf16 *b16 = skpo_xmalloc(pool_n * sizeof *b16);
+        skpo_err err = {0};
+        skpo_cuda *cu;
+        CHECK(skpo_cuda_init(0, &cu, &err) == SKPO_OK);
+        void *dk, *dv, *dq, *dout, *dbt, *dpos, *dseq, *dti;
+        void **bufs[] = {&dk, &dv, &dq, &dout, &dbt, &dpos, &dseq, &dti};
+        size_t sz[] = {pool_n * 2, pool_n * 2, nq * 2, nq * 2, sizeof bt, sizeof pos, sizeof rseq, sizeof tiles};
+        for (int i = 0; i < 8; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, pk, pool_n), skpo_bf16_to_f32_host(pk, b16, pool_n);
+        CHECK(skpo_cuda_h2d(cu, dk, b16, pool_n * 2, &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, pv, pool_n), skpo_bf16_to_f32_host(pv, b16, pool_n);
+        CHECK(skpo_cuda_h2d(cu, dv, b16, pool_n * 2, &err) == SKPO_OK);
+        skpo_f32_to_bf16_host(b16, q, nq), skpo_bf16_to_f32_host(q, b16, nq);
+        CHECK(skpo_cuda_h2d(cu, dq, b16, nq * 2, &err) == SKPO_OK);
+        CHECK(skpo_cuda_h2d(cu, dbt, bt, sizeof bt, &err) == SKPO_OK && skpo_cuda_h2d(cu, dpos, pos, sizeof pos, &err) == SKPO_OK);
+        CHECK(skpo_cuda_h2d(cu, dseq, rseq, sizeof rseq, &err) == SKPO_OK && skpo_cuda_h2d(cu, dti, tiles, sizeof tiles, &err) == SKPO_OK);
+        CHECK_MSG(skpo_cuda_attention_prefill(cu, dout, dq, dk, dv, dbt, MB, dseq, dpos, dti, NT, N, L, layer, bs, nh, nkv,
+                                              hs, &err) == SKPO_OK, "%s", err.msg);
+        CHECK(skpo_cuda_d2h(cu, b16, dout, nq * 2, &err) == SKPO_OK);
+        skpo_bf16_to_f32_host(got, b16, nq);
+        double worst = paged_worst(got, q, pk, pv, bt, MB, rseq, pos, N, L, layer, bs, nh, nkv, hs);
+        CHECK_MSG(worst <= 1e-2, "heads %d/%d hs %d: max error %.3g", nh, nkv, hs, worst);
+        printf("# prefill attention %d/%d heads, hs %d, 7 row tiles: max abs error %.2e\n", nh, nkv, hs, worst);
+        for (int i = 0; i < 8; i++) skpo_cuda_dfree(*bufs[i]);
+        skpo_cuda_free_ctx(cu);
+        free(pk), free(pv), free(q), free(got), free(b16);
     }
 }
 
@@ -527,6 +589,72 @@ static void decode_graphs_match_eager_launches(void) {
     pair_close(&q);
 }
 
+// Decode `steps` steps of the sequences seq[0..n) on a graphed and an eager
+// model; every row within 1e-2 relative L2 (a replay against a stale pool is O(1)).
+static void decode_both(pair *p, pair *q, const int *seq, int n, int steps, int salt) {
+    int V = p->V, off[17];
+    int32_t toks[16];
+    float *lp = skpo_xmalloc((size_t)n * V * sizeof(float)), *lq = skpo_xmalloc((size_t)n * V * sizeof(float));
+    skpo_err err = {0};
+    for (int i = 0; i <= n; i++) off[i] = i;
+    for (int t = 0; t < steps; t++) {
+        for (int i = 0; i < n; i++) toks[i] = (int32_t)((t * 7 + i * 3 + salt) % V);
+        CHECK_MSG(skpo_model_step(p->gpu, p->kg, seq, n, toks, off, lp, &err) == SKPO_OK, "%s", err.msg);
+        CHECK_MSG(skpo_model_step(q->gpu, q->kg, seq, n, toks, off, lq, &err) == SKPO_OK, "%s", err.msg);
+        for (int i = 0; i < n; i++) {
+            double e = rel_l2(lp + (size_t)i * V, lq + (size_t)i * V, V);
+            CHECK_MSG(e <= 1e-2, "step %d row %d: relative difference %.3g", t, i, e);
+        }
+    }
+    free(lp);
+    free(lq);
+}
+
+// Graphs bake in both pool pointers: after the cache is freed and another of
+// another size made (its K may land where the old K was, its V elsewhere), no
+// old graph may replay. Decoding on the new cache (5 sequences: a bucket of 8
+// with 3 padding rows) still matches eager launches.
+static void decode_graphs_follow_a_remade_cache_of_another_size(void) {
+    NEED_GPU();
+    pair p, q;
+    int ok = pair_open(QWEN2, 0.05, &p);
+    setenv("SKPO_CUDA_GRAPHS", "0", 1);
+    ok = pair_open(QWEN2, 0.05, &q) && ok;
+    unsetenv("SKPO_CUDA_GRAPHS");
+    if (ok) {
+        int seq[5];
+        skpo_err err = {0};
+        for (int i = 0; i < 3; i++) {
+            seq[i] = skpo_kv_seq_new(p.kg);
+            CHECK(skpo_kv_seq_new(q.kg) == seq[i]);
+        }
+        decode_both(&p, &q, seq, 3, 5, 1);
+        skpo_kv_free(p.kg);
+        skpo_kv_free(q.kg);
+#ifdef SKPO_FAKE_CUDA
+        const infer_state *in = p.gpu->cuda->infer;
+        for (int i = 0; i < MAX_GRAPHS; i++) CHECK_MSG(!in->graphs[i].g && !in->graphs[i].used, "graph %d kept", i);
+        long launches = fk_graph_launches;
+#endif
+        p.kg = skpo_model_kv_new(p.gpu, 1000, 9, &err);
+        q.kg = skpo_model_kv_new(q.gpu, 1000, 9, &err);
+        CHECK_MSG(p.kg && q.kg, "%s", err.msg);
+        if (p.kg && q.kg) {
+            for (int i = 0; i < 5; i++) {
+                seq[i] = skpo_kv_seq_new(p.kg);
+                CHECK(skpo_kv_seq_new(q.kg) == seq[i]);
+            }
+            decode_both(&p, &q, seq, 5, 5, 2);
+#ifdef SKPO_FAKE_CUDA
+            CHECK_MSG(fk_graph_launches - launches == 4, "%ld replays on the new cache (eager, capture, 3 replays)",
+                      fk_graph_launches - launches);
+#endif
+        }
+    }
+    pair_close(&p);
+    pair_close(&q);
+}
+
 // A KV cache that cannot fit says how much it needs and how much is free;
 // saving a CUDA model writes the device weights.
 static void kv_too_large_and_save_from_the_device(void) {
@@ -583,12 +711,14 @@ int main(void) {
     RUN(step_dev_on_a_cpu_model_is_unsupported);
 #ifdef SKPO_HAVE_CUDA
     RUN(paged_attention_matches_reference_with_and_without_splits);
+    RUN(prefill_attention_tiles_match_reference_over_long_prefixes);
     RUN(qwen2_steps_match_cpu_with_forks_and_mixed_batches);
     RUN(llama_llama3_rope_bias_untied_steps_match_cpu);
     RUN(qwen2_05b_attention_shape_steps_match_cpu);
     RUN(greedy_decoding_is_identical_between_backends);
     RUN(step_dev_keeps_logits_on_the_device);
     RUN(decode_graphs_match_eager_launches);
+    RUN(decode_graphs_follow_a_remade_cache_of_another_size);
     RUN(kv_too_large_and_save_from_the_device);
 #ifdef SKPO_FAKE_CUDA
     RUN(checkpoint_too_large_for_the_device_is_refused_before_upload);

@@ -395,6 +395,89 @@ static void train_ops_match_host_loops(void) {
     skpo_cuda_free_ctx(cu);
 }
 
+// The simple attention backward (one warp per query and KV head, the group's
+// 7 query heads summed in registers before one atomic per element) against a
+// double-precision reference: Qwen2.5-0.5B heads (14 over 2, head_dim 64),
+// three sequences of 45, 1 and 24 rows. Reference from the bf16 inputs and the
+// kernels' own bf16 forward output (D = dout . out, as the kernel).
+static void attention_backward_sums_kv_groups_and_matches_double_reference(void) {
+    NEED_GPU();
+    enum { NH = 14, NKV = 2, HS = 64, T = 70, NS = 3, G = NH / NKV };
+    int32_t ss[NS + 1] = {0, 45, 46, 70};
+    size_t nq = (size_t)T * NH * HS, nk = (size_t)T * NKV * HS;
+    skpo_cuda *cu = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_cuda_init(0, &cu, &e) == SKPO_OK);
+    if (!cu) return;
+    float *hq = skpo_xmalloc(nq * 4), *hk = skpo_xmalloc(nk * 4), *hv = skpo_xmalloc(nk * 4), *hdo = skpo_xmalloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) hq[i] = 2 * frand() - 1, hdo[i] = frand() - 0.5f;
+    for (size_t i = 0; i < nk; i++) hk[i] = 2 * frand() - 1, hv[i] = 2 * frand() - 1;
+    round_bf16(hq, nq), round_bf16(hk, nk), round_bf16(hv, nk), round_bf16(hdo, nq);
+    skpo_bf16 *b16 = skpo_xmalloc(nq * 2);
+    void *dq_, *dk_, *dv_, *ddo, *dss, *o1, *l1, *gq, *gk, *gv;
+    void **bufs[] = {&dq_, &dk_, &dv_, &ddo, &dss, &o1, &l1, &gq, &gk, &gv};
+    size_t sz[] = {nq * 2, nk * 2, nk * 2, nq * 2, sizeof ss, nq * 2, (size_t)T * NH * 4, nq * 2, nk * 4, nk * 4};
+    for (int i = 0; i < 10; i++) CHECK(skpo_cuda_malloc(cu, bufs[i], sz[i], "test", &e) == SKPO_OK);
+    skpo_f32_to_bf16_host(b16, hq, nq), skpo_cuda_h2d(cu, dq_, b16, nq * 2, &e);
+    skpo_f32_to_bf16_host(b16, hk, nk), skpo_cuda_h2d(cu, dk_, b16, nk * 2, &e);
+    skpo_f32_to_bf16_host(b16, hv, nk), skpo_cuda_h2d(cu, dv_, b16, nk * 2, &e);
+    skpo_f32_to_bf16_host(b16, hdo, nq), skpo_cuda_h2d(cu, ddo, b16, nq * 2, &e);
+    skpo_cuda_h2d(cu, dss, ss, sizeof ss, &e);
+    CHECK_MSG(skpo_cuda_attention(cu, o1, l1, dq_, dk_, dv_, dss, NS, T, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_cuda_memset0(cu, gk, nk * 4, &e) == SKPO_OK && skpo_cuda_memset0(cu, gv, nk * 4, &e) == SKPO_OK);
+    CHECK_MSG(skpo_cuda_attention_backward(cu, gq, gk, gv, ddo, o1, l1, dq_, dk_, dv_, dss, NS, T, NH, NKV, HS, &e) ==
+              SKPO_OK, "%s", e.msg);
+    float *ho = skpo_xmalloc(nq * 4), *rq = skpo_xmalloc(nq * 4), *rk = skpo_xmalloc(nk * 4), *rv = skpo_xmalloc(nk * 4);
+    float *gq_h = skpo_xmalloc(nq * 4), *gk_h = skpo_xmalloc(nk * 4), *gv_h = skpo_xmalloc(nk * 4);
+    skpo_cuda_d2h(cu, b16, o1, nq * 2, &e), skpo_bf16_to_f32_host(ho, b16, nq);
+    skpo_cuda_d2h(cu, b16, gq, nq * 2, &e), skpo_bf16_to_f32_host(gq_h, b16, nq);
+    skpo_cuda_d2h(cu, gk_h, gk, nk * 4, &e), skpo_cuda_d2h(cu, gv_h, gv, nk * 4, &e);
+    memset(rk, 0, nk * 4), memset(rv, 0, nk * 4);
+    double sc = 1.0 / sqrt((double)HS), p[T];
+    for (int s = 0; s < NS; s++)
+        for (int t = ss[s]; t < ss[s + 1]; t++)
+            for (int h = 0; h < NH; h++) {
+                int hk_ = h / G;
+                const float *qt = hq + ((size_t)t * NH + h) * HS, *gt = hdo + ((size_t)t * NH + h) * HS;
+                double mx = -INFINITY, l = 0, D = 0;
+                for (int j = ss[s]; j <= t; j++) {
+                    double d = 0;
+                    for (int x = 0; x < HS; x++) d += (double)qt[x] * hk[((size_t)j * NKV + hk_) * HS + x];
+                    p[j - ss[s]] = d * sc;
+                    mx = fmax(mx, d * sc);
+                }
+                for (int j = ss[s]; j <= t; j++) l += (p[j - ss[s]] = exp(p[j - ss[s]] - mx));
+                for (int x = 0; x < HS; x++) D += (double)gt[x] * ho[((size_t)t * NH + h) * HS + x];
+                double dqa[HS] = {0};
+                for (int j = ss[s]; j <= t; j++) {
+                    const float *kj = hk + ((size_t)j * NKV + hk_) * HS, *vj = hv + ((size_t)j * NKV + hk_) * HS;
+                    double pj = p[j - ss[s]] / l, dp = 0;
+                    for (int x = 0; x < HS; x++) dp += (double)gt[x] * vj[x];
+                    double ds = pj * (dp - D);
+                    for (int x = 0; x < HS; x++) {
+                        dqa[x] += ds * kj[x] * sc;
+                        rk[((size_t)j * NKV + hk_) * HS + x] += (float)(ds * qt[x] * sc);
+                        rv[((size_t)j * NKV + hk_) * HS + x] += (float)(pj * gt[x]);
+                    }
+                }
+                for (int x = 0; x < HS; x++) rq[((size_t)t * NH + h) * HS + x] = (float)dqa[x];
+            }
+    double cs, rel;
+    compare(gq_h, rq, nq, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "dq: cosine %.6f, relative %.5f", cs, rel);
+    printf("# attention backward 14/2 heads: dq relative %.2e", rel);
+    compare(gk_h, rk, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "dk: cosine %.6f, relative %.5f", cs, rel);
+    printf(", dk %.2e", rel);
+    compare(gv_h, rv, nk, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "dv: cosine %.6f, relative %.5f", cs, rel);
+    printf(", dv %.2e (tolerance 1e-2)\n", rel);
+    for (int i = 0; i < 10; i++) skpo_cuda_dfree(*bufs[i]);
+    free(hq), free(hk), free(hv), free(hdo), free(b16), free(ho), free(rq), free(rk), free(rv);
+    free(gq_h), free(gk_h), free(gv_h);
+    skpo_cuda_free_ctx(cu);
+}
+
 static void flash_kernels_match_simple_kernels_hs64_hs128(void) {
     NEED_GPU();
 #ifdef SKPO_FAKE_CUDA
@@ -724,6 +807,8 @@ static skpo_status fc_reduce_scatter(skpo_comm *c, float *buf, size_t shard, skp
     fc_sync(c);
     float *t = calloc(shard ? shard : 1, 4);
     size_t o = (size_t)c->rank * shard;
+    // ZeRO shards start 16-byte aligned (23 parameters over 3 ranks: shards of 4, a tail of 11).
+    CHECK_MSG(shard % 4 == 0 && ((uintptr_t)(buf + o) & 15) == ((uintptr_t)buf & 15), "shard of %zu floats", shard);
     for (size_t i = 0; i < shard; i++)
         for (int r = 0; r < NR; r++) t[i] = r ? t[i] + ((float *)S->buf[r])[o + i] : ((float *)S->buf[r])[o + i];
     fc_sync(c);
@@ -848,6 +933,7 @@ int main(void) {
     RUN(gradients_of_every_tensor_match_cpu);
     RUN(vocab_152k_runs_in_row_chunks_and_matches_cpu);
     RUN(recompute_gives_the_same_gradients);
+    RUN(attention_backward_sums_kv_groups_and_matches_double_reference);
     RUN(flash_kernels_match_simple_kernels_hs64_hs128);
     RUN(flash_attention_gradients_match_cpu);
     RUN(update_step_on_device_matches_cpu);
