@@ -77,7 +77,9 @@ static bool answers_equal(vctx *c, const char *g, const char *p) {
         changed = true;
     }
     bool eq = changed && parsed_equal(c, g, gl, alt, al);
-    if (!eq) { // "S_1 : S_2 = 1 : 7": a label made of names (digits only in subscripts), then the value
+    // "S_1 : S_2 = 1 : 7": a label made of names (digits only in subscripts), then the value; only
+    // against a bare gold value (a labelled gold, x = 1, was compared label and all above: y = 1 is wrong)
+    if (!eq && !memchr(g, '=', gl)) {
         const char *e = NULL;
         int d = 0;
         for (size_t i = 0; i < pl; i++) {

@@ -390,6 +390,10 @@ static bool rel_eq(vctx *c, int g, int p, int depth) {
         int gl = kid(c, g, 0), gr = kid(c, g, 1), pl = kid(c, p, 0), pr = kid(c, p, 1);
         if ((og == VR_EQ || og == VR_IN) && og == op && is_name(c, gl) && is_name(c, pl) && same_tree(c, gl, pl))
             return cmp(c, gr, 0, pr, 0, depth + 1);
+        // x = 1 against y = 1: a value labelled with another name answers another question
+        if (og == VR_EQ && op == VR_EQ && is_name(c, gl) && is_name(c, pl) && !same_tree(c, gl, pl) &&
+            !vhas_vars(c, gr, 0) && !vhas_vars(c, pr, 0))
+            return false;
         if ((og == VR_EQ && op == VR_EQ) || (og == VR_NE && op == VR_NE)) {
             int f1 = new_node(c, VN_ADD, gl, new_node(c, VN_NEG, gr, 0));
             int f2 = new_node(c, VN_ADD, pl, new_node(c, VN_NEG, pr, 0));

@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     sample_cfg c;
     sample_cfg_default(&c);
     const skpo_opt opts[] = {
+        SKPO_ROLLOUT_OPT_ROWS(c.ro),
         SKPO_OPT_STR("prompts", 0, &c.prompts, "FILE", "prompt records"),
         SKPO_OPT_LONG("n", 0, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"),
         SKPO_OPT_FLAG("segment", 0, &c.segment, "SKPO upstream segments (kind=up)"),
