@@ -67,6 +67,7 @@ static void gradient_matches_finite_differences_of_the_objective(void) {
     // CISPO's stop-gradient weight makes its gradient differ from the derivative
     // of its loss value on purpose, so the down phase uses PPO here.
     o.loss.phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
+    o.old_logp = SKPO_OLD_ROLLOUT;   // pi_old fixed: a recomputed one would move with the perturbed weights
     o.loss.kl_coef = 0.05;
     o.loss.entropy_coef = 0.02;
     for (size_t i = 0; i < n; i++) {   // ref_logp for the KL term: the behaviour logp shifted
@@ -201,6 +202,7 @@ static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
     skpo_rec_set_f32s(&r[4], F_LOGP, lp, nl);
     skpo_update_opts o;
     skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_ROLLOUT;   // the NaN reaches the loss (under recompute it stops the prepare pass: below)
     o.minibatch = 1;
     o.step = 7;
     skpo_batch *b = NULL;
@@ -215,6 +217,14 @@ static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
     CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "mini-batch 2 of 4") && strstr(e.msg, "'p1-d1'"), "%s", e.msg);
     CHECK(opt->t == 1);   // the first mini-batch was applied, the bad one was not
     bg_release(&m);       // the failed micro-batch's saved forward state
+    skpo_batch_free(b);
+    // Recomputed pi_old (the default): the NaN rollout log-prob is found by the
+    // mismatch pass before any update.
+    o.old_logp = SKPO_OLD_RECOMPUTE;
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, NULL, &e) == SKPO_ENUMERIC);
+    CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "'p1-d1'") && strstr(e.msg, "rollout log-prob"), "%s", e.msg);
+    CHECK(opt->t == 1);
     skpo_optim_free(opt);
     skpo_comm_free(c);
     skpo_batch_free(b);
@@ -228,7 +238,7 @@ static void recompute_old_puts_the_first_minibatch_on_policy(void) {
     skpo_rec *r = bg_records(&m, 4, 2, 0.9, 9, &n);   // behaviour logp far off
     skpo_update_opts o;
     skpo_update_opts_default(&o);
-    o.recompute_old = 1;
+    o.old_logp = SKPO_OLD_RECOMPUTE;   // the default, said here on purpose
     o.minibatch = 2;
     skpo_batch *b = NULL;
     skpo_err e = {0};
@@ -290,15 +300,18 @@ static void zero_weight_records_still_count_in_the_token_mean(void) {
     bg_records_free(r, n);
 }
 
-static void old_logp_field_takes_precedence_over_behaviour_logp(void) {
+static void old_logp_field_is_the_ratio_denominator_with_old_logp_field(void) {
     bigram m;
     bg_init(&m, 14);
     size_t n;
     skpo_rec *r = bg_records(&m, 3, 2, 0.3, 15, &n);
     skpo_update_opts o;
     skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_ROLLOUT;
     float a[BG_V * BG_V], b[BG_V * BG_V];
     double la = grad_of(&m, r, n, &o, a, NULL);
+    o.old_logp = SKPO_OLD_FIELD;
+    o.mismatch.mode = SKPO_MISMATCH_OFF;   // the junk rollout below must not matter
     for (size_t i = 0; i < n; i++) {   // move logp to old_logp, put garbage in logp
         size_t nl;
         const float *lp = skpo_rec_f32s(&r[i], F_LOGP, &nl);
@@ -463,7 +476,7 @@ int main(void) {
     RUN(nonfinite_logprob_stops_naming_step_minibatch_and_record);
     RUN(recompute_old_puts_the_first_minibatch_on_policy);
     RUN(zero_weight_records_still_count_in_the_token_mean);
-    RUN(old_logp_field_takes_precedence_over_behaviour_logp);
+    RUN(old_logp_field_is_the_ratio_denominator_with_old_logp_field);
     RUN(epochs_repeat_the_minibatches_and_phase_weights_override_records);
     RUN(data_parallel_plan_covers_every_record_once_and_balances_tokens);
     RUN(records_missing_fields_are_named);

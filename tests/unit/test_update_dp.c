@@ -34,7 +34,7 @@ static void data_parallel_step_equals_single_process_step(void) {
     skpo_update_opts_default(&o);
     o.minibatch = 3;        // 3 mini-batches; the last one has 1 prompt, so a rank has none
     o.micro_tokens = 12;
-    o.recompute_old = 1;
+    o.old_logp = SKPO_OLD_RECOMPUTE;
     skpo_err e = {0};
     skpo_update_metrics ma[3], mb[3];
     CHECK_MSG(step_with(self, &a, r, n, &o, ma, &e) == SKPO_OK, "%s", e.msg);

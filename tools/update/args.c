@@ -10,7 +10,7 @@
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
-    "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
+    "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]";
 
 static const char *ABOUT =
@@ -37,6 +37,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     skpo_adamw_cfg_default(&a->a);
     skpo_loss_cfg *L = &a->u.loss;
     const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
+    const char *old_logp = NULL, *mismatch = "tis";
+    int recompute_old = 0;
+    double mm_cap = NAN, mm_low = NAN, mm_high = NAN;
     const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
     long minibatch = a->u.minibatch, warmup = a->a.warmup_steps, epochs = 1;
@@ -54,7 +57,12 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"step", 0, SKPO_OPT_INT, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"},
         {"minibatch", 0, SKPO_OPT_INT, &minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"},
         {"micro-tokens", 0, SKPO_OPT_INT, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"},
-        {"recompute-old", 0, SKPO_OPT_FLAG, &a->u.recompute_old, 0, 0, NULL, "old log-probs from the current weights, not `logp`"},
+        {"old-logp", 0, SKPO_OPT_STR, &old_logp, 0, 0, "SRC", "pi_old: recompute (one scoring pass), rollout (`logp`) or field (`old_logp`)"},
+        {"recompute-old", 0, SKPO_OPT_FLAG, &recompute_old, 0, 0, NULL, "same as --old-logp recompute"},
+        {"mismatch", 0, SKPO_OPT_STR, &mismatch, 0, 0, "MODE", "rollout vs pi_old correction: off|tis|mask-token|mask-seq|icepop (tis)"},
+        {"mismatch-cap", 0, SKPO_OPT_DOUBLE, &mm_cap, 1e-9, B, "C", "tis: token weight min(ratio, C) (2)"},
+        {"mismatch-low", 0, SKPO_OPT_DOUBLE, &mm_low, 0, B, "L", "mask modes: lowest kept ratio (mask-token 0, mask-seq 1/1.001, icepop 0.5)"},
+        {"mismatch-high", 0, SKPO_OPT_DOUBLE, &mm_high, 1e-9, B, "H", "mask modes: highest kept ratio (mask-token 3, mask-seq 1.001, icepop 5)"},
         {"temperature", 0, SKPO_OPT_DOUBLE, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"},
         {"loss", 0, SKPO_OPT_STR, &loss, 0, 0, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"},
         {"clip-low", 0, SKPO_OPT_DOUBLE, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"},
@@ -93,6 +101,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"epochs", 0, SKPO_OPT_INT, &epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"},
         {"resume", 0, SKPO_OPT_FLAG, &a->resume, 0, 0, NULL, "fail unless --model holds optimizer state"},
         {"fresh-optimizer", 0, SKPO_OPT_FLAG, &a->fresh_optimizer, 0, 0, NULL, "ignore optimizer state in --model"},
+        {"allow-empty", 0, SKPO_OPT_FLAG, &a->allow_empty, 0, 0, NULL, "no trainable records: write the weights unchanged (else exit 1)"},
         {"threads", 0, SKPO_OPT_INT, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"},
         {"comm", 0, SKPO_OPT_STR, &comm, 0, 0, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"},
         {"device", 0, SKPO_OPT_STR, &a->device, 0, 0, "cuda|cpu", "where to train (cuda when a GPU is visible)"},
@@ -123,8 +132,24 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     }
     if (!strcmp(loss, "sft")) a->u.sft = 1;
     else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
-    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || a->u.recompute_old))
-        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef or --recompute-old");
+    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || recompute_old || old_logp))
+        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef, --old-logp or --recompute-old");
+    if (recompute_old && old_logp && strcmp(old_logp, "recompute"))
+        skpo_cli_usage_error(SYNOPSIS, "--recompute-old contradicts --old-logp %s", old_logp);
+    if (old_logp) {
+        int src = skpo_old_logp_parse(old_logp);
+        if (src < 0) skpo_cli_usage_error(SYNOPSIS, "--old-logp: '%s' is not recompute, rollout or field", old_logp);
+        a->u.old_logp = src;
+    }
+    int mm = skpo_mismatch_parse(mismatch);
+    if (mm < 0) skpo_cli_usage_error(SYNOPSIS, "--mismatch: '%s' is not off, tis, mask-token, mask-seq or icepop", mismatch);
+    skpo_mismatch_cfg_default(&a->u.mismatch, mm);
+    if (!isnan(mm_cap) && mm != SKPO_MISMATCH_TIS) skpo_cli_usage_error(SYNOPSIS, "--mismatch-cap needs --mismatch tis");
+    if ((!isnan(mm_low) || !isnan(mm_high)) && mm < SKPO_MISMATCH_MASK_TOKEN)
+        skpo_cli_usage_error(SYNOPSIS, "--mismatch-low/--mismatch-high need --mismatch mask-token, mask-seq or icepop");
+    if (!isnan(mm_cap)) a->u.mismatch.cap = mm_cap;
+    if (!isnan(mm_low)) a->u.mismatch.low = mm_low;
+    if (!isnan(mm_high)) a->u.mismatch.high = mm_high;
     static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
     for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
     static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
@@ -143,5 +168,6 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
         skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
     skpo_err e = {0};
-    if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e)) skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
+    if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e) || skpo_mismatch_cfg_check(&a->u.mismatch, &e))
+        skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
 }
