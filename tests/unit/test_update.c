@@ -56,6 +56,113 @@ static void micro_batches_accumulate_to_the_whole_minibatch_gradient(void) {
     bg_records_free(r, n);
 }
 
+// Largest |a - b| over the largest |a| (the 1e-6 relative criterion).
+static double rel_diff(const float *a, const float *b, int n) {
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs(a[i]));
+    }
+    return scale > 0 ? worst / scale : (worst > 0 ? INFINITY : 0);
+}
+
+// Every loss form (per phase, ppo/cispo, also on `full` records), aggregation,
+// mismatch correction and pi_old source: the mini-batch loss and gradient do not
+// depend on how its records are cut into micro-batches.
+static void every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_split(void) {
+    bigram m, ref;
+    bg_init(&m, 31);
+    bg_init(&ref, 32);   // rollout log-probs from another policy: ratios far from 1, clipping and masking happen
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 6, 3, 0.3, 33, &n);
+    const long micro[] = {1, 5, 7, 13, 1 << 20};
+    int combos = 0, masked_seen = 0, clipped_seen = 0;
+    for (int full = 0; full < 2; full++) {
+        if (full)
+            for (size_t i = 0; i < n; i++) skpo_rec_set_str(&r[i], F_KIND, SKPO_KIND_FULL);
+        for (int form = 0; form < 4; form++)
+            for (int agg = 0; agg < 3; agg++)
+                for (int mm = 0; mm < 5; mm++)
+                    for (int src = 0; src < 2; src++) {
+                        skpo_update_opts o;
+                        skpo_update_opts_default(&o);
+                        o.minibatch = 4;
+                        o.old_logp = src ? SKPO_OLD_ROLLOUT : SKPO_OLD_RECOMPUTE;
+                        skpo_mismatch_cfg_default(&o.mismatch, mm);
+                        if (mm == SKPO_MISMATCH_MASK_TOKEN) o.mismatch.high = 1.2;
+                        if (mm == SKPO_MISMATCH_MASK_SEQ) o.mismatch.low = 0.8, o.mismatch.high = 1.25;
+                        for (int p = 0; p < SKPO_NPHASE; p++) {
+                            o.loss.agg[p] = agg;
+                            o.loss.phase[p].kind = (form >> (p == SKPO_PHASE_DOWN)) & 1 ? SKPO_LOSS_CISPO : SKPO_LOSS_PPO;
+                        }
+                        o.loss.agg_norm = 16;
+                        float g0[BG_V * BG_V], b0[BG_V], g[BG_V * BG_V], gb[BG_V];
+                        skpo_update_metrics m0, m1;
+                        double l0 = 0;
+                        for (int k = 0; k < 5; k++) {
+                            o.micro_tokens = micro[k];
+                            skpo_comm *c = local_comm();
+                            skpo_policy pol = bg_policy(&m);
+                            skpo_batch *b = NULL;
+                            skpo_err e = {0};
+                            SKPO_ASSERT(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+                            CHECK_MSG(skpo_update_grad(&pol, c, b, 0, &o, k ? &m1 : &m0, &e) == SKPO_OK, "%s", e.msg);
+                            skpo_batch_free(b);
+                            skpo_comm_free(c);
+                            if (k == 0) {
+                                memcpy(g0, m.gW, sizeof g0), memcpy(b0, m.gb, sizeof b0);
+                                l0 = m0.loss;
+                                continue;
+                            }
+                            memcpy(g, m.gW, sizeof g), memcpy(gb, m.gb, sizeof gb);
+                            double dw = rel_diff(g0, g, BG_V * BG_V), db = rel_diff(b0, gb, BG_V);
+                            CHECK_MSG(dw <= 1e-6 && db <= 1e-6 && fabs(m1.loss - l0) <= 1e-6 * (fabs(l0) + 1e-12),
+                                      "full %d form %d agg %d mismatch %d src %d micro %ld: grad %g bias %g loss %.9g vs %.9g",
+                                      full, form, agg, mm, src, micro[k], dw, db, m1.loss, l0);
+                            CHECK(m1.mismatch.masked == m0.mismatch.masked && m1.tokens == m0.tokens);
+                        }
+                        masked_seen += m0.mismatch.masked > 0;
+                        for (int p = 0; p < SKPO_NPHASE; p++) clipped_seen += m0.phase[p].clip_high + m0.phase[p].clip_low > 0;
+                        combos++;
+                    }
+    }
+    CHECK(combos == 2 * 4 * 3 * 5 * 2);
+    CHECK(masked_seen > 0 && clipped_seen > 0);   // the cases do exercise masking and clipping
+    bg_records_free(r, n);
+}
+
+static void masked_tokens_leave_the_token_mean_normaliser(void) {
+    bigram m, ref;
+    bg_init(&m, 41);
+    bg_init(&ref, 42);
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 4, 3, 0.3, 43, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_RECOMPUTE;
+    skpo_mismatch_cfg_default(&o.mismatch, SKPO_MISMATCH_MASK_TOKEN);
+    o.mismatch.high = 1.1;
+    skpo_comm *c = local_comm();
+    skpo_policy pol = bg_policy(&m);
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_update_metrics met;
+    CHECK(skpo_update_grad(&pol, c, b, 0, &o, &met, &e) == SKPO_OK);
+    double all = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t nt;
+        skpo_rec_i32s(&r[i], F_TOKENS, &nt);
+        all += (double)nt;
+    }
+    CHECK(met.mismatch.tokens == all && met.mismatch.masked > 0);
+    CHECK_NEAR(met.tokens, all - met.mismatch.masked, 1e-9);   // trained tokens = kept tokens
+    CHECK(met.mismatch.max_abs_dlogp > 0 && met.mismatch.k3 > 0);
+    skpo_batch_free(b);
+    skpo_comm_free(c);
+    bg_records_free(r, n);
+}
+
 static void gradient_matches_finite_differences_of_the_objective(void) {
     bigram m;
     bg_init(&m, 2);
@@ -470,6 +577,8 @@ static void sft_lowers_the_negative_log_likelihood(void) {
 
 int main(void) {
     RUN(micro_batches_accumulate_to_the_whole_minibatch_gradient);
+    RUN(every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_split);
+    RUN(masked_tokens_leave_the_token_mean_normaliser);
     RUN(gradient_matches_finite_differences_of_the_objective);
     RUN(each_minibatch_holds_whole_prompts);
     RUN(resumed_run_is_bit_identical_to_uninterrupted_run);
