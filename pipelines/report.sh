@@ -9,13 +9,14 @@ function jstr(l, k) { if (match(l, "\"" k "\":\"[^\"]*\"")) return substr(l, RST
 
 # run_eval RUN N: sample EVAL_K responses for every EVAL_DATA prompt with ckpt/N,
 # reward them, keep them in eval/N.msgpack.zst and skpo-eval's metrics in
-# metrics/eval-N.msgpack.zst (table in logs/eval-N.txt). Same seed at every step,
-# so differences between checkpoints are not sampling luck of the seed.
+# metrics/eval-N.msgpack.zst (table in logs/eval-N.txt). The same draw at every
+# step (--seed-step 0: the seeds do not hash the step; the records still say
+# step N), so differences between checkpoints are not sampling luck of the seed.
 run_eval() {
   local run=$1 n=$2 ck="$1/ckpt/$2" tmp="$1/tmp/eval-$2"
   rm -rf "$tmp"; mkdir -p "$tmp" "$run/eval" "$run/metrics" "$run/logs"
   skpo-sample --model "$ck" --prompts "$EVAL_DATA" --n "$EVAL_K" --temperature "$EVAL_TEMPERATURE" \
-      --top-p "$EVAL_TOP_P" --max-tokens "$MAX_TOKENS" --seed "$SEED" --step "$n" \
+      --top-p "$EVAL_TOP_P" --max-tokens "$MAX_TOKENS" --seed "$SEED" --step "$n" --seed-step 0 \
       ${THREADS:+--threads "$THREADS"} 2>"$tmp/sample.err" \
     | eval "$REWARD_CMD" 2>"$tmp/reward.err" \
     | tee "$tmp/eval.msgpack.zst" \

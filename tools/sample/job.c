@@ -24,6 +24,7 @@ void sample_cfg_default(sample_cfg *c) {
     c->prio_eps = -1;
     c->batch = 64;
     c->step = -1;
+    c->seed_step = -1;
     c->shard_n = 1;
 }
 
@@ -73,13 +74,13 @@ static void draw(const sample_cfg *c, const skpo_tracker *t, sample_job *job, sa
         skpo_die("--prompts-per-step %ld is more than the %zu prompts in '%s'", c->per_step, nall, c->prompts);
     double *w = skpo_xmalloc(nall * sizeof *w);
     for (size_t i = 0; i < nall; i++) {
-        if (c->prio_eps < 0) { w[i] = skpo_tracker_weight(t, all[i].pid); continue; }
-        double p = (skpo_tracker_value(t, all[i].pid) + 1) / 2; // SKPO.md section 3 step 1
-        w[i] = sqrt(p * (1 - p)) + c->prio_eps;
+        // SKPO.md section 3 step 1, clamped like the tracker's own weight
+        w[i] = c->prio_eps < 0 ? skpo_tracker_weight(t, all[i].pid)
+                               : skpo_prio_weight(skpo_tracker_value(t, all[i].pid), c->prio_eps);
     }
     size_t *pick = skpo_xmalloc((size_t)c->per_step * sizeof *pick);
     skpo_rng r;
-    skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "draw", "", 0));
+    skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->seed_step, "draw", "", 0));
     skpo_err err = {0};
     if (skpo_prio_draw(w, nall, (size_t)c->per_step, &r, pick, &err) != SKPO_OK) skpo_die("%s", err.msg);
     job->drawn = (size_t)c->per_step;
@@ -105,6 +106,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
         t = skpo_tracker_new(NULL); // every prompt unseen: equal weights, L_q = 1024
     }
     job->step = c->step >= 0 ? c->step : c->state ? skpo_tracker_step(t) : 0;
+    job->seed_step = c->seed_step >= 0 ? c->seed_step : job->step;
     if (c->per_step > 0) {
         draw(c, t, job, all, nall);
         free(all);
@@ -119,7 +121,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     job->n = hi - lo;
     for (size_t i = 0; c->segment && i < job->n; i++) {
         skpo_rng r;
-        skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));
+        skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->seed_step, "cut", job->items[i].pid, 0));
         const char *pid = job->items[i].pid;
         double L = c->lq_init >= 0 && !skpo_tracker_seen(t, pid) ? c->lq_init : skpo_tracker_len(t, pid);
         if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);

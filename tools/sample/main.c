@@ -53,6 +53,8 @@ int main(int argc, char **argv) {
         {"max-tokens", 0, SKPO_OPT_INT, &c.ro.max_tokens, 1, INT_MAX, "N", "new tokens per response (default 3072)"},
         {"seed", 0, SKPO_OPT_INT, &c.seed, 0, 9007199254740992.0, "S", "run seed (default 0)"},
         {"step", 0, SKPO_OPT_INT, &c.step, 0, 1e12, "N", "training step (default: the tracker's, else 0)"},
+        {"seed-step", 0, SKPO_OPT_INT, &c.seed_step, 0, 1e12, "N",
+         "step the seeds hash (default: --step); a fixed value repeats the same draw at every step (held-out evals)"},
         {"stop", 0, SKPO_OPT_LIST, &c.stops, 0, 0, "STR", "stop string (repeatable)"},
         {"no-share", 0, SKPO_OPT_FLAG, &c.no_share, 0, 0, NULL, "prefill each sample alone (benchmarks, tests)"},
         {"kv-tokens", 0, SKPO_OPT_INT, &c.ro.kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"},

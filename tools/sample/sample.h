@@ -12,6 +12,7 @@ typedef struct sample_cfg {
     skpo_rollout_opts ro;
     const char *prompts, *state, *shard, *policy;
     long n, group, per_step, batch, top_k, seed, step, threads;
+    long seed_step;            // --seed-step: the step the seeds hash (-1: --step)
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
     skpo_strlist stops;
@@ -37,6 +38,7 @@ typedef struct sample_job {
     sample_item *items;      // this shard's work, in output order
     size_t n;
     int64_t step;
+    int64_t seed_step;       // the step hashed into every seed (draw, cut, sequences)
     size_t drawn;            // prompts drawn before sharding
 } sample_job;
 
