@@ -13,7 +13,8 @@
 
 void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 3.0};
+    // Upstream: eq. 6 exactly (min/clip, no dual clip; --up-dual-clip 3 is verl's vanilla loss).
+    c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 0.0};
     c->phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_CISPO, 0.2, 0.28, 0.0};
     c->phase[SKPO_PHASE_FULL] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
     for (int p = 0; p < SKPO_NPHASE; p++) c->agg[p] = SKPO_AGG_TOKEN_MEAN;

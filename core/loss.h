@@ -69,9 +69,10 @@ typedef struct skpo_loss_cfg {
 
 // --- configuration ---------------------------------------------------------------
 
-// Defaults of SKPO.md Q7: up = PPO [0.8, 1.2] dual-clip 3; down = CISPO
-// [0.8, 1.28]; full (GRPO/DAPO/SPO baselines) = PPO clip-higher [0.8, 1.28]
-// dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
+// Defaults: up = PPO [0.8, 1.2] without dual clip, i.e. the paper's eq. 6
+// exactly (SKPO.md Q7 suggested verl's dual clip 3, which eq. 6 does not
+// have); down = CISPO [0.8, 1.28]; full (GRPO/DAPO/SPO baselines, run with
+// verl's vanilla loss) = PPO clip-higher [0.8, 1.28] dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
 // "ppo" | "cispo" | "sft" -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);

@@ -7,9 +7,11 @@
  */
 #define _GNU_SOURCE
 #include "record.h"
+
 #include "mpcheck.h"
 #include "record_impl.h"
 
+#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +121,13 @@ static size_t utf8_bad_at(const unsigned char *s, size_t len) {
 bool skpo_utf8_valid(const char *s, size_t n) { return utf8_bad_at((const unsigned char *)s, n) == n; }
 
 static skpo_status check_value(const skpo_field_def *d, const skpo_value *v, skpo_err *err) {
+    // Every tool dispatches on `kind`: a nil kind would pass for "some other kind".
+    if (d && v->type == SKPO_V_NIL && !strcmp(v->key, F_KIND))
+        return skpo_err_set(err, SKPO_ETYPE, "field 'kind' is nil, want str");
     if (!d || d->type == SKPO_FT_ANY || v->type == SKPO_V_NIL) return SKPO_OK;
+    // A NaN or infinite reward / advantage / weight would flow into every mean.
+    if (d->type == SKPO_FT_FLOAT && (v->type == SKPO_V_F32 || v->type == SKPO_V_F64) && !isfinite(v->f))
+        return skpo_err_set(err, SKPO_ENUMERIC, "field '%s' is %g, not a finite number", v->key, v->f);
     bool ok = false;
     switch (d->type) {
     case SKPO_FT_STR: ok = v->type == SKPO_V_STR; break;

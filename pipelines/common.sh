@@ -13,7 +13,7 @@
 #   last                       number of the last committed step (commit marker)
 #   ckpt/N/                    checkpoint after step N (ckpt/0 = the initial model)
 #   state/N/                   tracker state folder after step N (skpo-advantage --state)
-#   rollouts/N.msgpack.zst     what step N sampled (teed, before the reward)
+#   rollouts/N.msgpack.zst     what step N sampled, with rewards (teed after the reward stage)
 #   metrics/N.msgpack.zst      metrics records of step N (skpo-update) and evals
 #   eval/N.msgpack.zst         rewarded eval samples at step N
 #   logs/                      per-stage stderr of the committed steps
@@ -90,6 +90,8 @@ stage_update() { # [extra flags]
     --minibatch "$MINIBATCH" --lr "$LR" --warmup "$WARMUP" --weight-decay "$WEIGHT_DECAY" \
     --beta1 "$BETA1" --beta2 "$BETA2" --eps "$ADAM_EPS" --grad-clip "$GRAD_CLIP" --epochs "$EPOCHS" \
     --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF" \
+    --old-logp "${OLD_LOGP:-recompute}" --mismatch "${MISMATCH:-tis}" ${MISMATCH_CAP:+--mismatch-cap "$MISMATCH_CAP"} \
+    ${MISMATCH_LOW:+--mismatch-low "$MISMATCH_LOW"} ${MISMATCH_HIGH:+--mismatch-high "$MISMATCH_HIGH"} \
     ${THREADS:+--threads "$THREADS"} $([ "$CK" = "$RUN/ckpt/0" ] && echo --fresh-optimizer) "$@"
 }
 

@@ -12,6 +12,6 @@ stage_sample_n "$G" 2>"$L/sample.err" \
   | stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | stage_advantage grpo 2>"$L/advantage.err" \
-  | stage_update --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH" 2>"$L/update.err"
+  | stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH" 2>"$L/update.err"
 check_pipe sample reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

@@ -12,7 +12,7 @@
               records with behaviour logp = model logp + noise, plus ignored kinds
   model_expected.safetensors
               one skpo-update step over those records with 2 mini-batches of 2
-              prompts (SKPO defaults: up PPO [0.8,1.2] dual 3, down CISPO
+              prompts (SKPO defaults: up PPO [0.8,1.2] without dual clip (eq. 6), down CISPO
               [0.8,1.28], token-mean per phase, weights 0.5; pi_old recomputed
               with the starting weights before the first update, rollout `logp`
               vs pi_old corrected by truncated IS, cap 2): grad1.<p> (first
@@ -370,7 +370,7 @@ def model_fixture():
     names = [n for n, _ in model.named_parameters()]
     opt = torch.optim.AdamW(params, lr=A["lr"] * min(1.0, A["step"] / A["warmup_steps"]), betas=(0.9, 0.999),
                             eps=A["adam_eps"], weight_decay=A["weight_decay"], foreach=False)
-    phases = {"up": ("ppo", 0.2, 0.2, 3.0), "down": ("cispo", 0.2, 0.28, 0.0)}
+    phases = {"up": ("ppo", 0.2, 0.2, 0.0), "down": ("cispo", 0.2, 0.28, 0.0)}  # up: eq. 6, no dual clip
     meta, out = {}, {}
     # pi_old: the starting weights' log-probs of every record, before the first update.
     with torch.no_grad():

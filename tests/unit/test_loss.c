@@ -189,6 +189,21 @@ static void nonfinite_logprob_is_reported_with_token_index(void) {
     CHECK(st.tokens == 0 && st.loss == 0);
 }
 
+static void upstream_default_is_eq6_without_dual_clip(void) {
+    // eq. 6: -min(r A, clip(r) A); A = -2, r = 5: loss 10 (a dual clip 3 would cap it at 6).
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    CHECK(c.phase[SKPO_PHASE_UP].dual_clip == 0 && c.phase[SKPO_PHASE_FULL].dual_clip == 3);
+    float old[1] = {-2}, lp[1] = {(float)(-2 + log(5.0))}, g[1];
+    skpo_loss_stats st = {0};
+    skpo_err e = {0};
+    skpo_loss_seq s = {.n = 1, .logp = lp, .old = old, .adv = -2.0, .scale = 1.0, .weight = 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &c.phase[SKPO_PHASE_UP], &s, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(st.loss, 10.0, 1e-6);
+    CHECK_NEAR(g[0], 10.0, 1e-5);   // -A r: not clipped for A < 0 above the range
+    CHECK(st.clip_dual == 0);
+}
+
 static void config_rejects_bad_clip_and_dual_values(void) {
     skpo_loss_cfg c;
     skpo_err e = {0};
@@ -331,6 +346,7 @@ int main(void) {
     RUN(dual_clip_caps_negative_advantage_loss);
     RUN(cispo_keeps_capped_gradient_for_clipped_tokens);
     RUN(nonfinite_logprob_is_reported_with_token_index);
+    RUN(upstream_default_is_eq6_without_dual_clip);
     RUN(config_rejects_bad_clip_and_dual_values);
     return TEST_SUMMARY();
 }

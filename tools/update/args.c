@@ -71,7 +71,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         {"up-loss", 0, SKPO_OPT_STR, &pl[0], 0, 0, "ppo|cispo", "upstream loss form (ppo)"},
         {"up-clip-low", 0, SKPO_OPT_DOUBLE, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"},
         {"up-clip-high", 0, SKPO_OPT_DOUBLE, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"},
-        {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"},
+        {"up-dual-clip", 0, SKPO_OPT_DOUBLE, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off = eq. 6 exactly (0)"},
         {"down-loss", 0, SKPO_OPT_STR, &pl[1], 0, 0, "ppo|cispo", "downstream loss form (cispo)"},
         {"down-clip-low", 0, SKPO_OPT_DOUBLE, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"},
         {"down-clip-high", 0, SKPO_OPT_DOUBLE, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"},
