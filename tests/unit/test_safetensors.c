@@ -134,6 +134,8 @@ static void bad_headers_are_rejected(void) {
         "{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}",                           // no offsets
         "[1]",
         "{not json",
+        // overlapping data ranges: y's bytes alias x's second half
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
     };
     char path[] = "/tmp/skpo_st_bad_XXXXXX";
     int fd = mkstemp(path);
@@ -144,6 +146,21 @@ static void bad_headers_are_rejected(void) {
         skpo_err err = {0};
         skpo_status s = skpo_st_open_file(path, &st, &err);
         CHECK_MSG(s != SKPO_OK && st == NULL && strstr(err.msg, path), "case %zu: %s", i, err.msg);
+    }
+    // The overlap is named.
+    write_raw(path, cases[sizeof cases / sizeof cases[0] - 1]);
+    {
+        skpo_st *o = NULL;
+        skpo_err oe = {0};
+        CHECK(skpo_st_open_file(path, &o, &oe) == SKPO_EFORMAT && strstr(oe.msg, "overlapping data ranges"));
+    }
+    // Adjacent (touching) ranges are fine.
+    write_raw(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}");
+    {
+        skpo_st *o = NULL;
+        skpo_err oe = {0};
+        CHECK_MSG(skpo_st_open_file(path, &o, &oe) == SKPO_OK, "%s", oe.msg);
+        skpo_st_close(o);
     }
     write_raw(path, "{\"__metadata__\":{\"format\":\"pt\"},\"x\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}");
     skpo_st *st = NULL;
