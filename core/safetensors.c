@@ -241,9 +241,14 @@ static skpo_status open_index(skpo_st *st, const char *dir, const char *ipath, s
         free(p);
         if (s) break;
     }
-    // Every tensor named in the index must exist.
+    // Every tensor named in the index must be in the shard the index names
+    // (not merely somewhere: a wrong entry would hide a stale or duplicate shard).
     if (!s) json_object_foreach(wm, name, v) {
-            if (!skpo_st_find(st, name)) {
+            const skpo_st_tensor *t = skpo_st_find(st, name);
+            char *p = skpo_path_join(dir, json_string_value(v));
+            int ok = t && !strcmp(st->files[t->file].path, p);
+            free(p);
+            if (!ok) {
                 s = skpo_err_set(err, SKPO_EFORMAT, "'%s': tensor '%s' is not in its shard '%s'", ipath, name,
                                  json_string_value(v));
                 break;

@@ -92,6 +92,21 @@ static void large_checkpoints_are_sharded_with_an_index(void) {
     CHECK(skpo_st_read_f32(st, "model.b.bias", rb, 1, (int64_t[]){7}, &err) == SKPO_OK);
     CHECK(!memcmp(b, rb, sizeof b));
     skpo_st_close(st);
+    // An index naming a shard that does not hold the tensor (it is in the other one) is refused.
+    const char *idx = "{\"weight_map\": {\"NAME_A\": \"model-00001-of-00002.safetensors\", "
+                      "\"model.b.bias\": \"model-00001-of-00002.safetensors\"}}";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", idx);
+    char *at = strstr(buf, "NAME_A");
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", at + 6);
+    snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", t[0].name, rest);
+    p = skpo_path_join(d, "model.safetensors.index.json");
+    CHECK(skpo_write_file_atomic(p, buf, strlen(buf), &err) == SKPO_OK);
+    free(p);
+    st = NULL;
+    CHECK(skpo_st_open_dir(d, &st, &err) == SKPO_EFORMAT && st == NULL);
+    CHECK_MSG(strstr(err.msg, "'model.b.bias' is not in its shard 'model-00001-of-00002.safetensors'"), "%s", err.msg);
     rm_dir(d);
 }
 
