@@ -11,7 +11,6 @@
 #include "mpcheck.h"
 #include "record_impl.h"
 
-#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +124,6 @@ static skpo_status check_value(const skpo_field_def *d, const skpo_value *v, skp
     if (d && v->type == SKPO_V_NIL && !strcmp(v->key, F_KIND))
         return skpo_err_set(err, SKPO_ETYPE, "field 'kind' is nil, want str");
     if (!d || d->type == SKPO_FT_ANY || v->type == SKPO_V_NIL) return SKPO_OK;
-    // A NaN or infinite reward / advantage / weight would flow into every mean.
-    if (d->type == SKPO_FT_FLOAT && (v->type == SKPO_V_F32 || v->type == SKPO_V_F64) && !isfinite(v->f))
-        return skpo_err_set(err, SKPO_ENUMERIC, "field '%s' is %g, not a finite number", v->key, v->f);
     bool ok = false;
     switch (d->type) {
     case SKPO_FT_STR: ok = v->type == SKPO_V_STR; break;

@@ -16,12 +16,12 @@ refuse() {
   grep -q "^$tool: .*$pat" "$TMP/err" || { echo "want '$pat':"; cat "$TMP/err"; return 1; }
 }
 
-t "a NaN reward reaching skpo-eval is refused, naming the field and the record" \
-  refuse skpo-eval nan-reward "field 'reward' is nan, not a finite number.*record 3"
+t "a NaN reward reaching skpo-eval is refused, naming the record and the file" \
+  refuse skpo-eval nan-reward "full record 'p0:1:1': reward is nan, not a finite number (.*nan-reward.msgpack.zst)"
 t "an infinite adv reaching skpo-update is refused" \
-  refuse skpo-update inf-adv "field 'adv' is inf" --model "$M" --out "$TMP/o1"
+  refuse skpo-update inf-adv "record 'p0:1:1': advantage is not finite" --model "$M" --out "$TMP/o1"
 t "a NaN weight reaching skpo-update is refused" \
-  refuse skpo-update nan-weight "field 'weight' is nan" --model "$M" --out "$TMP/o2"
+  refuse skpo-update nan-weight "record 'p0:1:1': 'weight' is not a finite number" --model "$M" --out "$TMP/o2"
 t "a record whose kind is nil is refused (skpo-update)" \
   refuse skpo-update nil-kind "field 'kind' is nil" --model "$M" --out "$TMP/o3"
 t "a record whose kind is nil is refused (skpo-eval)" \

@@ -56,16 +56,6 @@ static void micro_batches_accumulate_to_the_whole_minibatch_gradient(void) {
     bg_records_free(r, n);
 }
 
-// Largest |a - b| over the largest |a| (the 1e-6 relative criterion).
-static double rel_diff(const float *a, const float *b, int n) {
-    double worst = 0, scale = 0;
-    for (int i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs(a[i]));
-    }
-    return scale > 0 ? worst / scale : (worst > 0 ? INFINITY : 0);
-}
-
 // Every loss form (per phase, ppo/cispo, also on `full` records), aggregation,
 // mismatch correction and pi_old source: the mini-batch loss and gradient do not
 // depend on how its records are cut into micro-batches.
@@ -85,17 +75,9 @@ static void every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_spli
                 for (int mm = 0; mm < 5; mm++)
                     for (int src = 0; src < 2; src++) {
                         skpo_update_opts o;
-                        skpo_update_opts_default(&o);
+                        bg_combo_opts(&o, form, agg, mm);
                         o.minibatch = 4;
                         o.old_logp = src ? SKPO_OLD_ROLLOUT : SKPO_OLD_RECOMPUTE;
-                        skpo_mismatch_cfg_default(&o.mismatch, mm);
-                        if (mm == SKPO_MISMATCH_MASK_TOKEN) o.mismatch.high = 1.2;
-                        if (mm == SKPO_MISMATCH_MASK_SEQ) o.mismatch.low = 0.8, o.mismatch.high = 1.25;
-                        for (int p = 0; p < SKPO_NPHASE; p++) {
-                            o.loss.agg[p] = agg;
-                            o.loss.phase[p].kind = (form >> (p == SKPO_PHASE_DOWN)) & 1 ? SKPO_LOSS_CISPO : SKPO_LOSS_PPO;
-                        }
-                        o.loss.agg_norm = 16;
                         float g0[BG_V * BG_V], b0[BG_V], g[BG_V * BG_V], gb[BG_V];
                         skpo_update_metrics m0, m1;
                         double l0 = 0;
@@ -115,7 +97,7 @@ static void every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_spli
                                 continue;
                             }
                             memcpy(g, m.gW, sizeof g), memcpy(gb, m.gb, sizeof gb);
-                            double dw = rel_diff(g0, g, BG_V * BG_V), db = rel_diff(b0, gb, BG_V);
+                            double dw = bg_rel_diff(g0, g, BG_V * BG_V), db = bg_rel_diff(b0, gb, BG_V);
                             CHECK_MSG(dw <= 1e-6 && db <= 1e-6 && fabs(m1.loss - l0) <= 1e-6 * (fabs(l0) + 1e-12),
                                       "full %d form %d agg %d mismatch %d src %d micro %ld: grad %g bias %g loss %.9g vs %.9g",
                                       full, form, agg, mm, src, micro[k], dw, db, m1.loss, l0);

@@ -56,15 +56,6 @@ static void data_parallel_step_equals_single_process_step(void) {
     bg_records_free(r, n);
 }
 
-static double rel_diff(const float *a, const float *b, int n) {
-    double worst = 0, scale = 0;
-    for (int i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs(a[i]));
-    }
-    return scale > 0 ? worst / scale : (worst > 0 ? INFINITY : 0);
-}
-
 // Gradient of mini-batch k over comm c into gW/gb; returns the loss.
 static double grad_over(skpo_comm *c, bigram *m, skpo_rec *r, size_t n, const skpo_update_opts *o, int k, float *gW,
                         float *gb, skpo_update_metrics *met) {
@@ -95,23 +86,15 @@ static void every_loss_form_and_aggregation_gives_the_same_gradient_on_two_ranks
             for (int agg = 0; agg < 3; agg++)
                 for (int mm = 0; mm < 5; mm++) {
                     skpo_update_opts o;
-                    skpo_update_opts_default(&o);
+                    bg_combo_opts(&o, form, agg, mm);
                     o.minibatch = 5;   // mini-batch 1 has 2 prompts: one per rank
                     o.micro_tokens = 9;
-                    skpo_mismatch_cfg_default(&o.mismatch, mm);
-                    if (mm == SKPO_MISMATCH_MASK_TOKEN) o.mismatch.high = 1.2;
-                    if (mm == SKPO_MISMATCH_MASK_SEQ) o.mismatch.low = 0.8, o.mismatch.high = 1.25;
-                    for (int p = 0; p < SKPO_NPHASE; p++) {
-                        o.loss.agg[p] = agg;
-                        o.loss.phase[p].kind = (form >> (p == SKPO_PHASE_DOWN)) & 1 ? SKPO_LOSS_CISPO : SKPO_LOSS_PPO;
-                    }
-                    o.loss.agg_norm = 16;
                     for (int k = 0; k < 2; k++) {
                         float a[BG_V * BG_V], ab[BG_V], b[BG_V * BG_V], bb[BG_V];
                         skpo_update_metrics ma, mb;
                         double la = grad_over(self, &m, r, n, &o, k, a, ab, &ma);
                         double lb = grad_over(world, &m, r, n, &o, k, b, bb, &mb);
-                        double dw = rel_diff(a, b, BG_V * BG_V), db = rel_diff(ab, bb, BG_V);
+                        double dw = bg_rel_diff(a, b, BG_V * BG_V), db = bg_rel_diff(ab, bb, BG_V);
                         CHECK_MSG(dw <= 1e-6 && db <= 1e-6 && fabs(la - lb) <= 1e-6 * (fabs(la) + 1e-12),
                                   "full %d form %d agg %d mismatch %d mb %d: grad %g bias %g loss %.9g vs %.9g", full, form,
                                   agg, mm, k, dw, db, la, lb);
