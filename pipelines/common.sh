@@ -13,7 +13,7 @@
 #   last                       number of the last committed step (commit marker)
 #   ckpt/N/                    checkpoint after step N (ckpt/0 = the initial model)
 #   state/N/                   tracker state folder after step N (skpo-advantage --state)
-#   rollouts/N.msgpack.zst     what step N sampled (teed, before the reward)
+#   rollouts/N.msgpack.zst     what step N sampled, with rewards (teed after the reward stage)
 #   metrics/N.msgpack.zst      metrics records of step N (skpo-update) and evals
 #   eval/N.msgpack.zst         rewarded eval samples at step N
 #   logs/                      per-stage stderr of the committed steps
@@ -99,7 +99,11 @@ stage_update() {
   local args=(--model "$CK" --out "$OUT" --metrics "$TMPD/metrics.msgpack.zst" --step "$STEP"
     --minibatch "$MINIBATCH" --lr "$LR" --warmup-steps "$WARMUP" --weight-decay "$WEIGHT_DECAY"
     --beta1 "$BETA1" --beta2 "$BETA2" --adam-eps "$ADAM_EPS" --max-grad-norm "$GRAD_CLIP" --epochs "$EPOCHS"
-    --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF")
+    --temperature "$TEMPERATURE" --kl-coef "$KL_BETA" --entropy-coef "$ENT_COEF"
+    --old-logp "${OLD_LOGP:-recompute}" --mismatch "${MISMATCH:-tis}")
+  [ -n "${MISMATCH_CAP:-}" ] && args+=(--mismatch-cap "$MISMATCH_CAP")
+  [ -n "${MISMATCH_LOW:-}" ] && args+=(--mismatch-low "$MISMATCH_LOW")
+  [ -n "${MISMATCH_HIGH:-}" ] && args+=(--mismatch-high "$MISMATCH_HIGH")
   [ "$CK" = "$RUN/ckpt/0" ] && args+=(--fresh-optimizer)
   [ -n "${LORA_RANK:-}" ] && args+=(--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED")
   if [ -n "${SKPO_SERVE_DIR:-}" ]; then

@@ -29,7 +29,7 @@ done
 keep_groups "$PROMPTS" <"$POOL" 2>"$L/keep.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage dapo 2>"$L/advantage.err" \
-  | timed update stage_update --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+  | timed update stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe keep tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 rm -f "$POOL"
 commit_step

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pipelines/plot.sh RUN_DIR [RUN_DIR...] - PNGs of a run's curves with gnuplot:
-# RUN_DIR/plots/{reward,accuracy,length,entropy,clip,kl,heldout}.png, plus the
+# RUN_DIR/plots/{reward,accuracy,length,entropy,clip,kl,mismatch*,heldout}.png, plus the
 # tables they are drawn from (steps.tsv, evals.tsv). With several runs, the
 # curves of all of them share each plot (written into the first run's plots/).
 # Also writes a TensorBoard event file when skpo-tb is built (RUN_DIR/tb).
@@ -17,7 +17,10 @@ for r in "$@"; do
   steps_tsv "$r" >"$r/plots/steps.tsv"
   evals_tsv "$r" >"$r/plots/evals.tsv"
   if command -v skpo-tb >/dev/null; then
-    ls "$r"/metrics/*.msgpack.zst >/dev/null 2>&1 && skpo-tb --logdir "$r/tb" "$r"/metrics/*.msgpack.zst 2>/dev/null
+    # Step order (1, 2, ..., 10), not name order (1, 10, 11, ..., 2): the events follow the steps.
+    mf=$(ls "$r"/metrics/*.msgpack.zst 2>/dev/null | awk -F/ '{ b = $NF; sub(/\.msgpack\.zst$/, "", b)
+      e = sub(/^eval-/, "", b); print b "\t" e "\t" $0 }' | sort -t"$(printf '\t')" -k1,1n -k2,2n | cut -f3)
+    [ -n "$mf" ] && printf '%s\n' "$mf" | tr '\n' '\0' | xargs -0 skpo-tb --logdir "$r/tb" 2>/dev/null
   fi
 done
 # plot NAME COLUMN YLABEL [FILE]: one PNG, one line per run.
@@ -49,5 +52,8 @@ plot length 4 "response length, tokens"
 plot entropy 7 "entropy (update)"
 plot clip 8 "clipped token fraction"
 plot kl 6 "approx KL old-new (update)"
+plot mismatch 13 "K3 KL rollout vs pi_old (update)"
+plot mismatch_dlogp 15 "max |logp pi_old - logp rollout| (update)"
+plot mismatch_masked 16 "tokens truncated or masked by the mismatch correction"
 plot heldout 2 "held-out mean@k" evals.tsv
 ls "$OUTD"/*.png

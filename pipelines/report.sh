@@ -9,13 +9,14 @@ function jstr(l, k) { if (match(l, "\"" k "\":\"[^\"]*\"")) return substr(l, RST
 
 # run_eval RUN N: sample EVAL_K responses for every EVAL_DATA prompt with ckpt/N,
 # reward them, keep them in eval/N.msgpack.zst and skpo-eval's metrics in
-# metrics/eval-N.msgpack.zst (table in logs/eval-N.txt). Same seed at every step,
-# so differences between checkpoints are not sampling luck of the seed.
+# metrics/eval-N.msgpack.zst (table in logs/eval-N.txt). The same draw at every
+# step (--seed-step 0: the seeds do not hash the step; the records still say
+# step N), so differences between checkpoints are not sampling luck of the seed.
 run_eval() {
   local run=$1 n=$2 ck="$1/ckpt/$2" tmp="$1/tmp/eval-$2"
   rm -rf "$tmp"; mkdir -p "$tmp" "$run/eval" "$run/metrics" "$run/logs"
   skpo-sample --model "$ck" --prompts "$EVAL_DATA" --n "$EVAL_K" --temperature "$EVAL_TEMPERATURE" \
-      --top-p "$EVAL_TOP_P" --max-tokens "$MAX_TOKENS" --seed "$SEED" --step "$n" \
+      --top-p "$EVAL_TOP_P" --max-tokens "$MAX_TOKENS" --seed "$SEED" --step "$n" --seed-step 0 \
       ${THREADS:+--threads "$THREADS"} 2>"$tmp/sample.err" \
     | eval "$REWARD_CMD" 2>"$tmp/reward.err" \
     | tee "$tmp/eval.msgpack.zst" \
@@ -48,6 +49,7 @@ print_eval() {
 
 # step_row RUN N: one TSV row of step N:
 # step reward acc len len_up kl entropy clip_frac grad_norm tokens seconds tok_per_s
+# mismatch_k3 mismatch_dlogp_mean mismatch_dlogp_max mismatch_trunc_masked (rollout vs pi_old; nan when not measured)
 step_row() {
   local t; t=$(head -n 1 "$1/logs/$2.time" 2>/dev/null); t=${t:-0}
   skpo-cat --where kind=metrics "$1/metrics/$2.msgpack.zst" 2>/dev/null | awk -v step="$2" -v secs="$t" "$JNUM"'
@@ -58,17 +60,24 @@ step_row() {
     /"tool":"(skpo-)?update"/ { for (i = 0; i < 3; i++) { ph = i == 0 ? "_down" : i == 1 ? "_full" : "_up"
         add("kl", jnum($0, "approx_kl" ph)); add("ent", jnum($0, "entropy" ph))
         add("clip", jnum($0, "clip_low" ph) + jnum($0, "clip_high" ph)) }
-      add("gn", jnum($0, "grad_norm")); tok += jnum($0, "n_tokens") }
-    END { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.2f\t%.0f\n", step, rew == "" ? "nan" : rew,
+      add("gn", jnum($0, "grad_norm")); tok += jnum($0, "n_tokens")
+      add("mk3", jnum($0, "mismatch_k3")); add("mdm", jnum($0, "mismatch_dlogp_mean"))
+      v = jnum($0, "mismatch_dlogp_max"); if (v != "" && (mdx == "" || v > mdx)) mdx = v
+      v = jnum($0, "mismatch_truncated"); if (v != "") add("mtm", v + jnum($0, "mismatch_masked")) }
+    END { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\n", step, rew == "" ? "nan" : rew,
       acc == "" ? "nan" : acc, len == "" ? "nan" : len, lup == "" ? "nan" : lup, mean("kl"), mean("ent"),
-      mean("clip"), mean("gn"), tok, secs, (secs > 0 ? tok / secs : 0) }'
+      mean("clip"), mean("gn"), tok, secs, (secs > 0 ? tok / secs : 0), mean("mk3"), mean("mdm"),
+      mdx == "" ? "nan" : mdx, mean("mtm") }'
 }
 
 print_step() {
   step_row "$1" "$2" | awk -v total="$STEPS" -v sp="$(time_split "$1" "$2")" -F'\t' '{
     printf "step %s/%s  reward %+.3f  acc %.3f  len %.1f", $1, total, $2, $3, $4
     if ($5 != "nan") printf " (up %.1f)", $5
-    printf "  kl %.4f  ent %.3f  clip %.3f  %.1fs  %d tok/s", $6, $7, $8, $11, $12
+    printf "  kl %.4f  ent %.3f  clip %.3f", $6, $7, $8
+    if ($13 != "nan" && $13 != "") printf "  mismatch k3 %.2g max|dlogp| %.3g", $13, $15
+    if ($10 == 0) printf "  NOTHING TRAINED (0 tokens)"
+    printf "  %.1fs  %d tok/s", $11, $12
     if (sp != "") printf "  [%s]", sp
     printf "\n" }'
 }
@@ -88,7 +97,8 @@ time_split() {
 
 # steps_tsv RUN: every committed step's row (header first); evals_tsv RUN: step mean pass.
 steps_tsv() {
-  printf 'step\treward\taccuracy\tlength\tlength_up\tkl\tentropy\tclip_frac\tgrad_norm\ttokens\tseconds\ttok_per_s\n'
+  printf 'step\treward\taccuracy\tlength\tlength_up\tkl\tentropy\tclip_frac\tgrad_norm\ttokens\tseconds\ttok_per_s'
+  printf '\tmismatch_k3\tmismatch_dlogp_mean\tmismatch_dlogp_max\tmismatch_trunc_masked\n'
   local n last; last=$(last_step "$1")
   for ((n = 1; n <= last; n++)); do [ -f "$1/metrics/$n.msgpack.zst" ] && step_row "$1" "$n"; done
 }

@@ -35,7 +35,7 @@ timed sample stage_sample_segment 2>"$L/sample.err" \
   | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
-  | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
+  | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" --up-dual-clip "${UP_DUAL_CLIP:-0}" \
       --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe sample splice reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

@@ -125,6 +125,30 @@ static skpo_status parse_entry(skpo_st *st, int fi, const char *name, json_t *e,
     return SKPO_OK;
 }
 
+typedef struct span { const uint8_t *b; size_t n; const char *name; } span;
+
+static int by_start(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+
+// Two tensors of one file whose data ranges overlap would alias: writing one
+// (or reading them as independent weights) is wrong, so such a file is refused.
+static skpo_status check_overlap(const skpo_st *st, int fi, const char *path, skpo_err *err) {
+    span *v = skpo_xmalloc((size_t)(st->n ? st->n : 1) * sizeof *v);
+    size_t k = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->t[i].file == fi && st->t[i].nbytes) v[k++] = (span){st->t[i].data, st->t[i].nbytes, st->t[i].name};
+    qsort(v, k, sizeof *v, by_start);
+    skpo_status s = SKPO_OK;
+    for (size_t i = 1; i < k && !s; i++)
+        if (v[i].b < v[i - 1].b + v[i - 1].n)
+            s = skpo_err_set(err, SKPO_EFORMAT, "'%s': tensors '%s' and '%s' have overlapping data ranges", path,
+                             v[i - 1].name, v[i].name);
+    free(v);
+    return s;
+}
+
 // mmap path and add its tensors to st.
 static skpo_status add_file(skpo_st *st, const char *path, skpo_err *err) {
     st->files = skpo_xrealloc(st->files, (size_t)(st->nfiles + 1) * sizeof *st->files);
@@ -174,6 +198,7 @@ static skpo_status add_file(skpo_st *st, const char *path, skpo_err *err) {
         if ((s = parse_entry(st, fi, name, e, buf, buflen, err))) break;
     }
     json_decref(h);
+    if (!s) s = check_overlap(st, fi, path, err);
     return s;
 }
 
@@ -216,9 +241,14 @@ static skpo_status open_index(skpo_st *st, const char *dir, const char *ipath, s
         free(p);
         if (s) break;
     }
-    // Every tensor named in the index must exist.
+    // Every tensor named in the index must be in the shard the index names
+    // (not merely somewhere: a wrong entry would hide a stale or duplicate shard).
     if (!s) json_object_foreach(wm, name, v) {
-            if (!skpo_st_find(st, name)) {
+            const skpo_st_tensor *t = skpo_st_find(st, name);
+            char *p = skpo_path_join(dir, json_string_value(v));
+            int ok = t && !strcmp(st->files[t->file].path, p);
+            free(p);
+            if (!ok) {
                 s = skpo_err_set(err, SKPO_EFORMAT, "'%s': tensor '%s' is not in its shard '%s'", ipath, name,
                                  json_string_value(v));
                 break;

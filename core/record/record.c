@@ -6,8 +6,8 @@
  * (maps, arrays, ext) are kept packed (SKPO_V_RAW) and never interpreted here.
  */
 #define _GNU_SOURCE
-#include "record/record.h"
 #include "record/mpcheck.h"
+#include "record/record.h"
 #include "record/record_impl.h"
 
 #include <msgpack.h>
@@ -125,6 +125,9 @@ static size_t utf8_bad_at(const unsigned char *s, size_t len) {
 bool skpo_utf8_valid(const char *s, size_t n) { return utf8_bad_at((const unsigned char *)s, n) == n; }
 
 static skpo_status check_value(const skpo_field_def *d, const skpo_value *v, skpo_err *err) {
+    // Every tool dispatches on `kind`: a nil kind would pass for "some other kind".
+    if (d && v->type == SKPO_V_NIL && !strcmp(v->key, F_KIND))
+        return skpo_err_set(err, SKPO_ETYPE, "field 'kind' is nil, want str");
     if (!d || d->type == SKPO_FT_ANY || v->type == SKPO_V_NIL) return SKPO_OK;
     bool ok = false;
     switch (d->type) {

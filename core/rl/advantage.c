@@ -520,6 +520,16 @@ static void annotate(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, gva
     }
 }
 
+// The prompt's average full response length, what L_q tracks (the paper: "the
+// per-prompt average response length"): in skpo a full response is the segment
+// followed by one downstream continuation, |s| + mean_i |o_i|; in the other
+// modes each member is a whole response.
+static double response_len(const skpo_rec *recs, const group *g, const skpo_adv_opts *o, const gvals *gv) {
+    double len = mean_of(gv->len, g->n), seg = 0;
+    if (o->mode == SKPO_ADV_SKPO && g->head >= 0 && need_len(&recs[g->head], &seg, NULL) == SKPO_OK) len += seg;
+    return len;
+}
+
 static skpo_status update_tracker(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, skpo_tracker *t,
                                   const gvals *gv, const double *rho, skpo_err *err) {
     int store = o->mode == SKPO_ADV_SKPO || o->mode == SKPO_ADV_SPO;
@@ -527,8 +537,8 @@ static skpo_status update_tracker(skpo_rec *recs, const batch *b, const skpo_adv
         const group *g = &b->g[k];
         const skpo_rec *h = &recs[g->head >= 0 ? g->head : g->mem[0]];
         skpo_tracker_seg seg = seg_of(h);
-        skpo_status st = skpo_tracker_update(t, skpo_rec_str(h, F_PID), gv[k].head_r, mean_of(gv[k].len, g->n), rho[k],
-                                             store && seg.tokens ? &seg : NULL, err);
+        skpo_status st = skpo_tracker_update(t, skpo_rec_str(h, F_PID), gv[k].head_r, response_len(recs, g, o, &gv[k]),
+                                             rho[k], store && seg.tokens ? &seg : NULL, err);
         if (st) return st;
     }
     return SKPO_OK;

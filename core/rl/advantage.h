@@ -21,7 +21,9 @@
  * A = 0 after batch normalisation (the std is undefined).
  * The tracker (tracker.h) is updated once per prompt observation after all
  * advantages used the pre-update baselines: V from R_I (skpo), the group mean
- * (grpo family) or R (spo); L from the mean downstream / response length (Q6);
+ * (grpo family) or R (spo); L from the mean full response length (the paper's
+ * "per-prompt average response length"): |s| + mean |o_i| in skpo, the mean
+ * response length otherwise;
  * skpo and spo also store the segment (tokens, logp, prompt) for the next D.
  * rho: clamp(2^(-D/tau)) with D from the records' `seg_div` (div_from_records,
  * what the pipelines use: skpo-sample --rescore measures it) or the caller's

@@ -160,9 +160,9 @@ double skpo_tracker_count(const skpo_tracker *t, const char *pid) {
 
 // Rewards outside [-1, 1] (e.g. DAPO's overlong penalty) can push V out of
 // range; p is clamped so the weight stays a real number.
-double skpo_prio_weight(double V, double eps) {
-    double p = (V + 1.0) / 2.0;
-    if (p < 0) p = 0;
+double skpo_prio_weight(double v, double eps) {
+    double p = (v + 1.0) / 2.0;
+    if (!(p > 0)) p = 0;   // also NaN: V is clamped, never trusted outside [-1, 1]
     if (p > 1) p = 1;
     return sqrt(p * (1.0 - p)) + eps;
 }

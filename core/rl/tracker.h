@@ -79,9 +79,10 @@ double skpo_tracker_len(const skpo_tracker *t, const char *pid);    // L_q; len_
 double skpo_tracker_value(const skpo_tracker *t, const char *pid);  // V(q) in [-1,1]; 0 unseen
 double skpo_tracker_count(const skpo_tracker *t, const char *pid);  // N(q); 0 unseen
 double skpo_tracker_weight(const skpo_tracker *t, const char *pid); // sqrt(p(1-p)) + eps
-// The prioritized-sampling weight of a value V with floor eps (docs/algorithm.md
-// section 3 step 1): sqrt(p (1 - p)) + eps, p = (V + 1) / 2 clamped to [0, 1].
-double skpo_prio_weight(double V, double eps);
+// The prioritized-sampling weight of a value V: sqrt(p (1 - p)) + eps with
+// p = (V + 1) / 2 clamped to [0, 1] (V leaves [-1, 1] under shaped rewards,
+// e.g. DAPO's overlong penalty). The one definition the tracker and skpo-sample use.
+double skpo_prio_weight(double v, double eps);
 
 // The stored last segment of pid (NULL/0 when unseen or none stored). Pointers
 // stay valid until the next update of pid or free.

@@ -439,6 +439,8 @@ static skpo_status parse_vocab(skpo_tok *t, const json_t *vocab, const json_t *a
     const char *k;
     json_t *v;
     int64_t maxid = -1;
+    // A model without a vocabulary encodes nothing (every id would be an added token or unknown).
+    if (json_object_size(vocab) == 0) return skpo_err_set(err, SKPO_EFORMAT, "'%s': model vocab is empty", path);
     json_object_foreach((json_t *)vocab, k, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
             return skpo_err_set(err, SKPO_EFORMAT, "'%s': vocab entry \"%.40s\" has no valid id", path, k);

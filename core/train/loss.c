@@ -13,7 +13,8 @@
 
 void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 3.0};
+    // Upstream: eq. 6 exactly (min/clip, no dual clip; --up-dual-clip 3 is verl's vanilla loss).
+    c->phase[SKPO_PHASE_UP] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.2, 0.0};
     c->phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_CISPO, 0.2, 0.28, 0.0};
     c->phase[SKPO_PHASE_FULL] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
     for (int p = 0; p < SKPO_NPHASE; p++) c->agg[p] = SKPO_AGG_TOKEN_MEAN;
@@ -205,6 +206,12 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
     for (int t = 0; t < s->n; t++) {
         double lp = s->logp[t];
         if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
+        double isw = s->is_weight ? s->is_weight[t] : 1.0;
+        if (isw == 0) {   // masked by the mismatch correction: not part of the loss
+            dlogp[t] = 0;
+            if (dent) dent[t] = 0;
+            continue;
+        }
         tok_out o = {0};
         if (pl->kind == SKPO_LOSS_SFT) {
             o.loss = -lp, o.grad = -1;
@@ -222,6 +229,8 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
             }
             add.approx_kl -= d;
         }
+        o.loss *= isw;   // the mismatch weight scales the policy term of every form
+        o.grad *= isw;
         if (c->kl_coef != 0) {
             if (!isfinite(s->ref[t])) return skpo_err_set(err, SKPO_ENUMERIC, "ref log-prob of token %d is %g", t, (double)s->ref[t]);
             double kl, g;
@@ -244,8 +253,8 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
         add.clip_low += o.low;
         add.clip_high += o.high;
         add.clip_dual += o.dual;
+        add.tokens += 1;
     }
-    add.tokens = s->n;
     st->loss += add.loss;
     st->tokens += add.tokens;
     st->clip_low += add.clip_low;
@@ -255,4 +264,101 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
     st->kl_ref += add.kl_ref;
     st->entropy += add.entropy;
     return SKPO_OK;
+}
+
+// --- rollout/train mismatch -----------------------------------------------------------------
+
+static const char *mismatch_names[] = {"off", "tis", "mask-token", "mask-seq", "icepop"};
+
+void skpo_mismatch_cfg_default(skpo_mismatch_cfg *c, skpo_mismatch_mode mode) {
+    memset(c, 0, sizeof *c);
+    c->mode = mode;
+    c->cap = 2.0;   // verl rollout_is_threshold default
+    switch (mode) {
+    case SKPO_MISMATCH_MASK_TOKEN: c->low = 0, c->high = 3.0; break;   // TRL vllm_importance_sampling_cap 3, no floor
+    case SKPO_MISMATCH_MASK_SEQ: c->low = 1 / 1.001, c->high = 1.001; break;   // verl geometric RS, lower = 1/upper
+    case SKPO_MISMATCH_ICEPOP: c->low = 0.5, c->high = 5.0; break;   // IcePop [alpha, beta] (Ring-1T)
+    default: c->low = 0, c->high = 0; break;
+    }
+}
+
+int skpo_mismatch_parse(const char *s) {
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, mismatch_names[i])) return i;
+    return -1;
+}
+
+const char *skpo_mismatch_name(skpo_mismatch_mode m) { return (unsigned)m < 5 ? mismatch_names[m] : "?"; }
+
+skpo_status skpo_mismatch_cfg_check(const skpo_mismatch_cfg *c, skpo_err *err) {
+    switch (c->mode) {
+    case SKPO_MISMATCH_OFF: return SKPO_OK;
+    case SKPO_MISMATCH_TIS:
+        if (!(c->cap > 0 && isfinite(c->cap)))
+            return skpo_err_set(err, SKPO_ERANGE, "mismatch cap %g must be positive", c->cap);
+        return SKPO_OK;
+    case SKPO_MISMATCH_MASK_TOKEN:
+    case SKPO_MISMATCH_MASK_SEQ:
+    case SKPO_MISMATCH_ICEPOP:
+        if (!(c->low >= 0 && c->high > c->low && isfinite(c->high)))
+            return skpo_err_set(err, SKPO_ERANGE, "mismatch band [%g, %g] is not 0 <= low < high", c->low, c->high);
+        return SKPO_OK;
+    }
+    return skpo_err_set(err, SKPO_ERANGE, "unknown mismatch mode %d", (int)c->mode);
+}
+
+void skpo_mismatch_stats_add(skpo_mismatch_stats *acc, const skpo_mismatch_stats *s) {
+    acc->tokens += s->tokens;
+    acc->k3 += s->k3;
+    acc->abs_dlogp += s->abs_dlogp;
+    acc->max_abs_dlogp = fmax(acc->max_abs_dlogp, s->max_abs_dlogp);
+    acc->truncated += s->truncated;
+    acc->masked += s->masked;
+}
+
+int skpo_mismatch_weights(const skpo_mismatch_cfg *c, const float *rollout, const float *old, int n, float *w,
+                          skpo_mismatch_stats *st, skpo_err *err) {
+    skpo_mismatch_stats add = {0};
+    double sum_lr = 0;
+    for (int t = 0; t < n; t++) {
+        double r = rollout[t], o = old[t];
+        if (!isfinite(r) || !isfinite(o)) {
+            skpo_err_set(err, SKPO_ENUMERIC, "%s log-prob of token %d is %g", isfinite(r) ? "old" : "rollout", t,
+                         isfinite(r) ? o : r);
+            return -1;
+        }
+        double d = o - r;
+        add.abs_dlogp += fabs(d);
+        add.max_abs_dlogp = fmax(add.max_abs_dlogp, fabs(d));
+        if (d > LOGRATIO_CLAMP) d = LOGRATIO_CLAMP;
+        if (d < -LOGRATIO_CLAMP) d = -LOGRATIO_CLAMP;
+        double rho = exp(d);
+        add.k3 += rho - 1 - d;
+        sum_lr += d;
+        double wt = 1;
+        switch (c->mode) {
+        case SKPO_MISMATCH_OFF: break;
+        case SKPO_MISMATCH_TIS:
+            wt = rho > c->cap ? c->cap : rho;
+            add.truncated += rho > c->cap;
+            break;
+        case SKPO_MISMATCH_MASK_TOKEN:
+        case SKPO_MISMATCH_ICEPOP: wt = rho >= c->low && rho <= c->high ? rho : 0; break;
+        case SKPO_MISMATCH_MASK_SEQ: break;   // below, once the mean is known
+        }
+        w[t] = (float)wt;
+    }
+    if (c->mode == SKPO_MISMATCH_MASK_SEQ && n > 0) {
+        double g = exp(sum_lr / n);
+        float wt = (float)(g >= c->low && g <= c->high ? g : 0);
+        for (int t = 0; t < n; t++) w[t] = wt;
+    }
+    int kept = 0;
+    for (int t = 0; t < n; t++) {
+        if (w[t] == 0) add.masked += 1;   // a weight that underflows float32 is a masked token too
+        else kept++;
+    }
+    add.tokens = n;
+    if (st) skpo_mismatch_stats_add(st, &add);
+    return kept;
 }

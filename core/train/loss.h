@@ -81,9 +81,10 @@ typedef struct skpo_loss_cfg {
 
 // --- configuration ---------------------------------------------------------------
 
-// Defaults of docs/algorithm.md Q7: up = PPO [0.8, 1.2] dual-clip 3; down = CISPO
-// [0.8, 1.28]; full (GRPO/DAPO/SPO baselines) = PPO clip-higher [0.8, 1.28]
-// dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
+// Defaults: up = PPO [0.8, 1.2] without dual clip, i.e. the paper's eq. 6
+// exactly (docs/algorithm.md Q7 suggested verl's dual clip 3, which eq. 6 does not
+// have); down = CISPO [0.8, 1.28]; full (GRPO/DAPO/SPO baselines, run with
+// verl's vanilla loss) = PPO clip-higher [0.8, 1.28] dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
 // "ppo" | "cispo" | "sft" | "gspo" | "sapo" -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);
@@ -126,20 +127,81 @@ typedef struct skpo_loss_stats {
 typedef struct skpo_loss_seq {
     int n;                  // scored tokens
     const float *logp;      // (n) current policy
-    const float *old;       // (n) old policy; unused by SFT
+    const float *old;       // (n) old policy (the ratio's denominator); unused by SFT
     const float *ref;       // (n) reference; required iff kl_coef != 0
     const float *entropy;   // (n) nullable; required iff entropy_coef != 0
     double adv;
     double scale;           // skpo_loss_agg_scale(...)
     double weight;          // the record's phase weight
+    const float *is_weight; // (n) nullable: rollout/train mismatch weights (skpo_mismatch_weights);
+                            // the policy term of token t is multiplied by is_weight[t], and a
+                            // token of weight 0 is masked out (no loss, no gradient, not counted)
 } skpo_loss_seq;
 
-// Adds this sequence's sums to st and writes d(objective)/d(logp_t) =
+// Adds this sequence's sums to st (masked tokens excluded) and writes d(objective)/d(logp_t) =
 // weight * scale * dloss_t/dlogp_t into dlogp[0..n) and, when dent is non-NULL,
 // d(objective)/d(H_t) into dent[0..n). kind is the phase's loss (SFT ignores
 // old, adv and clip). Returns SKPO_ENUMERIC naming the token index when an input
 // log-prob or a loss is not finite (nothing is added to st then).
 skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
                                float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err);
+
+// --- rollout/train mismatch -----------------------------------------------------------------
+//
+// Three log-probs per token: the sampler's (`logp` in the records: rollout),
+// pi_old (recomputed by the trainer with the step's starting weights) and the
+// current policy. The PPO/CISPO ratio is current / pi_old; the mismatch between
+// the sampler and pi_old is corrected by one per-token weight w_t that
+// multiplies the policy term of every loss form alike (skpo_loss_seq.is_weight).
+// With rho_t = exp(clamp(old_t - rollout_t, -20, 20)) (pi_old / pi_rollout):
+//   off         w_t = 1
+//   tis         w_t = min(rho_t, cap)                       (truncated IS, verl rollout_is=token)
+//   mask-token  w_t = rho_t if low <= rho_t <= high, else 0 (masked IS per token, TRL token_mask)
+//   mask-seq    g = exp(mean_t log rho_t) (geometric mean); every token of the
+//               sequence gets w_t = g if low <= g <= high, else 0
+//               (TRL sequence_mask, but on the geometric mean: no compounding with length)
+//   icepop      w_t = rho_t if low <= rho_t <= high, else 0 with IcePop's
+//               two-sided band (Ring-1T) as default
+// A masked token (w_t = 0) leaves the loss and its phase's normalisers (the
+// trainer counts kept tokens only, as verl's rejection mask does).
+
+typedef enum skpo_mismatch_mode {
+    SKPO_MISMATCH_OFF = 0,
+    SKPO_MISMATCH_TIS = 1,
+    SKPO_MISMATCH_MASK_TOKEN = 2,
+    SKPO_MISMATCH_MASK_SEQ = 3,
+    SKPO_MISMATCH_ICEPOP = 4,
+} skpo_mismatch_mode;
+
+typedef struct skpo_mismatch_cfg {
+    skpo_mismatch_mode mode;
+    double cap;           // tis: weight ceiling C (> 0)
+    double low, high;     // mask-*, icepop: kept band [low, high] of the ratio (0 <= low < high)
+} skpo_mismatch_cfg;
+
+// Mode and its default thresholds (docs/update.md states the sources):
+// tis cap 2; mask-token [0, 3]; mask-seq [1/1.001, 1.001]; icepop [0.5, 5].
+void skpo_mismatch_cfg_default(skpo_mismatch_cfg *c, skpo_mismatch_mode mode);
+// "off" | "tis" | "mask-token" | "mask-seq" | "icepop" -> mode; -1 if unknown.
+int skpo_mismatch_parse(const char *s);
+const char *skpo_mismatch_name(skpo_mismatch_mode m);
+skpo_status skpo_mismatch_cfg_check(const skpo_mismatch_cfg *c, skpo_err *err);
+
+// Sums over tokens of the mismatch between rollout and pi_old (whatever the
+// mode, also off): k3 = rho - 1 - log rho (the K3 estimate of KL(rollout || pi_old)
+// from rollout samples), |old - rollout| (sum and max), tokens whose weight was
+// truncated (tis) or masked.
+typedef struct skpo_mismatch_stats {
+    double tokens;
+    double k3;
+    double abs_dlogp, max_abs_dlogp;
+    double truncated, masked;
+} skpo_mismatch_stats;
+
+// w[0..n) for one sequence; adds to st (nullable). Returns the kept (w > 0)
+// token count, or -1 with SKPO_ENUMERIC in err when a log-prob is not finite.
+int skpo_mismatch_weights(const skpo_mismatch_cfg *c, const float *rollout, const float *old, int n, float *w,
+                          skpo_mismatch_stats *st, skpo_err *err);
+void skpo_mismatch_stats_add(skpo_mismatch_stats *acc, const skpo_mismatch_stats *s);
 
 #endif

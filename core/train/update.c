@@ -18,6 +18,15 @@ void skpo_update_opts_default(skpo_update_opts *o) {
     for (int p = 0; p < SKPO_NPHASE; p++) o->phase_weight[p] = NAN;
     o->temperature = 1.0;
     o->step = 1;
+    o->old_logp = SKPO_OLD_RECOMPUTE;
+    skpo_mismatch_cfg_default(&o->mismatch, SKPO_MISMATCH_TIS);
+}
+
+int skpo_old_logp_parse(const char *s) {
+    static const char *names[] = {"recompute", "rollout", "field"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
 }
 
 // One trained record.
@@ -28,8 +37,12 @@ typedef struct sample {
     int prompt;               // prompt index in order of first appearance
     int32_t *ids;             // (n) prompt ++ tokens, owned
     int n, start;             // scored tokens are ids[start..n)
-    const float *behav;       // (n - start) record logp; NULL when absent
-    float *old;               // (n - start) recomputed, owned; NULL = use behav
+    const float *rollout;     // (n - start) record `logp` (the sampler's); NULL when absent
+    const float *old_rec;     // (n - start) record `old_logp`; NULL when absent
+    float *old;               // (n - start) recomputed pi_old, owned; NULL until recomputed
+    float *isw;               // (n - start) mismatch weights, owned; NULL = all 1
+    int nkeep;                // tokens not masked by the mismatch correction
+    skpo_mismatch_stats ms;   // rollout vs pi_old of this record
     const float *ref;         // (n - start) or NULL
     double adv, weight;
 } sample;
@@ -41,6 +54,7 @@ struct skpo_batch {
     int **mb;                 // (nmb) this rank's sample indices of mini-batch k
     int *mbn;                 // (nmb) their count
     int *mbprompts;           // (nmb) prompts in mini-batch k (all ranks)
+    int prepared;             // skpo_update_prepare ran
 };
 
 // --- records -> samples -----------------------------------------------------------
@@ -84,6 +98,24 @@ static skpo_status bad(skpo_err *err, const sample *s, const char *fmt, const ch
     return skpo_err_set(err, SKPO_EFORMAT, "record '%s': %s%s", s->uid, fmt, what);
 }
 
+// The rollout and pi_old inputs a record must carry for o->old_logp and the
+// mismatch correction.
+static skpo_status sample_logps(const skpo_rec *r, const skpo_update_opts *o, size_t nt, sample *s, skpo_err *err) {
+    size_t nl = 0, no = 0;
+    s->rollout = skpo_rec_f32s(r, F_LOGP, &nl);
+    s->old_rec = skpo_rec_f32s(r, F_OLD_LOGP, &no);
+    int need_rollout = o->old_logp == SKPO_OLD_ROLLOUT || o->mismatch.mode != SKPO_MISMATCH_OFF;
+    if (need_rollout && !s->rollout)
+        return bad(err, s, "missing field ",
+                   o->old_logp == SKPO_OLD_ROLLOUT ? "'logp' (needed by --old-logp rollout)"
+                                                   : "'logp' (the rollout log-probs the mismatch correction needs; or --mismatch off)");
+    if (s->rollout && nl != nt) return bad(err, s, "'logp'", " length differs from 'tokens'");
+    if (o->old_logp == SKPO_OLD_FIELD && !s->old_rec)
+        return bad(err, s, "missing field ", "'old_logp' (needed by --old-logp field)");
+    if (s->old_rec && no != nt) return bad(err, s, "'old_logp'", " length differs from 'tokens'");
+    return SKPO_OK;
+}
+
 static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_update_opts *o, int phase, sample *s,
                                    skpo_err *err) {
     memset(s, 0, sizeof *s);
@@ -93,7 +125,8 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
         s->uid = s->uidbuf;
     }
     s->phase = o->sft ? SKPO_PHASE_FULL : phase;
-    size_t np = 0, nt = 0, nl = 0, nr = 0;
+    size_t np = 0, nt = 0, nr = 0;
+    skpo_status st;
     const int32_t *pr = skpo_rec_i32s(r, F_PROMPT, &np);
     const int32_t *tk = skpo_rec_i32s(r, F_TOKENS, &nt);
     if (!pr || np == 0) return bad(err, s, "missing or empty field ", "'prompt'");
@@ -104,20 +137,13 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
     s->ids = skpo_xmalloc((np + nt) * sizeof *s->ids);
     memcpy(s->ids, pr, np * sizeof *pr);
     if (nt) memcpy(s->ids + np, tk, nt * sizeof *tk);
+    s->nkeep = (int)nt;
     if (o->sft) {
         s->weight = 1;
         return SKPO_OK;
     }
-    // Old log-probs: a recomputed `old_logp` (e.g. skpo-score --field old_logp)
-    // wins over the sampler's `logp`; --recompute-old overrides both later.
-    const char *of = F_OLD_LOGP;
-    s->behav = skpo_rec_f32s(r, F_OLD_LOGP, &nl);
-    if (!s->behav) {
-        of = F_LOGP;
-        s->behav = skpo_rec_f32s(r, F_LOGP, &nl);
-    }
-    if (!o->recompute_old && !s->behav) return bad(err, s, "missing field ", "'logp' (or use --recompute-old)");
-    if (s->behav && nl != nt) return bad(err, s, of, " length differs from 'tokens'");
+    st = sample_logps(r, o, nt, s, err);
+    if (st) return st;
     if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
     if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
     s->weight = 1;
@@ -238,6 +264,7 @@ void skpo_batch_free(skpo_batch *b) {
     for (size_t i = 0; i < b->ns; i++) {
         free(b->s[i].ids);
         free(b->s[i].old);
+        free(b->s[i].isw);
     }
     for (int k = 0; b->mb && k < b->nmb; k++) free(b->mb[k]);
     free(b->mb);
@@ -250,6 +277,12 @@ void skpo_batch_free(skpo_batch *b) {
 int skpo_batch_minibatches(const skpo_batch *b) { return b->nmb; }
 int skpo_batch_prompts(const skpo_batch *b) { return b->nprompts; }
 size_t skpo_batch_records(const skpo_batch *b) { return b->ns; }
+
+double skpo_batch_tokens(const skpo_batch *b) {
+    double t = 0;
+    for (size_t i = 0; i < b->ns; i++) t += b->s[i].n - b->s[i].start;
+    return t;
+}
 
 void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) {
     SKPO_ASSERT(k >= 0 && k < b->nmb);
@@ -310,6 +343,44 @@ skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, con
     return SKPO_OK;
 }
 
+// pi_old of a record under o->old_logp.
+static const float *sample_old(const sample *s, const skpo_update_opts *o) {
+    switch (o->old_logp) {
+    case SKPO_OLD_RECOMPUTE: return s->old;
+    case SKPO_OLD_ROLLOUT: return s->rollout;
+    case SKPO_OLD_FIELD: return s->old_rec;
+    }
+    return NULL;
+}
+
+// Mismatch weights and statistics of this rank's records (rollout vs pi_old).
+static skpo_status mismatch_prepare(skpo_batch *b, const skpo_update_opts *o, skpo_err *err) {
+    for (int k = 0; k < b->nmb; k++)
+        for (int q = 0; q < b->mbn[k]; q++) {
+            sample *s = &b->s[b->mb[k][q]];
+            const float *old = sample_old(s, o);
+            int nt = s->n - s->start;
+            memset(&s->ms, 0, sizeof s->ms);
+            s->nkeep = nt;
+            if (o->old_logp == SKPO_OLD_ROLLOUT || !s->rollout || !old) continue;   // nothing to compare
+            s->isw = skpo_xrealloc(s->isw, (size_t)(nt ? nt : 1) * sizeof *s->isw);
+            s->nkeep = skpo_mismatch_weights(&o->mismatch, s->rollout, old, nt, s->isw, &s->ms, err);
+            if (s->nkeep < 0) {
+                skpo_err e = *err;
+                return skpo_err_set(err, SKPO_ENUMERIC, "record '%s': %s", s->uid, e.msg);
+            }
+        }
+    return SKPO_OK;
+}
+
+skpo_status skpo_update_prepare(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o, skpo_err *err) {
+    if (b->prepared || o->sft) return SKPO_OK;
+    skpo_status st = o->old_logp == SKPO_OLD_RECOMPUTE ? skpo_update_recompute_old(pol, b, o, err) : SKPO_OK;
+    if (!st) st = mismatch_prepare(b, o, err);
+    if (!st) b->prepared = 1;
+    return st;
+}
+
 static int grads_finite(skpo_param *p, int np) {
     int ok = 1;
     for (int i = 0; i < np && ok; i++) {
@@ -339,8 +410,9 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
         const sample *s = &b->s[idx[q]];
         int nt = s->n - s->start;
         skpo_loss_seq ls = {
-            .n = nt, .logp = lp + off, .old = s->old ? s->old : s->behav, .ref = s->ref, .entropy = ent + off,
-            .adv = s->adv, .weight = s->weight, .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], nt),
+            .n = nt, .logp = lp + off, .old = sample_old(s, o), .is_weight = s->isw, .ref = s->ref,
+            .entropy = ent + off, .adv = s->adv, .weight = s->weight,
+            .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], s->nkeep),
         };
         double before = m->phase[s->phase].loss;
         st = skpo_loss_seq_eval(lc, o->sft ? &sft : &lc->phase[s->phase], &ls, dlp + off, dent ? dent + off : NULL,
@@ -388,6 +460,22 @@ static void stats_unpack(skpo_update_metrics *m, const double *v) {
     for (int p = 0; p < SKPO_NPHASE; p++) m->tokens += m->phase[p].tokens;
 }
 
+// Sums over ranks; the maximum through one slot per rank (the transport only sums).
+static skpo_status mismatch_reduce(skpo_comm *comm, const skpo_batch *b, skpo_mismatch_stats *ms, skpo_err *err) {
+    if (b->size == 1) return SKPO_OK;
+    size_t nv = 5 + (size_t)b->size;
+    double *v = skpo_xcalloc(nv, sizeof *v);
+    v[0] = ms->tokens, v[1] = ms->k3, v[2] = ms->abs_dlogp, v[3] = ms->truncated, v[4] = ms->masked;
+    v[5 + b->rank] = ms->max_abs_dlogp;
+    skpo_status st = skpo_comm_allreduce_f64(comm, v, nv, err);
+    if (!st) {
+        *ms = (skpo_mismatch_stats){.tokens = v[0], .k3 = v[1], .abs_dlogp = v[2], .truncated = v[3], .masked = v[4]};
+        for (int r = 0; r < b->size; r++) ms->max_abs_dlogp = fmax(ms->max_abs_dlogp, v[5 + r]);
+    }
+    free(v);
+    return st;
+}
+
 skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch *b, int k, const skpo_update_opts *o,
                              skpo_update_metrics *m, skpo_err *err) {
     _Static_assert(sizeof(skpo_loss_stats) == NSTAT * sizeof(double), "skpo_loss_stats layout");
@@ -398,12 +486,14 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     int cnt = b->mbn[k], *idx = b->mb[k];
     // Normalisers first: counts of the whole mini-batch over all ranks.
     double c[2 * SKPO_NPHASE] = {0};
-    for (int q = 0; q < cnt; q++) {
+    skpo_status st = skpo_comm_agree(comm, skpo_update_prepare(pol, b, o, err), err);
+    if (st) return st;
+    for (int q = 0; q < cnt; q++) {   // kept tokens: masked ones leave the normalisers
         const sample *s = &b->s[idx[q]];
-        c[2 * s->phase] += s->n - s->start;
-        c[2 * s->phase + 1] += 1;
+        c[2 * s->phase] += s->nkeep;
+        c[2 * s->phase + 1] += s->nkeep > 0;
     }
-    skpo_status st = skpo_comm_allreduce_f64(comm, c, 2 * SKPO_NPHASE, err);
+    st = skpo_comm_allreduce_f64(comm, c, 2 * SKPO_NPHASE, err);
     if (st) return st;
     skpo_loss_count pc[SKPO_NPHASE];
     for (int p = 0; p < SKPO_NPHASE; p++) pc[p] = (skpo_loss_count){c[2 * p], c[2 * p + 1]};
@@ -413,9 +503,10 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     for (int i = 0, j; i < cnt && !st; i = j) {
         long ntok = next_micro(b, idx, cnt, i, o->micro_tokens, seqs, &j);
         st = micro(pol, b, idx, i, j, seqs, ntok, o, pc, m, &wloss, err);
-        for (int q = i; q < j; q++) m->seqs[b->s[idx[q]].phase] += 1;
+        for (int q = i; q < j; q++) m->seqs[b->s[idx[q]].phase] += b->s[idx[q]].nkeep > 0;
     }
     free(seqs);
+    for (int q = 0; q < cnt; q++) skpo_mismatch_stats_add(&m->mismatch, &b->s[idx[q]].ms);
     st = skpo_comm_agree(comm, st, err);
     if (st) return st;
     skpo_param *p;
@@ -426,18 +517,17 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     stats_pack(m, wloss, v);
     if (!st) st = skpo_comm_allreduce_f64(comm, v, sizeof v / sizeof v[0], err);
     stats_unpack(m, v);
+    if (!st) st = mismatch_reduce(comm, b, &m->mismatch, err);
     return st;
 }
 
 skpo_status skpo_update_step(const skpo_policy *pol, skpo_optim *opt, skpo_comm *comm, skpo_batch *b,
                              const skpo_update_opts *o, skpo_update_metrics *met, skpo_err *err) {
-    skpo_status st = SKPO_OK;
-    if (o->recompute_old && !o->sft) {
-        st = skpo_comm_agree(comm, skpo_update_recompute_old(pol, b, o, err), err);
-        if (st) {
-            skpo_err e = *err;
-            return skpo_err_set(err, st, "step %" PRId64 ", recomputing old log-probs: %s", o->step, e.msg);
-        }
+    skpo_status st = skpo_comm_agree(comm, skpo_update_prepare(pol, b, o, err), err);
+    if (st) {
+        skpo_err e = *err;
+        return skpo_err_set(err, st, "step %" PRId64 ", %s: %s", o->step,
+                            o->old_logp == SKPO_OLD_RECOMPUTE ? "recomputing old log-probs" : "old log-probs", e.msg);
     }
     if (pol->grads_finite && !opt->dev)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "device gradients need the optimizer on the device (skpo_optim_to_device)");
@@ -476,6 +566,16 @@ static void set_ph(skpo_rec *r, const char *what, int p, double v) {
     skpo_rec_set_float(r, key, v);
 }
 
+// Rollout vs pi_old: absent when not measured (pi_old = rollout, SFT).
+static void mismatch_metrics_rec(const skpo_mismatch_stats *ms, skpo_rec *r) {
+    if (ms->tokens <= 0) return;
+    skpo_rec_set_float(r, "mismatch_k3", ms->k3 / ms->tokens);
+    skpo_rec_set_float(r, "mismatch_dlogp_mean", ms->abs_dlogp / ms->tokens);
+    skpo_rec_set_float(r, "mismatch_dlogp_max", ms->max_abs_dlogp);
+    skpo_rec_set_float(r, "mismatch_truncated", ms->truncated / ms->tokens);
+    skpo_rec_set_float(r, "mismatch_masked", ms->masked / ms->tokens);
+}
+
 void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_rec *r) {
     skpo_rec_clear(r);
     skpo_rec_set_str(r, F_KIND, SKPO_KIND_METRICS);
@@ -504,4 +604,5 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
         set_ph(r, "kl_ref", p, s->kl_ref / n);
         set_ph(r, "entropy", p, s->entropy / n);
     }
+    mismatch_metrics_rec(&m->mismatch, r);
 }

@@ -12,8 +12,10 @@
               records with behaviour logp = model logp + noise, plus ignored kinds
   model_expected.safetensors
               one skpo-update step over those records with 2 mini-batches of 2
-              prompts (SKPO defaults: up PPO [0.8,1.2] dual 3, down CISPO
-              [0.8,1.28], token-mean per phase, weights 0.5): grad1.<p> (first
+              prompts (SKPO defaults: up PPO [0.8,1.2] without dual clip (eq. 6), down CISPO
+              [0.8,1.28], token-mean per phase, weights 0.5; pi_old recomputed
+              with the starting weights before the first update, rollout `logp`
+              vs pi_old corrected by truncated IS, cap 2): grad1.<p> (first
               mini-batch gradient), final.<p> (weights after both AdamW updates);
               metadata holds losses and grad norms (see MODEL_ARGS for the flags)
 
@@ -85,6 +87,34 @@ def k3(ref, logp):
     return torch.clamp(torch.exp(k) - k - 1, -10.0, 10.0)
 
 
+# --- rollout/train mismatch correction (core/loss.c skpo_mismatch_weights) ----------------
+# rho_t = exp(clamp(old - rollout, -20, 20)) = pi_old / pi_rollout
+#   tis:        min(rho, cap)                          (verl rollout_is = token)
+#   mask-token: rho inside [low, high], else 0         (TRL token_mask)
+#   mask-seq:   g = exp(mean log rho) for every token if inside [low, high], else 0
+#   icepop:     rho inside [low, high], else 0
+def mismatch_weights(mode, cap, low, high, rollout, old):
+    d = torch.clamp(old.double() - rollout.double(), -20.0, 20.0)
+    rho = torch.exp(d)
+    if mode == "off":
+        w = torch.ones_like(rho)
+    elif mode == "tis":
+        w = torch.clamp(rho, max=cap)
+    elif mode in ("mask-token", "icepop"):
+        w = torch.where((rho >= low) & (rho <= high), rho, torch.zeros_like(rho))
+    elif mode == "mask-seq":
+        g = torch.exp(d.mean())
+        w = (g if low <= float(g) <= high else torch.zeros(())) * torch.ones_like(rho)
+    else:
+        raise ValueError(mode)
+    w = w.float().double()   # the trainer keeps the weights in float32
+    absd = (old.double() - rollout.double()).abs()
+    stats = dict(tokens=len(rho), k3=float((rho - 1 - d).sum()), abs_dlogp=float(absd.sum()),
+                 max_abs_dlogp=float(absd.max()) if len(rho) else 0.0,
+                 truncated=float((rho > cap).sum()) if mode == "tis" else 0.0, masked=float((w == 0).sum()))
+    return w, stats
+
+
 def phase_scale(agg, norm, tokens, seqs, n):
     if n == 0 or tokens == 0:
         return 0.0
@@ -95,7 +125,8 @@ def phase_scale(agg, norm, tokens, seqs, n):
     return 1.0 / (seqs * norm)
 
 
-def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None, tau=(1.0, 1.05), noise=0.35):
+def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None, tau=(1.0, 1.05), noise=0.35,
+              mismatch=None):
     seqs = []
     for (ph, n, adv, w) in seqspec:
         old = -torch.rand(n, dtype=torch.float32) * 3 - 0.05
@@ -105,12 +136,26 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
             logp[2] = old[2] - 22.0
         ref = logp.detach() + torch.randn(n) * 0.3
         entv = torch.rand(n, dtype=torch.float32) * 2
+        rollout = (old + torch.randn(n) * 0.5).clamp(max=-1e-3)
+        if n > 5:  # one token far off in each direction
+            rollout[3] = old[3] - 1.6
+            rollout[4] = old[4] + 1.2
         seqs.append(dict(phase=ph, adv=adv, weight=w, logp=logp.float(), old=old.float(), ref=ref.float(),
-                         ent=entv.float()))
-    cnt = [[0, 0] for _ in range(3)]
+                         ent=entv.float(), rollout=rollout.float()))
+    mstats = dict(tokens=0.0, k3=0.0, abs_dlogp=0.0, max_abs_dlogp=0.0, truncated=0.0, masked=0.0)
     for s in seqs:
-        cnt[s["phase"]][0] += len(s["logp"])
-        cnt[s["phase"]][1] += 1
+        if mismatch:
+            s["isw"], st = mismatch_weights(mismatch["mode"], mismatch["cap"], mismatch["low"], mismatch["high"],
+                                            s["rollout"], s["old"])
+            for k, v in st.items():
+                mstats[k] = max(mstats[k], v) if k == "max_abs_dlogp" else mstats[k] + v
+        else:
+            s["isw"] = torch.ones(len(s["logp"]), dtype=torch.float64)
+    cnt = [[0, 0] for _ in range(3)]
+    for s in seqs:  # masked tokens (weight 0) leave the normalisers
+        kept = int((s["isw"] != 0).sum())
+        cnt[s["phase"]][0] += kept
+        cnt[s["phase"]][1] += kept > 0
     objective = torch.zeros((), dtype=torch.float64)
     ph_loss = [0.0] * 3
     stats = {k: [0.0] * 3 for k in ("clip_low", "clip_high", "clip_dual", "approx_kl", "kl_ref", "entropy")}
@@ -132,12 +177,16 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
             tl, low, high, dm, akl = sapo_token(s["lp"], old, s["adv"], tau[0], tau[1])
         else:
             tl, low, high, dm, akl = cispo_token(s["lp"], old, s["adv"], lo, hi)
+        keep = s["isw"] != 0
+        tl = tl * s["isw"]  # the mismatch weight scales the policy term of every form
         if kl:
             kv = k3(s["ref"].double(), s["lp"])
             tl = tl + kl * kv
-            stats["kl_ref"][p] += float(kv.detach().sum())
+            stats["kl_ref"][p] += float((kv.detach() * keep).sum())
         tl = tl - ent * s["en"]
-        scale = phase_scale(agg, norm, cnt[p][0], cnt[p][1], len(tl))
+        tl = torch.where(keep, tl, torch.zeros_like(tl))  # a masked token is not part of the loss
+        low, high, dm = low & keep, high & keep, dm & keep
+        scale = phase_scale(agg, norm, cnt[p][0], cnt[p][1], int(keep.sum()))
         L = scale * tl.sum()
         w = 1.0 if sft else s["weight"]
         objective = objective + w * L
@@ -145,15 +194,18 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         stats["clip_low"][p] += float(low.sum())
         stats["clip_high"][p] += float(high.sum())
         stats["clip_dual"][p] += float(dm.sum())
-        stats["approx_kl"][p] += float(akl.detach().sum()) if kind != "sft" else 0.0
-        stats["entropy"][p] += float(s["ent"].sum())
+        stats["approx_kl"][p] += float((akl.detach() * keep).sum()) if kind != "sft" else 0.0
+        stats["entropy"][p] += float((s["ent"] * keep).sum())
     objective.backward()
     out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft), sapo_tau=list(tau),
                phases=[dict(kind=k, eps_low=lo, eps_high=hi, dual=d) for (k, lo, hi, d) in phases],
                objective=float(objective.detach()), phase_loss=ph_loss, **stats, seqs=[])
+    if mismatch:
+        out["mismatch"] = dict(mismatch, **mstats)
     for s in seqs:
         out["seqs"].append(dict(phase=s["phase"], adv=s["adv"], weight=s["weight"], logp=f32list(s["logp"]),
                                 old=f32list(s["old"]), ref=f32list(s["ref"]), ent=f32list(s["ent"]),
+                                rollout=f32list(s["rollout"]), isw=[float(x) for x in s["isw"].tolist()],
                                 dlogp=[float(x) for x in s["lp"].grad.tolist()],
                                 dent=[float(x) for x in s["en"].grad.tolist()]))
     return out
@@ -189,6 +241,18 @@ def loss_fixtures():
                   "token-mean", seqspec=SPEC + FULL, tau=(0.5, 2.0)),
         loss_case("cispo_baseline_no_lower_bound", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0),
                                                     ("cispo", 0.999999, 0.28, 0.0)], "token-mean", seqspec=FULL),
+        # Rollout/train mismatch corrections, each on every loss form of SKPO (PPO up, CISPO down).
+        loss_case("mismatch_tis_cap2", SKPO, "token-mean", seqspec=SPEC,
+                  mismatch=dict(mode="tis", cap=2.0, low=0.0, high=0.0)),
+        loss_case("mismatch_mask_token_trl_cap3", SKPO, "token-mean", seqspec=SPEC,
+                  mismatch=dict(mode="mask-token", cap=2.0, low=0.0, high=3.0)),
+        loss_case("mismatch_mask_seq_geometric", SKPO, "seq-mean-token-mean", seqspec=SPEC,
+                  mismatch=dict(mode="mask-seq", cap=2.0, low=0.8, high=1.25)),
+        loss_case("mismatch_icepop_kl_entropy", SKPO, "token-mean", kl=0.1, ent=0.01, seqspec=SPEC,
+                  mismatch=dict(mode="icepop", cap=2.0, low=0.5, high=5.0)),
+        loss_case("mismatch_off_metrics_only_full", [("ppo", 0.2, 0.2, 0.0), ("cispo", 0.2, 0.28, 0.0),
+                                                     ("ppo", 0.2, 0.28, 0.0)], "seq-mean-token-sum-norm", norm=16.0,
+                  seqspec=FULL, mismatch=dict(mode="off", cap=2.0, low=0.0, high=0.0)),
     ]
     return dict(cases=cases)
 
@@ -345,8 +409,11 @@ def model_fixture():
     names = [n for n, _ in model.named_parameters()]
     opt = torch.optim.AdamW(params, lr=A["lr"] * min(1.0, A["step"] / A["warmup_steps"]), betas=(0.9, 0.999),
                             eps=A["adam_eps"], weight_decay=A["weight_decay"], foreach=False)
-    phases = {"up": ("ppo", 0.2, 0.2, 3.0), "down": ("cispo", 0.2, 0.28, 0.0)}
+    phases = {"up": ("ppo", 0.2, 0.2, 0.0), "down": ("cispo", 0.2, 0.28, 0.0)}  # up: eq. 6, no dual clip
     meta, out = {}, {}
+    # pi_old: the starting weights' log-probs of every record, before the first update.
+    with torch.no_grad():
+        pi_old = {s[2]: token_logp(model, s[4], s[5]).float().double() for s in seqs}
     for mb in range(2):
         group = [s for s in seqs if int(s[1][1:]) // A["minibatch"] == mb]
         cnt = {k: sum(len(s[5]) for s in group if s[0] == k) for k in phases}
@@ -354,11 +421,13 @@ def model_fixture():
         total = torch.zeros(())
         for (kind, pid, uid, gid, prompt, toks, adv) in group:
             lp = token_logp(model, prompt, toks).double()
-            old = torch.tensor(list(__import__("struct").unpack("<%df" % len(toks), byname[uid]["logp"])),
-                               dtype=torch.float64)
+            rollout = torch.tensor(list(__import__("struct").unpack("<%df" % len(toks), byname[uid]["logp"])),
+                                   dtype=torch.float32)
+            old = pi_old[uid]
+            isw, _ = mismatch_weights("tis", 2.0, 0.0, 0.0, rollout, old.float())
             k, lo, hi, dual = phases[kind]
             tl = ppo_token(lp, old, adv, lo, hi, dual)[0] if k == "ppo" else cispo_token(lp, old, adv, lo, hi)[0]
-            total = total + 0.5 * tl.sum() / cnt[kind]
+            total = total + 0.5 * (tl * isw).sum() / cnt[kind]
         total.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, A["max_grad_norm"], foreach=False)
         meta["loss%d" % (mb + 1)] = repr(float(total))

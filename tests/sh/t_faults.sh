@@ -298,6 +298,11 @@ inf_logits() {
   skpo-score --model "$TMP/nl" "$R" >/dev/null 2>"$TMP/err"; one_line skpo-score $? && grep -q "non-finite log-prob" "$TMP/err" || return 1
   skpo-update --model "$TMP/u1" --out "$TMP/u2" $A "$R" 2>/dev/null && cp -r "$TMP/u2" "$TMP/nl.keep" || return 1
   skpo-update --model "$TMP/nl" --out "$TMP/u2" $A "$R" 2>"$TMP/err"; one_line skpo-update $? &&
+  # pi_old is recomputed before the first update: the overflow is found there.
+  grep -Eq "step 1, recomputing old log-probs: .*(non-finite log-prob|old log-prob of token [0-9]+ is (nan|inf|-inf))" "$TMP/err" &&
+    same "$TMP/nl.keep" "$TMP/u2" && no_temp "$TMP/u2" || { cat "$TMP/err"; return 1; }
+  # With the rollout as pi_old the first mini-batch's training forward finds it.
+  skpo-update --model "$TMP/nl" --out "$TMP/u2" --old-logp rollout $A "$R" 2>"$TMP/err"; one_line skpo-update $? &&
   grep -q "step 1, mini-batch 1 of 2: non-finite log-prob" "$TMP/err" && same "$TMP/nl.keep" "$TMP/u2" && no_temp "$TMP/u2"
 }
 t "non-finite logits stop score and update naming the step, the old checkpoint stays" inf_logits

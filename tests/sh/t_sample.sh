@@ -55,6 +55,21 @@ same_bytes() {
 }
 t "sample with the same seed writes the same records" same_bytes
 
+# Held-out evals inside a run: --seed-step 0 keeps the draw when --step changes.
+seed_step() {
+  for s in 3 5; do
+    skpo-sample --model "$M" --prompts "$P" --n 2 --max-tokens 6 --seed 4 --step $s --seed-step 0 >"$TMP/e$s.zst" || return 1
+    skpo-sample --model "$M" --prompts "$P" --n 2 --max-tokens 6 --seed 4 --step $s >"$TMP/h$s.zst" || return 1
+  done
+  tok() { skpo-cat --where kind=full "$1" | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/'; }
+  [ "$(tok "$TMP/e3.zst")" = "$(tok "$TMP/e5.zst")" ] || { echo "--seed-step 0 draws differ"; return 1; }
+  [ "$(tok "$TMP/h3.zst")" != "$(tok "$TMP/h5.zst")" ] || { echo "without it the step does not change the draw"; return 1; }
+  skpo-cat --where kind=full "$TMP/e5.zst" | head -1 | grep -q '"step":5'
+}
+if command -v skpo-cat >/dev/null; then
+  t "--seed-step 0 gives the same draw at every --step (records still name the step)" seed_step
+fi
+
 pass_through() {
   skpo-sample --model "$M" --prompts "$P" --n 1 --max-tokens 3 >"$TMP/full.zst" || return 1
   skpo-splice --model "$M" --group 2 <"$TMP/full.zst" >"$TMP/pt.zst" || return 1

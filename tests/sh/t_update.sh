@@ -73,8 +73,35 @@ t "--resume without optimizer state fails" expect_exit 1 skpo-update --model "$M
 t "non-finite record stops the step, names it, keeps the old output" sh -c "
   cp -r '$TMP/ck1' '$TMP/keep' &&
   { skpo-update --model '$M' --out '$TMP/ck1' --metrics '$TMP/m-nan.zst' $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-nan'; [ \$? = 1 ]; } &&
-  grep -q \"skpo-update: step 1, mini-batch 2 of 2: record 'q3-d1': old log-prob of token 2 is nan\" '$TMP/err-nan' &&
+  grep -q \"skpo-update: step 1, recomputing old log-probs: record 'q3-d1': rollout log-prob of token 2 is nan\" '$TMP/err-nan' &&
   diff -r '$TMP/keep' '$TMP/ck1' && [ ! -e '$TMP/m-nan.zst' ] && [ -z \"\$(ls -d '$TMP'/ck1.tmp.* 2>/dev/null)\" ]"
+t "with --old-logp rollout the NaN reaches the loss of mini-batch 2 and is named there" sh -c "
+  { skpo-update --model '$M' --out '$TMP/ck1' --old-logp rollout $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-nan2'; [ \$? = 1 ]; } &&
+  grep -q \"skpo-update: step 1, mini-batch 2 of 2: record 'q3-d1': old log-prob of token 2 is nan\" '$TMP/err-nan2' &&
+  diff -r '$TMP/keep' '$TMP/ck1'"
+
+t "every mini-batch's metrics record carries the rollout vs pi_old mismatch" sh -c "
+  for k in mismatch_k3 mismatch_dlogp_mean mismatch_dlogp_max mismatch_truncated mismatch_masked; do
+    [ \$(zstd -dc '$TMP/m.zst' | grep -ao \$k | wc -l) = 4 ] || { echo no \$k; exit 1; }; done &&
+  grep -q 'mismatch k3 ' '$TMP/err1'"
+t "--old-logp rollout writes no mismatch metrics and trains differently" sh -c "
+  skpo-update --model '$M' --out '$TMP/ro' --old-logp rollout --metrics '$TMP/m-ro.zst' $A '$R' 2>/dev/null &&
+  [ \$(zstd -dc '$TMP/m-ro.zst' | grep -ao mismatch_k3 | wc -l) = 0 ] && ! '$CHK' --same '$TMP/ro' '$TMP/ck1' 1e-6 2>/dev/null"
+# The fixture's rollout log-probs are pi_old + N(0, 0.3): no ratio reaches tis's cap 2
+# (tis weighs every token by its ratio), so mask-token and icepop need tighter bands to differ.
+t "each --mismatch mode changes the step (off, mask-token at 1.2, mask-seq, icepop from 0.9 vs tis)" sh -c "
+  for m in off 'mask-token --mismatch-high 1.2' mask-seq 'icepop --mismatch-low 0.9'; do
+    skpo-update --model '$M' --out '$TMP/mm' --mismatch \$m $A '$R' 2>/dev/null || exit 1
+    ! '$CHK' --same '$TMP/mm' '$TMP/ck1' 1e-7 2>/dev/null || { echo \$m same as tis; exit 1; }; done"
+t "a stream with no trainable records fails (a step that trains nothing is not a step)" sh -c "
+  printf '' | zstd -q -c > '$TMP/empty.zst' &&
+  { skpo-update --model '$M' --out '$TMP/em' $A '$TMP/empty.zst' 2>'$TMP/err-em'; [ \$? = 1 ]; } &&
+  grep -q 'skpo-update: no trainable records (kinds up, down, full with tokens) in $TMP/empty.zst' '$TMP/err-em' &&
+  [ ! -e '$TMP/em' ] &&
+  skpo-update --model '$M' --out '$TMP/em' --allow-empty $A '$TMP/empty.zst' 2>/dev/null && [ -f '$TMP/em/config.json' ]"
+t "--old-logp foo is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --old-logp foo
+t "--mismatch-cap without tis is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --mismatch off --mismatch-cap 3
+t "an empty mismatch band is a usage error" expect_exit 2 skpo-update --model "$M" --out "$TMP/x" --mismatch icepop --mismatch-low 2 --mismatch-high 1
 
 t "missing ref_logp with --kl-coef names the record" sh -c "
   { skpo-update --model '$M' --out '$TMP/kl' $A --kl-coef 0.1 '$R' 2>'$TMP/err-kl'; [ \$? = 1 ]; } &&
@@ -107,10 +134,11 @@ t "sft warm start runs on the same records" sh -c "
   grep -q 'full ' '$TMP/err-sft'"
 
 if [ -x "$TOP/bin/skpo-score" ]; then
-  t "skpo-score --field old_logp piped in equals --recompute-old (1e-6)" sh -c "
-    skpo-score --model '$M' --field old_logp '$R' | skpo-update --model '$M' --out '$TMP/sc' $A 2>/dev/null &&
+  t "skpo-score --field old_logp with --old-logp field equals the recomputed pi_old (1e-6)" sh -c "
+    skpo-score --model '$M' --field old_logp '$R' | skpo-update --model '$M' --out '$TMP/sc' --old-logp field $A 2>/dev/null &&
     skpo-update --model '$M' --out '$TMP/rc' --recompute-old $A '$R' 2>/dev/null &&
-    '$CHK' --same '$TMP/sc' '$TMP/rc' 1e-6 && ! '$CHK' --same '$TMP/sc' '$TMP/ck1' 1e-4 2>/dev/null"
+    '$CHK' --same '$TMP/sc' '$TMP/rc' 1e-6 && '$CHK' --same '$TMP/rc' '$TMP/ck1' 0 &&
+    ! '$CHK' --same '$TMP/sc' '$TMP/ro' 1e-4 2>/dev/null"
 else
   skip "skpo-score into skpo-update" "bin/skpo-score not built"
 fi
@@ -130,7 +158,7 @@ if have_mpirun && [ -x "$BUILD/tests/test_update_dp" ]; then
   t "under mpirun a NaN record on rank 1 stops all ranks and writes nothing" sh -c "
     ASAN_OPTIONS='${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0' mpirun -np 2 --oversubscribe \
       $(command -v skpo-update) --model '$M' --out '$TMP/dpn' $A '$M/records_nan.msgpack.zst' 2>'$TMP/err-dpn';
-    [ \$? != 0 ] && [ \$(grep -c \"skpo-update: step 1, mini-batch 2 of 2: record 'q3-d1'\" '$TMP/err-dpn') = 1 ] &&
+    [ \$? != 0 ] && [ \$(grep -c \"skpo-update: step 1, recomputing old log-probs: record 'q3-d1'\" '$TMP/err-dpn') = 1 ] &&
     [ ! -e '$TMP/dpn' ]"
 else
   skip "data-parallel runs" "no mpirun or no $BUILD/tests/test_update_dp"

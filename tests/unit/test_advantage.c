@@ -124,9 +124,11 @@ static void skpo_step_groups_records_in_any_order(void) {
     CHECK_NEAR(fget(by_uid(recs, n, "d1-7"), F_ADV), -1.5 / sd, 1e-9);
     CHECK(skpo_rec_is_kind(&recs[8], "note") && skpo_rec_get(&recs[8], F_ADV) == NULL); // passed through
     for (size_t i = 0; i < n; i++) CHECK(keep[i]);
-    // tracker: first visits overwrite V; L from the mean downstream length
+    // tracker: first visits overwrite V; L_q from the mean full response length,
+    // segment + downstream continuation (6 + 10, 4 + 20)
     CHECK(skpo_tracker_value(t, "p1") == 0.5 && skpo_tracker_value(t, "p2") == -0.25);
-    CHECK(skpo_tracker_len(t, "p1") == 10 && skpo_tracker_len(t, "p2") == 20);
+    CHECK_MSG(skpo_tracker_len(t, "p1") == 16 && skpo_tracker_len(t, "p2") == 24, "L %g %g", skpo_tracker_len(t, "p1"),
+              skpo_tracker_len(t, "p2"));
     skpo_tracker_seg seg;
     CHECK(skpo_tracker_last_seg(t, "p1", &seg) && seg.ntokens == 6 && seg.nprompt == 3);
     CHECK(fget(&m, "accuracy") == 9.0 / 16.0);

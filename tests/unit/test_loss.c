@@ -45,12 +45,44 @@ static void check_case(json_t *c) {
     skpo_err e = {0};
     CHECK(skpo_loss_cfg_check(&cfg, &e) == SKPO_OK);
     json_t *seqs = json_object_get(c, "seqs");
+    // Mismatch weights (cases with "mismatch"): computed by the C code from
+    // rollout and old, compared with PyTorch's, then used by the loss.
+    json_t *mm = json_object_get(c, "mismatch");
+    skpo_mismatch_cfg mc;
+    skpo_mismatch_cfg_default(&mc, SKPO_MISMATCH_OFF);
+    if (mm) {
+        mc.mode = skpo_mismatch_parse(json_string_value(json_object_get(mm, "mode")));
+        mc.cap = num(mm, "cap"), mc.low = num(mm, "low"), mc.high = num(mm, "high");
+        CHECK(skpo_mismatch_cfg_check(&mc, &e) == SKPO_OK);
+    }
+    size_t ns = json_array_size(seqs);
+    float **isw = calloc(ns + 1, sizeof *isw);
+    int *kept = calloc(ns + 1, sizeof *kept);
+    skpo_mismatch_stats ms = {0};
     skpo_loss_count cnt[SKPO_NPHASE] = {{0, 0}};
-    for (size_t i = 0; i < json_array_size(seqs); i++) {
+    for (size_t i = 0; i < ns; i++) {
         json_t *s = json_array_get(seqs, i);
-        int p = (int)json_integer_value(json_object_get(s, "phase"));
-        cnt[p].tokens += (double)json_array_size(json_object_get(s, "logp"));
-        cnt[p].seqs += 1;
+        int p = (int)json_integer_value(json_object_get(s, "phase")), n;
+        kept[i] = (int)json_array_size(json_object_get(s, "logp"));
+        if (mm) {
+            float *ro = farr(json_object_get(s, "rollout"), &n), *old = farr(json_object_get(s, "old"), &n);
+            float *want = farr(json_object_get(s, "isw"), &n);
+            isw[i] = calloc((size_t)n + 1, sizeof **isw);
+            kept[i] = skpo_mismatch_weights(&mc, ro, old, n, isw[i], &ms, &e);
+            for (int t = 0; t < n; t++)
+                CHECK_MSG(fabs(isw[i][t] - want[t]) <= 1e-6 * fabs(want[t]), "%s seq %zu token %d: weight %.9g want %.9g",
+                          name, i, t, isw[i][t], want[t]);
+            free(ro), free(old), free(want);
+        }
+        cnt[p].tokens += kept[i];
+        cnt[p].seqs += kept[i] > 0;
+    }
+    if (mm) {
+        static const char *mk[] = {"tokens", "k3", "abs_dlogp", "max_abs_dlogp", "truncated", "masked"};
+        double got[] = {ms.tokens, ms.k3, ms.abs_dlogp, ms.max_abs_dlogp, ms.truncated, ms.masked};
+        for (int k = 0; k < 6; k++)
+            CHECK_MSG(fabs(got[k] - num(mm, mk[k])) <= 1e-5 * (1 + fabs(num(mm, mk[k]))), "%s mismatch %s: %.9g want %.9g",
+                      name, mk[k], got[k], num(mm, mk[k]));
     }
     skpo_loss_stats st[SKPO_NPHASE] = {{0}};
     double objective = 0;
@@ -62,8 +94,9 @@ static void check_case(json_t *c) {
         float *ref = farr(json_object_get(s, "ref"), &n), *ent = farr(json_object_get(s, "ent"), &n);
         float *want = farr(json_object_get(s, "dlogp"), &n), *wantd = farr(json_object_get(s, "dent"), &n);
         float *g = calloc((size_t)n + 1, sizeof *g), *gd = calloc((size_t)n + 1, sizeof *gd);
-        skpo_loss_seq ls = {n, lp, old, ref, ent, num(s, "adv"), skpo_loss_agg_scale(&cfg, p, &cnt[p], n),
-                            sft ? 1.0 : num(s, "weight")};
+        skpo_loss_seq ls = {.n = n, .logp = lp, .old = old, .ref = ref, .entropy = ent, .adv = num(s, "adv"),
+                            .scale = skpo_loss_agg_scale(&cfg, p, &cnt[p], kept[i]), .weight = sft ? 1.0 : num(s, "weight"),
+                            .is_weight = isw[i]};
         double before = st[p].loss;
         CHECK(skpo_loss_seq_eval(&cfg, sft ? &sftl : &cfg.phase[p], &ls, g, gd, &st[p], &e) == SKPO_OK);
         objective += ls.weight * (st[p].loss - before);
@@ -73,8 +106,9 @@ static void check_case(json_t *c) {
             CHECK_MSG(fabs(gd[t] - wantd[t]) <= 1e-7, "%s seq %zu token %d: dent %.9g want %.9g", name, i, t, gd[t],
                       wantd[t]);
         }
-        free(lp), free(old), free(ref), free(ent), free(want), free(wantd), free(g), free(gd);
+        free(lp), free(old), free(ref), free(ent), free(want), free(wantd), free(g), free(gd), free(isw[i]);
     }
+    free(isw), free(kept);
     CHECK_MSG(fabs(objective - num(c, "objective")) <= 1e-6 * (1 + fabs(num(c, "objective"))),
               "%s: objective %.9g want %.9g", name, objective, num(c, "objective"));
     static const char *keys[] = {"phase_loss", "clip_low", "clip_high", "clip_dual", "approx_kl", "kl_ref", "entropy"};
@@ -115,7 +149,7 @@ static void ppo_clips_low_for_negative_and_high_for_positive_advantage(void) {
     float old[3] = {-1, -1, -1}, lp[3] = {(float)(-1 + log(0.5)), -1, (float)(-1 + log(1.5))}, g[3];
     skpo_loss_stats st = {0};
     skpo_err e = {0};
-    skpo_loss_seq pos = {3, lp, old, NULL, NULL, 1.0, 1.0, 1.0};
+    skpo_loss_seq pos = {.n = 3, .logp = lp, .old = old, .adv = 1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &pos, g, NULL, &st, &e) == SKPO_OK);
     // A > 0: r = 1.5 > 1.28 is clipped (no gradient); r = 0.5 keeps -A r.
     CHECK_NEAR(g[0], -0.5, 1e-6);
@@ -123,7 +157,7 @@ static void ppo_clips_low_for_negative_and_high_for_positive_advantage(void) {
     CHECK(g[2] == 0);
     CHECK(st.clip_high == 1 && st.clip_low == 0);
     skpo_loss_stats st2 = {0};
-    skpo_loss_seq neg = {3, lp, old, NULL, NULL, -1.0, 1.0, 1.0};
+    skpo_loss_seq neg = {.n = 3, .logp = lp, .old = old, .adv = -1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &neg, g, NULL, &st2, &e) == SKPO_OK);
     CHECK(g[0] == 0);                 // r = 0.5 < 0.8 with A < 0: clipped
     CHECK_NEAR(g[2], 1.5, 1e-6);      // r = 1.5 with A < 0: not clipped
@@ -137,7 +171,7 @@ static void dual_clip_caps_negative_advantage_loss(void) {
     float old[1] = {-2}, lp[1] = {(float)(-2 + log(5.0))}, g[1];
     skpo_loss_stats st = {0};
     skpo_err e = {0};
-    skpo_loss_seq s = {1, lp, old, NULL, NULL, -2.0, 1.0, 1.0};
+    skpo_loss_seq s = {.n = 1, .logp = lp, .old = old, .adv = -2.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &s, g, NULL, &st, &e) == SKPO_OK);
     CHECK_NEAR(st.loss, 6.0, 1e-9);   // min(2 * 5, 2 * 3)
     CHECK(g[0] == 0 && st.clip_dual == 1);
@@ -149,7 +183,7 @@ static void cispo_keeps_capped_gradient_for_clipped_tokens(void) {
     float old[1] = {-1}, lp[1] = {(float)(-1 + log(2.0))}, g[1];
     skpo_loss_stats st = {0};
     skpo_err e = {0};
-    skpo_loss_seq s = {1, lp, old, NULL, NULL, 1.0, 0.5, 1.0};
+    skpo_loss_seq s = {.n = 1, .logp = lp, .old = old, .adv = 1.0, .scale = 0.5, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &c.phase[SKPO_PHASE_DOWN], &s, g, NULL, &st, &e) == SKPO_OK);
     CHECK_NEAR(g[0], -1.28 * 0.5, 1e-6);
     CHECK(st.clip_high == 1);
@@ -168,7 +202,7 @@ static void gspo_uses_one_length_normalised_ratio_for_the_whole_sequence(void) {
     skpo_err e = {0};
     skpo_phase_loss wide = {SKPO_LOSS_GSPO, 0.2, 0.2, 3.0};
     skpo_loss_stats st = {0};
-    skpo_loss_seq q = {2, lp, old, NULL, NULL, 2.0, 0.5, 1.0};
+    skpo_loss_seq q = {.n = 2, .logp = lp, .old = old, .adv = 2.0, .scale = 0.5, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &wide, &q, g, NULL, &st, &e) == SKPO_OK);
     CHECK_NEAR(g[0], -2.0 * s * 0.5, 1e-6);
     CHECK_NEAR(g[1], g[0], 1e-9);          // not the token ratios exp(0.02), exp(0.04)
@@ -180,7 +214,7 @@ static void gspo_uses_one_length_normalised_ratio_for_the_whole_sequence(void) {
     CHECK(st2.clip_high == 2 && st2.clip_low == 0);
     CHECK_NEAR(st2.loss, 0.5 * 2 * (-2.0 * 1.0004), 1e-6);
     skpo_loss_stats st3 = {0};
-    skpo_loss_seq neg = {2, lp, old, NULL, NULL, -1.0, 1.0, 1.0};
+    skpo_loss_seq neg = {.n = 2, .logp = lp, .old = old, .adv = -1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &paper, &neg, g, NULL, &st3, &e) == SKPO_OK);
     CHECK_NEAR(g[0], s, 1e-6);
     CHECK(st3.clip_high == 0);
@@ -204,13 +238,13 @@ static void sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign(void) {
     float old[2] = {-1, -1}, lp[2] = {-1, (float)(-1 + log(2.0))}, g[2];
     skpo_err e = {0};
     skpo_loss_stats st = {0};
-    skpo_loss_seq pos = {2, lp, old, NULL, NULL, 1.0, 1.0, 1.0};
+    skpo_loss_seq pos = {.n = 2, .logp = lp, .old = old, .adv = 1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &pos, g, NULL, &st, &e) == SKPO_OK);
     CHECK_NEAR(g[0], -1.0, 1e-6);
     CHECK_NEAR(g[1], -1.572895, 1e-5);
     CHECK_NEAR(st.loss, -4 * 0.5 - 4 * 0.7310586, 1e-5);
     skpo_loss_stats st2 = {0};
-    skpo_loss_seq neg = {2, lp, old, NULL, NULL, -1.0, 1.0, 1.0};
+    skpo_loss_seq neg = {.n = 2, .logp = lp, .old = old, .adv = -1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &neg, g, NULL, &st2, &e) == SKPO_OK);
     CHECK_NEAR(g[0], 1.0, 1e-6);
     CHECK_NEAR(g[1], 1.536219, 1e-5);
@@ -218,7 +252,7 @@ static void sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign(void) {
     // far off-policy (r = e^3): the gate shuts the gradient smoothly, no hard edge
     float far[1] = {(float)(-1 + 3.0)}, gf[1];
     skpo_loss_stats st3 = {0};
-    skpo_loss_seq f = {1, far, old, NULL, NULL, 1.0, 1.0, 1.0};
+    skpo_loss_seq f = {.n = 1, .logp = far, .old = old, .adv = 1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &pl, &f, gf, NULL, &st3, &e) == SKPO_OK);
     CHECK(gf[0] < 0 && gf[0] > -0.1);
     CHECK(st3.clip_high == 1);
@@ -234,10 +268,25 @@ static void nonfinite_logprob_is_reported_with_token_index(void) {
     float old[3] = {-1, -1, -1}, lp[3] = {-1, NAN, -1}, g[3];
     skpo_loss_stats st = {0};
     skpo_err e = {0};
-    skpo_loss_seq s = {3, lp, old, NULL, NULL, 1.0, 1.0, 1.0};
+    skpo_loss_seq s = {.n = 3, .logp = lp, .old = old, .adv = 1.0, .scale = 1.0, .weight = 1.0};
     CHECK(skpo_loss_seq_eval(&c, &c.phase[0], &s, g, NULL, &st, &e) == SKPO_ENUMERIC);
     CHECK(strstr(e.msg, "token 1") != NULL);
     CHECK(st.tokens == 0 && st.loss == 0);
+}
+
+static void upstream_default_is_eq6_without_dual_clip(void) {
+    // eq. 6: -min(r A, clip(r) A); A = -2, r = 5: loss 10 (a dual clip 3 would cap it at 6).
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    CHECK(c.phase[SKPO_PHASE_UP].dual_clip == 0 && c.phase[SKPO_PHASE_FULL].dual_clip == 3);
+    float old[1] = {-2}, lp[1] = {(float)(-2 + log(5.0))}, g[1];
+    skpo_loss_stats st = {0};
+    skpo_err e = {0};
+    skpo_loss_seq s = {.n = 1, .logp = lp, .old = old, .adv = -2.0, .scale = 1.0, .weight = 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &c.phase[SKPO_PHASE_UP], &s, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(st.loss, 10.0, 1e-6);
+    CHECK_NEAR(g[0], 10.0, 1e-5);   // -A r: not clipped for A < 0 above the range
+    CHECK(st.clip_dual == 0);
 }
 
 static void config_rejects_bad_clip_and_dual_values(void) {
@@ -257,7 +306,128 @@ static void config_rejects_bad_clip_and_dual_values(void) {
     CHECK(skpo_phase_of_kind("down") == SKPO_PHASE_DOWN && skpo_phase_of_kind("prompt") == -1);
 }
 
+// Hand-computed mismatch weights: rollout -1 everywhere, old = rollout + d with
+// d = ln 3, ln 1.5, 0, ln 0.4 (rho = 3, 1.5, 1, 0.4).
+static const float mm_ro[4] = {-1, -1, -1, -1};
+static float mm_old[4];
+static void mm_inputs(void) {
+    const double rho[4] = {3, 1.5, 1, 0.4};
+    for (int t = 0; t < 4; t++) mm_old[t] = (float)(-1 + log(rho[t]));
+}
+
+static void truncated_is_caps_each_token_weight_at_c(void) {
+    mm_inputs();
+    skpo_mismatch_cfg c;
+    skpo_mismatch_cfg_default(&c, SKPO_MISMATCH_TIS);
+    CHECK(c.cap == 2.0);
+    float w[4];
+    skpo_mismatch_stats st = {0};
+    skpo_err e = {0};
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, &st, &e) == 4);
+    CHECK_NEAR(w[0], 2.0, 1e-6);   // min(3, 2)
+    CHECK_NEAR(w[1], 1.5, 1e-6);
+    CHECK_NEAR(w[2], 1.0, 1e-6);
+    CHECK_NEAR(w[3], 0.4, 1e-6);
+    CHECK(st.tokens == 4 && st.truncated == 1 && st.masked == 0);
+    // k3 = rho - 1 - ln rho summed; |d| mean and max.
+    double k3 = (3 - 1 - log(3)) + (1.5 - 1 - log(1.5)) + 0 + (0.4 - 1 - log(0.4));
+    CHECK_NEAR(st.k3, k3, 1e-6);
+    CHECK_NEAR(st.abs_dlogp, log(3) + log(1.5) + fabs(log(0.4)), 1e-6);
+    CHECK_NEAR(st.max_abs_dlogp, log(3), 1e-6);
+}
+
+static void masked_is_drops_tokens_outside_the_band_and_keeps_rho_inside(void) {
+    mm_inputs();
+    skpo_mismatch_cfg c;
+    skpo_mismatch_cfg_default(&c, SKPO_MISMATCH_MASK_TOKEN);
+    c.high = 2.0;   // TRL's cap 3 keeps all four; a flag moves it
+    float w[4];
+    skpo_mismatch_stats st = {0};
+    skpo_err e = {0};
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, &st, &e) == 3);
+    CHECK(w[0] == 0);
+    CHECK_NEAR(w[1], 1.5, 1e-6);
+    CHECK_NEAR(w[3], 0.4, 1e-6);   // no floor by default
+    CHECK(st.masked == 1 && st.truncated == 0);
+    c.low = 0.5;   // a floor drops rho 0.4 too
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, NULL, &e) == 2 && w[3] == 0);
+}
+
+static void icepop_masks_both_sides_of_its_band(void) {
+    mm_inputs();
+    skpo_mismatch_cfg c;
+    skpo_mismatch_cfg_default(&c, SKPO_MISMATCH_ICEPOP);
+    CHECK(c.low == 0.5 && c.high == 5.0);
+    float w[4];
+    skpo_err e = {0};
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, NULL, &e) == 3);
+    CHECK_NEAR(w[0], 3.0, 1e-6);   // inside [0.5, 5]: weighted by rho
+    CHECK(w[3] == 0);              // 0.4 < 0.5: masked
+}
+
+static void sequence_mask_uses_the_geometric_mean_ratio_for_every_token(void) {
+    mm_inputs();
+    skpo_mismatch_cfg c;
+    skpo_mismatch_cfg_default(&c, SKPO_MISMATCH_MASK_SEQ);
+    CHECK_NEAR(c.high, 1.001, 1e-12);
+    CHECK_NEAR(c.low, 1 / 1.001, 1e-12);
+    double g = pow(3 * 1.5 * 1 * 0.4, 0.25);   // 1.8^(1/4) = 1.158
+    float w[4];
+    skpo_mismatch_stats st = {0};
+    skpo_err e = {0};
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, &st, &e) == 0);   // 1.158 > 1.001: all masked
+    CHECK(st.masked == 4);
+    c.low = 0.8, c.high = 1.2;
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, NULL, &e) == 4);
+    for (int t = 0; t < 4; t++) CHECK_NEAR(w[t], g, 1e-6);
+    // The product (TRL's sequence ratio) would be 1.8 and grow with length; the
+    // geometric mean of the same tokens repeated 4 times is unchanged.
+    float ro16[16], old16[16], w16[16];
+    for (int t = 0; t < 16; t++) ro16[t] = mm_ro[t % 4], old16[t] = mm_old[t % 4];
+    CHECK(skpo_mismatch_weights(&c, ro16, old16, 16, w16, NULL, &e) == 16);
+    CHECK_NEAR(w16[5], g, 1e-6);
+}
+
+static void off_gives_unit_weights_but_still_measures(void) {
+    mm_inputs();
+    skpo_mismatch_cfg c;
+    skpo_mismatch_cfg_default(&c, SKPO_MISMATCH_OFF);
+    float w[4];
+    skpo_mismatch_stats st = {0};
+    skpo_err e = {0};
+    CHECK(skpo_mismatch_weights(&c, mm_ro, mm_old, 4, w, &st, &e) == 4);
+    for (int t = 0; t < 4; t++) CHECK(w[t] == 1);
+    CHECK(st.tokens == 4 && st.max_abs_dlogp > 1.09 && st.masked == 0);
+    float bad[4] = {-1, NAN, -1, -1};
+    CHECK(skpo_mismatch_weights(&c, bad, mm_old, 4, w, &st, &e) == -1 && strstr(e.msg, "rollout log-prob of token 1"));
+    CHECK(skpo_mismatch_parse("icepop") == SKPO_MISMATCH_ICEPOP && skpo_mismatch_parse("tis2") == -1);
+    c.mode = SKPO_MISMATCH_MASK_TOKEN, c.low = 2, c.high = 1;
+    CHECK(skpo_mismatch_cfg_check(&c, &e) == SKPO_ERANGE);
+}
+
+static void weights_scale_the_policy_term_and_zero_masks_the_token(void) {
+    // PPO, A = 1, ratio 1 (logp = old): dloss/dlogp = -1 per token, token-mean of 2.
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    float lp2[3] = {-1, -2, -3}, w[3] = {0.5f, 0, 2.0f}, g[3];
+    skpo_loss_stats st = {0};
+    skpo_err e = {0};
+    skpo_loss_seq s = {.n = 3, .logp = lp2, .old = lp2, .adv = 1.0, .scale = 0.5, .weight = 1.0, .is_weight = w};
+    CHECK(skpo_loss_seq_eval(&c, &c.phase[0], &s, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -0.25, 1e-7);   // 0.5 (scale) * 0.5 (weight) * -1
+    CHECK(g[1] == 0);
+    CHECK_NEAR(g[2], -1.0, 1e-7);
+    CHECK(st.tokens == 2);           // the masked token is not counted
+    CHECK_NEAR(st.loss, 0.5 * (-0.5 - 2.0), 1e-9);
+}
+
 int main(void) {
+    RUN(truncated_is_caps_each_token_weight_at_c);
+    RUN(masked_is_drops_tokens_outside_the_band_and_keeps_rho_inside);
+    RUN(icepop_masks_both_sides_of_its_band);
+    RUN(sequence_mask_uses_the_geometric_mean_ratio_for_every_token);
+    RUN(off_gives_unit_weights_but_still_measures);
+    RUN(weights_scale_the_policy_term_and_zero_masks_the_token);
     RUN(losses_and_gradients_match_pytorch);
     RUN(ppo_clips_low_for_negative_and_high_for_positive_advantage);
     RUN(dual_clip_caps_negative_advantage_loss);
@@ -265,6 +435,7 @@ int main(void) {
     RUN(gspo_uses_one_length_normalised_ratio_for_the_whole_sequence);
     RUN(sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign);
     RUN(nonfinite_logprob_is_reported_with_token_index);
+    RUN(upstream_default_is_eq6_without_dual_clip);
     RUN(config_rejects_bad_clip_and_dual_values);
     return TEST_SUMMARY();
 }

@@ -92,6 +92,21 @@ static void large_checkpoints_are_sharded_with_an_index(void) {
     CHECK(skpo_st_read_f32(st, "model.b.bias", rb, 1, (int64_t[]){7}, &err) == SKPO_OK);
     CHECK(!memcmp(b, rb, sizeof b));
     skpo_st_close(st);
+    // An index naming a shard that does not hold the tensor (it is in the other one) is refused.
+    const char *idx = "{\"weight_map\": {\"NAME_A\": \"model-00001-of-00002.safetensors\", "
+                      "\"model.b.bias\": \"model-00001-of-00002.safetensors\"}}";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", idx);
+    char *at = strstr(buf, "NAME_A");
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", at + 6);
+    snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", t[0].name, rest);
+    p = skpo_path_join(d, "model.safetensors.index.json");
+    CHECK(skpo_write_file_atomic(p, buf, strlen(buf), &err) == SKPO_OK);
+    free(p);
+    st = NULL;
+    CHECK(skpo_st_open_dir(d, &st, &err) == SKPO_EFORMAT && st == NULL);
+    CHECK_MSG(strstr(err.msg, "'model.b.bias' is not in its shard 'model-00001-of-00002.safetensors'"), "%s", err.msg);
     rm_dir(d);
 }
 
@@ -134,6 +149,8 @@ static void bad_headers_are_rejected(void) {
         "{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}",                           // no offsets
         "[1]",
         "{not json",
+        // overlapping data ranges: y's bytes alias x's second half
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
     };
     char path[] = "/tmp/skpo_st_bad_XXXXXX";
     int fd = mkstemp(path);
@@ -144,6 +161,21 @@ static void bad_headers_are_rejected(void) {
         skpo_err err = {0};
         skpo_status s = skpo_st_open_file(path, &st, &err);
         CHECK_MSG(s != SKPO_OK && st == NULL && strstr(err.msg, path), "case %zu: %s", i, err.msg);
+    }
+    // The overlap is named.
+    write_raw(path, cases[sizeof cases / sizeof cases[0] - 1]);
+    {
+        skpo_st *o = NULL;
+        skpo_err oe = {0};
+        CHECK(skpo_st_open_file(path, &o, &oe) == SKPO_EFORMAT && strstr(oe.msg, "overlapping data ranges"));
+    }
+    // Adjacent (touching) ranges are fine.
+    write_raw(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}");
+    {
+        skpo_st *o = NULL;
+        skpo_err oe = {0};
+        CHECK_MSG(skpo_st_open_file(path, &o, &oe) == SKPO_OK, "%s", oe.msg);
+        skpo_st_close(o);
     }
     write_raw(path, "{\"__metadata__\":{\"format\":\"pt\"},\"x\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}");
     skpo_st *st = NULL;

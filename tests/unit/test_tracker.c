@@ -34,6 +34,15 @@ static void unseen_prompt_reads_init_values(void) {
     skpo_tracker_free(t);
 }
 
+static void priority_weight_is_clamped_outside_the_reward_range(void) {
+    // DAPO's overlong shaping puts V outside [-1, 1]: p is clamped, never NaN.
+    CHECK(skpo_prio_weight(1.7, 0.05) == 0.05);
+    CHECK(skpo_prio_weight(-2.5, 0.05) == 0.05);
+    CHECK(skpo_prio_weight(NAN, 0.05) == 0.05);
+    CHECK_NEAR(skpo_prio_weight(0.0, 0.05), 0.55, 1e-15);
+    CHECK_NEAR(skpo_prio_weight(0.5, 0.1), sqrt(0.75 * 0.25) + 0.1, 1e-15);
+}
+
 static void two_visit_trace_matches_spec(void) {
     skpo_err err = {{0}};
     skpo_tracker *t = skpo_tracker_new(NULL);
@@ -203,6 +212,7 @@ static void prio_weight_clamps_values_outside_the_reward_range(void) {
 }
 
 int main(void) {
+    RUN(priority_weight_is_clamped_outside_the_reward_range);
     RUN(unseen_prompt_reads_init_values);
     RUN(two_visit_trace_matches_spec);
     RUN(length_tracker_first_observation_overwrites_then_averages);

@@ -56,6 +56,95 @@ static void micro_batches_accumulate_to_the_whole_minibatch_gradient(void) {
     bg_records_free(r, n);
 }
 
+// Every loss form (per phase, ppo/cispo, also on `full` records), aggregation,
+// mismatch correction and pi_old source: the mini-batch loss and gradient do not
+// depend on how its records are cut into micro-batches.
+static void every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_split(void) {
+    bigram m, ref;
+    bg_init(&m, 31);
+    bg_init(&ref, 32);   // rollout log-probs from another policy: ratios far from 1, clipping and masking happen
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 6, 3, 0.3, 33, &n);
+    const long micro[] = {1, 5, 7, 13, 1 << 20};
+    int combos = 0, masked_seen = 0, clipped_seen = 0;
+    for (int full = 0; full < 2; full++) {
+        if (full)
+            for (size_t i = 0; i < n; i++) skpo_rec_set_str(&r[i], F_KIND, SKPO_KIND_FULL);
+        for (int form = 0; form < 4; form++)
+            for (int agg = 0; agg < 3; agg++)
+                for (int mm = 0; mm < 5; mm++)
+                    for (int src = 0; src < 2; src++) {
+                        skpo_update_opts o;
+                        bg_combo_opts(&o, form, agg, mm);
+                        o.minibatch = 4;
+                        o.old_logp = src ? SKPO_OLD_ROLLOUT : SKPO_OLD_RECOMPUTE;
+                        float g0[BG_V * BG_V], b0[BG_V], g[BG_V * BG_V], gb[BG_V];
+                        skpo_update_metrics m0, m1;
+                        double l0 = 0;
+                        for (int k = 0; k < 5; k++) {
+                            o.micro_tokens = micro[k];
+                            skpo_comm *c = local_comm();
+                            skpo_policy pol = bg_policy(&m);
+                            skpo_batch *b = NULL;
+                            skpo_err e = {0};
+                            SKPO_ASSERT(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+                            CHECK_MSG(skpo_update_grad(&pol, c, b, 0, &o, k ? &m1 : &m0, &e) == SKPO_OK, "%s", e.msg);
+                            skpo_batch_free(b);
+                            skpo_comm_free(c);
+                            if (k == 0) {
+                                memcpy(g0, m.gW, sizeof g0), memcpy(b0, m.gb, sizeof b0);
+                                l0 = m0.loss;
+                                continue;
+                            }
+                            memcpy(g, m.gW, sizeof g), memcpy(gb, m.gb, sizeof gb);
+                            double dw = bg_rel_diff(g0, g, BG_V * BG_V), db = bg_rel_diff(b0, gb, BG_V);
+                            CHECK_MSG(dw <= 1e-6 && db <= 1e-6 && fabs(m1.loss - l0) <= 1e-6 * (fabs(l0) + 1e-12),
+                                      "full %d form %d agg %d mismatch %d src %d micro %ld: grad %g bias %g loss %.9g vs %.9g",
+                                      full, form, agg, mm, src, micro[k], dw, db, m1.loss, l0);
+                            CHECK(m1.mismatch.masked == m0.mismatch.masked && m1.tokens == m0.tokens);
+                        }
+                        masked_seen += m0.mismatch.masked > 0;
+                        for (int p = 0; p < SKPO_NPHASE; p++) clipped_seen += m0.phase[p].clip_high + m0.phase[p].clip_low > 0;
+                        combos++;
+                    }
+    }
+    CHECK(combos == 2 * 4 * 3 * 5 * 2);
+    CHECK(masked_seen > 0 && clipped_seen > 0);   // the cases do exercise masking and clipping
+    bg_records_free(r, n);
+}
+
+static void masked_tokens_leave_the_token_mean_normaliser(void) {
+    bigram m, ref;
+    bg_init(&m, 41);
+    bg_init(&ref, 42);
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 4, 3, 0.3, 43, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_RECOMPUTE;
+    skpo_mismatch_cfg_default(&o.mismatch, SKPO_MISMATCH_MASK_TOKEN);
+    o.mismatch.high = 1.1;
+    skpo_comm *c = local_comm();
+    skpo_policy pol = bg_policy(&m);
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    skpo_update_metrics met;
+    CHECK(skpo_update_grad(&pol, c, b, 0, &o, &met, &e) == SKPO_OK);
+    double all = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t nt;
+        skpo_rec_i32s(&r[i], F_TOKENS, &nt);
+        all += (double)nt;
+    }
+    CHECK(met.mismatch.tokens == all && met.mismatch.masked > 0);
+    CHECK_NEAR(met.tokens, all - met.mismatch.masked, 1e-9);   // trained tokens = kept tokens
+    CHECK(met.mismatch.max_abs_dlogp > 0 && met.mismatch.k3 > 0);
+    skpo_batch_free(b);
+    skpo_comm_free(c);
+    bg_records_free(r, n);
+}
+
 static void gradient_matches_finite_differences_of_the_objective(void) {
     bigram m;
     bg_init(&m, 2);
@@ -67,6 +156,7 @@ static void gradient_matches_finite_differences_of_the_objective(void) {
     // CISPO's stop-gradient weight makes its gradient differ from the derivative
     // of its loss value on purpose, so the down phase uses PPO here.
     o.loss.phase[SKPO_PHASE_DOWN] = (skpo_phase_loss){SKPO_LOSS_PPO, 0.2, 0.28, 3.0};
+    o.old_logp = SKPO_OLD_ROLLOUT;   // pi_old fixed: a recomputed one would move with the perturbed weights
     o.loss.kl_coef = 0.05;
     o.loss.entropy_coef = 0.02;
     for (size_t i = 0; i < n; i++) {   // ref_logp for the KL term: the behaviour logp shifted
@@ -201,6 +291,7 @@ static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
     skpo_rec_set_f32s(&r[4], F_LOGP, lp, nl);
     skpo_update_opts o;
     skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_ROLLOUT;   // the NaN reaches the loss (under recompute it stops the prepare pass: below)
     o.minibatch = 1;
     o.step = 7;
     skpo_batch *b = NULL;
@@ -215,6 +306,14 @@ static void nonfinite_logprob_stops_naming_step_minibatch_and_record(void) {
     CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "mini-batch 2 of 4") && strstr(e.msg, "'p1-d1'"), "%s", e.msg);
     CHECK(opt->t == 1);   // the first mini-batch was applied, the bad one was not
     bg_release(&m);       // the failed micro-batch's saved forward state
+    skpo_batch_free(b);
+    // Recomputed pi_old (the default): the NaN rollout log-prob is found by the
+    // mismatch pass before any update.
+    o.old_logp = SKPO_OLD_RECOMPUTE;
+    CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK);
+    CHECK(skpo_update_step(&pol, opt, c, b, &o, NULL, &e) == SKPO_ENUMERIC);
+    CHECK_MSG(strstr(e.msg, "step 7") && strstr(e.msg, "'p1-d1'") && strstr(e.msg, "rollout log-prob"), "%s", e.msg);
+    CHECK(opt->t == 1);
     skpo_optim_free(opt);
     skpo_comm_free(c);
     skpo_batch_free(b);
@@ -228,7 +327,7 @@ static void recompute_old_puts_the_first_minibatch_on_policy(void) {
     skpo_rec *r = bg_records(&m, 4, 2, 0.9, 9, &n);   // behaviour logp far off
     skpo_update_opts o;
     skpo_update_opts_default(&o);
-    o.recompute_old = 1;
+    o.old_logp = SKPO_OLD_RECOMPUTE;   // the default, said here on purpose
     o.minibatch = 2;
     skpo_batch *b = NULL;
     skpo_err e = {0};
@@ -290,15 +389,18 @@ static void zero_weight_records_still_count_in_the_token_mean(void) {
     bg_records_free(r, n);
 }
 
-static void old_logp_field_takes_precedence_over_behaviour_logp(void) {
+static void old_logp_field_is_the_ratio_denominator_with_old_logp_field(void) {
     bigram m;
     bg_init(&m, 14);
     size_t n;
     skpo_rec *r = bg_records(&m, 3, 2, 0.3, 15, &n);
     skpo_update_opts o;
     skpo_update_opts_default(&o);
+    o.old_logp = SKPO_OLD_ROLLOUT;
     float a[BG_V * BG_V], b[BG_V * BG_V];
     double la = grad_of(&m, r, n, &o, a, NULL);
+    o.old_logp = SKPO_OLD_FIELD;
+    o.mismatch.mode = SKPO_MISMATCH_OFF;   // the junk rollout below must not matter
     for (size_t i = 0; i < n; i++) {   // move logp to old_logp, put garbage in logp
         size_t nl;
         const float *lp = skpo_rec_f32s(&r[i], F_LOGP, &nl);
@@ -457,13 +559,15 @@ static void sft_lowers_the_negative_log_likelihood(void) {
 
 int main(void) {
     RUN(micro_batches_accumulate_to_the_whole_minibatch_gradient);
+    RUN(every_loss_form_and_aggregation_is_invariant_to_the_micro_batch_split);
+    RUN(masked_tokens_leave_the_token_mean_normaliser);
     RUN(gradient_matches_finite_differences_of_the_objective);
     RUN(each_minibatch_holds_whole_prompts);
     RUN(resumed_run_is_bit_identical_to_uninterrupted_run);
     RUN(nonfinite_logprob_stops_naming_step_minibatch_and_record);
     RUN(recompute_old_puts_the_first_minibatch_on_policy);
     RUN(zero_weight_records_still_count_in_the_token_mean);
-    RUN(old_logp_field_takes_precedence_over_behaviour_logp);
+    RUN(old_logp_field_is_the_ratio_denominator_with_old_logp_field);
     RUN(epochs_repeat_the_minibatches_and_phase_weights_override_records);
     RUN(data_parallel_plan_covers_every_record_once_and_balances_tokens);
     RUN(records_missing_fields_are_named);

@@ -34,7 +34,7 @@ static void data_parallel_step_equals_single_process_step(void) {
     skpo_update_opts_default(&o);
     o.minibatch = 3;        // 3 mini-batches; the last one has 1 prompt, so a rank has none
     o.micro_tokens = 12;
-    o.recompute_old = 1;
+    o.old_logp = SKPO_OLD_RECOMPUTE;
     skpo_err e = {0};
     skpo_update_metrics ma[3], mb[3];
     CHECK_MSG(step_with(self, &a, r, n, &o, ma, &e) == SKPO_OK, "%s", e.msg);
@@ -53,6 +53,57 @@ static void data_parallel_step_equals_single_process_step(void) {
     memcpy(w0, b.W, sizeof w0);
     SKPO_ASSERT(skpo_comm_bcast(world, w0, sizeof w0, 0, &e) == SKPO_OK);
     CHECK(memcmp(w0, b.W, sizeof w0) == 0);
+    bg_records_free(r, n);
+}
+
+// Gradient of mini-batch k over comm c into gW/gb; returns the loss.
+static double grad_over(skpo_comm *c, bigram *m, skpo_rec *r, size_t n, const skpo_update_opts *o, int k, float *gW,
+                        float *gb, skpo_update_metrics *met) {
+    skpo_batch *b = NULL;
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_batch_new(r, n, o, c->rank, c->size, &b, &e) == SKPO_OK);
+    skpo_policy pol = bg_policy(m);
+    CHECK_MSG(skpo_update_grad(&pol, c, b, k, o, met, &e) == SKPO_OK, "%s", e.msg);
+    memcpy(gW, m->gW, sizeof m->gW);
+    memcpy(gb, m->gb, sizeof m->gb);
+    skpo_batch_free(b);
+    return met->loss;
+}
+
+// 2 ranks vs 1 process: the same mini-batch loss and gradient (1e-6 relative)
+// for every loss form, aggregation and mismatch correction, up/down and full records.
+static void every_loss_form_and_aggregation_gives_the_same_gradient_on_two_ranks(void) {
+    bigram ref, m;
+    bg_init(&ref, 51);
+    bg_init(&m, 52);
+    size_t n;
+    skpo_rec *r = bg_records(&ref, 7, 3, 0.3, 53, &n);
+    int combos = 0;
+    for (int full = 0; full < 2; full++) {
+        if (full)
+            for (size_t i = 0; i < n; i++) skpo_rec_set_str(&r[i], F_KIND, SKPO_KIND_FULL);
+        for (int form = 0; form < 4; form++)
+            for (int agg = 0; agg < 3; agg++)
+                for (int mm = 0; mm < 5; mm++) {
+                    skpo_update_opts o;
+                    bg_combo_opts(&o, form, agg, mm);
+                    o.minibatch = 5;   // mini-batch 1 has 2 prompts: one per rank
+                    o.micro_tokens = 9;
+                    for (int k = 0; k < 2; k++) {
+                        float a[BG_V * BG_V], ab[BG_V], b[BG_V * BG_V], bb[BG_V];
+                        skpo_update_metrics ma, mb;
+                        double la = grad_over(self, &m, r, n, &o, k, a, ab, &ma);
+                        double lb = grad_over(world, &m, r, n, &o, k, b, bb, &mb);
+                        double dw = bg_rel_diff(a, b, BG_V * BG_V), db = bg_rel_diff(ab, bb, BG_V);
+                        CHECK_MSG(dw <= 1e-6 && db <= 1e-6 && fabs(la - lb) <= 1e-6 * (fabs(la) + 1e-12),
+                                  "full %d form %d agg %d mismatch %d mb %d: grad %g bias %g loss %.9g vs %.9g", full, form,
+                                  agg, mm, k, dw, db, la, lb);
+                        CHECK(ma.mismatch.masked == mb.mismatch.masked && ma.mismatch.max_abs_dlogp == mb.mismatch.max_abs_dlogp);
+                    }
+                    combos++;
+                }
+    }
+    CHECK(combos == 2 * 4 * 3 * 5);
     bg_records_free(r, n);
 }
 
@@ -99,6 +150,7 @@ int main(void) {
         printf("SKIP data_parallel: not started by mpirun (tests/sh/t_update.sh runs it with -np 2)\n");
     } else {
         RUN(data_parallel_step_equals_single_process_step);
+        RUN(every_loss_form_and_aggregation_gives_the_same_gradient_on_two_ranks);
         RUN(a_bad_record_on_one_rank_stops_every_rank_with_its_name);
     }
     int rc = TEST_SUMMARY();

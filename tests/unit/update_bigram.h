@@ -157,6 +157,31 @@ static skpo_rec *bg_records(bigram *m, int nprompts, int ndown, double noise, un
     return r;
 }
 
+// Options of one invariance-test combination: loss forms (bit 0: up and full
+// cispo, bit 1: down cispo; else ppo), aggregation agg for every phase, and
+// mismatch mode mm with bands tight enough to mask some of bg_records' tokens.
+static void bg_combo_opts(skpo_update_opts *o, int form, int agg, int mm) {
+    skpo_update_opts_default(o);
+    skpo_mismatch_cfg_default(&o->mismatch, (skpo_mismatch_mode)mm);
+    if (mm == SKPO_MISMATCH_MASK_TOKEN) o->mismatch.high = 1.2;
+    if (mm == SKPO_MISMATCH_MASK_SEQ) o->mismatch.low = 0.8, o->mismatch.high = 1.25;
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        o->loss.agg[p] = (skpo_loss_agg)agg;
+        o->loss.phase[p].kind = (form >> (p == SKPO_PHASE_DOWN)) & 1 ? SKPO_LOSS_CISPO : SKPO_LOSS_PPO;
+    }
+    o->loss.agg_norm = 16;
+}
+
+// Largest |a - b| over the largest |a| (the 1e-6 relative criterion).
+static double bg_rel_diff(const float *a, const float *b, int n) {
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs(a[i]));
+    }
+    return scale > 0 ? worst / scale : (worst > 0 ? INFINITY : 0);
+}
+
 static void bg_records_free(skpo_rec *r, size_t n) {
     for (size_t i = 0; i < n; i++) skpo_rec_free(&r[i]);
     free(r);

@@ -16,6 +16,7 @@
 #include "verify/evalstats.h"
 #include "record/record.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,9 @@ static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, s
     bool c;
     double rew;
     if (!pid) skpo_die("full record '%s' has no pid (%s)", uid, where);
+    // A NaN reward would count as wrong (NaN > 0 is false) and pass unnoticed.
+    if (skpo_rec_get(r, F_REWARD) && skpo_rec_float(r, F_REWARD, &rew) && !isfinite(rew))
+        skpo_die("full record '%s': reward is %g, not a finite number (%s)", uid, rew, where);
     if (!skpo_rec_bool(r, F_CORRECT, &c)) {
         if (!skpo_rec_float(r, F_REWARD, &rew))
             skpo_die("full record '%s' has neither 'correct' nor 'reward' (%s; run skpo-reward first)", uid, where);

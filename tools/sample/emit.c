@@ -106,7 +106,7 @@ static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *
     for (size_t i = 0; i < job->n; i++) {
         const sample_item *it = &job->items[i];
         for (int k = 0; k < G; k++)
-            seeds[k] = skpo_rollout_seed((uint64_t)c->seed, job->step, c->segment ? "up" : "full", it->pid, (uint64_t)k);
+            seeds[k] = skpo_rollout_seed((uint64_t)c->seed, job->seed_step, c->segment ? "up" : "full", it->pid, (uint64_t)k);
         skpo_gen_req q = {.prompt = it->prompt, .n_prompt = it->n_prompt, .n = G, .seeds = seeds,
                           .max_new = c->segment && !c->self ? it->t_q : self_max(c, it),
                           .user = (void *)it};

@@ -23,6 +23,7 @@ void sample_cfg_default(sample_cfg *c) {
     c->lq_init = -1;
     c->prio_eps = -1;
     c->step = -1;
+    c->seed_step = -1;
     c->shard_n = 1;
     c->cut_s = "adaptive";
     c->select_s = "median";
@@ -83,7 +84,7 @@ static void draw(const sample_cfg *c, const skpo_tracker *t, sample_job *job, sa
     }
     size_t *pick = skpo_xmalloc((size_t)c->per_step * sizeof *pick);
     skpo_rng r;
-    skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "draw", "", 0));
+    skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->seed_step, "draw", "", 0));
     skpo_err err = {0};
     if (skpo_prio_draw(w, nall, (size_t)c->per_step, &r, pick, &err) != SKPO_OK) skpo_die("%s", err.msg);
     job->drawn = (size_t)c->per_step;
@@ -109,6 +110,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
         t = skpo_tracker_new(NULL); // every prompt unseen: equal weights, L_q = 1024
     }
     job->step = c->step >= 0 ? c->step : c->state ? skpo_tracker_step(t) : 0;
+    job->seed_step = c->seed_step >= 0 ? c->seed_step : job->step;
     if (c->per_step > 0) {
         draw(c, t, job, all, nall);
         free(all);
@@ -124,7 +126,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     for (size_t i = 0; i < job->n; i++) job->items[i].draw = (long)(lo + i);
     for (size_t i = 0; c->segment && i < job->n; i++) {
         skpo_rng r;
-        skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->step, "cut", job->items[i].pid, 0));
+        skpo_rng_seed(&r, skpo_rollout_seed((uint64_t)c->seed, job->seed_step, "cut", job->items[i].pid, 0));
         const char *pid = job->items[i].pid;
         double L = c->lq_init >= 0 && !skpo_tracker_seen(t, pid) ? c->lq_init : skpo_tracker_len(t, pid);
         if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);

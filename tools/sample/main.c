@@ -58,6 +58,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_STR("cut", 0, &c.cut_s, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"),
         SKPO_OPT_STR("select", 0, &c.select_s, "median|extreme", "--segment: median NLL, or min (odd steps) / max (even)"),
         SKPO_OPT_FLAG("self", 0, &c.self, "--segment: finish the candidates; write the kept one whole (kind=self)"),
+        SKPO_OPT_LONG("seed-step", 0, &c.seed_step, 0, 1e12, "N", "step the seeds hash (default: --step); a fixed value repeats the same draw at every step (held-out evals)"),
         {0},
     };
     skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, NULL);

@@ -12,6 +12,7 @@ typedef struct sample_cfg {
     skpo_rollout_opts ro;
     const char *prompts, *state, *shard, *policy;
     long n, group, per_step, seed, step;
+    long seed_step;            // --seed-step: the step the seeds hash (-1: --step)
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
     const char *cut_s, *select_s;  // --cut adaptive|fixed, --select median|extreme (the paper's ablations)
@@ -43,6 +44,7 @@ typedef struct sample_job {
     sample_item *items;      // this shard's work, in output order
     size_t n;
     int64_t step;
+    int64_t seed_step;       // the step hashed into every seed (draw, cut, sequences)
     size_t drawn;            // prompts drawn before sharding
 } sample_job;
 

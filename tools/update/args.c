@@ -11,7 +11,7 @@
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
-    "       [--recompute-old] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
+    "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
     "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N]";
 
@@ -39,6 +39,9 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     skpo_adamw_cfg_default(&a->a);
     skpo_loss_cfg *L = &a->u.loss;
     const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
+    const char *old_logp = NULL, *mismatch = "tis";
+    int recompute_old = 0;
+    double mm_cap = NAN, mm_low = NAN, mm_high = NAN;
     const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
     const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
     a->threads = 0;
@@ -58,7 +61,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_LONG("step", 0, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"),
         SKPO_OPT_INT("minibatch", 0, &a->u.minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"),
         SKPO_OPT_LONG("micro-tokens", 0, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"),
-        SKPO_OPT_FLAG("recompute-old", 0, &a->u.recompute_old, "old log-probs from the current weights, not `logp`"),
+        SKPO_OPT_FLAG("recompute-old", 0, &recompute_old, "same as --old-logp recompute"),
         SKPO_OPT_DOUBLE("temperature", 0, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"),
         SKPO_OPT_STR("loss", 0, &loss, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"),
         SKPO_OPT_DOUBLE("clip-low", 0, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"),
@@ -67,7 +70,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_STR("up-loss", 0, &pl[0], "ppo|cispo", "upstream loss form (ppo)"),
         SKPO_OPT_DOUBLE("up-clip-low", 0, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"),
         SKPO_OPT_DOUBLE("up-clip-high", 0, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"),
-        SKPO_OPT_DOUBLE("up-dual-clip", 0, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off (3)"),
+        SKPO_OPT_DOUBLE("up-dual-clip", 0, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off = eq. 6 exactly (0)"),
         SKPO_OPT_STR("down-loss", 0, &pl[1], "ppo|cispo", "downstream loss form (cispo)"),
         SKPO_OPT_DOUBLE("down-clip-low", 0, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"),
         SKPO_OPT_DOUBLE("down-clip-high", 0, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"),
@@ -111,6 +114,12 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_LONG("lora-seed", 0, &a->lora_seed, 0, 1e18, "N", "seed of a new adapter's A (0)"),
         SKPO_OPT_STR("adapter", 0, &a->adapter, "DIR", "continue training this PEFT adapter on the base --model"),
         SKPO_OPT_FLAG("merge-adapter", 0, &a->merge_adapter, "write --model's adapter merged into its base to --out; no training"),
+        SKPO_OPT_STR("old-logp", 0, &old_logp, "SRC", "pi_old: recompute (one scoring pass), rollout (`logp`) or field (`old_logp`)"),
+        SKPO_OPT_STR("mismatch", 0, &mismatch, "MODE", "rollout vs pi_old correction: off|tis|mask-token|mask-seq|icepop (tis)"),
+        SKPO_OPT_DOUBLE("mismatch-cap", 0, &mm_cap, 1e-9, 1e6, "C", "tis: token weight min(ratio, C) (2)"),
+        SKPO_OPT_DOUBLE("mismatch-low", 0, &mm_low, 0, 1e6, "R", "mask modes: lowest kept ratio (mask-token 0, mask-seq 1/1.001, icepop 0.5)"),
+        SKPO_OPT_DOUBLE("mismatch-high", 0, &mm_high, 1e-9, 1e6, "R", "mask modes: highest kept ratio (mask-token 3, mask-seq 1.001, icepop 5)"),
+        SKPO_OPT_FLAG("allow-empty", 0, &a->allow_empty, "no trainable records: write the weights unchanged (else exit 1)"),
         // Other spellings callers use (pipelines/common.sh on main).
         SKPO_OPT_ALIAS("warmup", "warmup-steps"),
         SKPO_OPT_ALIAS("eps", "adam-eps"),
@@ -140,8 +149,24 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     }
     if (!strcmp(loss, "sft")) a->u.sft = 1;
     else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
-    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || a->u.recompute_old))
-        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef or --recompute-old");
+    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || recompute_old || old_logp))
+        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef, --old-logp or --recompute-old");
+    if (recompute_old && old_logp && strcmp(old_logp, "recompute"))
+        skpo_cli_usage_error(SYNOPSIS, "--recompute-old contradicts --old-logp %s", old_logp);
+    if (old_logp) {
+        int src = skpo_old_logp_parse(old_logp);
+        if (src < 0) skpo_cli_usage_error(SYNOPSIS, "--old-logp: '%s' is not recompute, rollout or field", old_logp);
+        a->u.old_logp = src;
+    }
+    int mm = skpo_mismatch_parse(mismatch);
+    if (mm < 0) skpo_cli_usage_error(SYNOPSIS, "--mismatch: '%s' is not off, tis, mask-token, mask-seq or icepop", mismatch);
+    skpo_mismatch_cfg_default(&a->u.mismatch, mm);
+    if (!isnan(mm_cap) && mm != SKPO_MISMATCH_TIS) skpo_cli_usage_error(SYNOPSIS, "--mismatch-cap needs --mismatch tis");
+    if ((!isnan(mm_low) || !isnan(mm_high)) && mm < SKPO_MISMATCH_MASK_TOKEN)
+        skpo_cli_usage_error(SYNOPSIS, "--mismatch-low/--mismatch-high need --mismatch mask-token, mask-seq or icepop");
+    if (!isnan(mm_cap)) a->u.mismatch.cap = mm_cap;
+    if (!isnan(mm_low)) a->u.mismatch.low = mm_low;
+    if (!isnan(mm_high)) a->u.mismatch.high = mm_high;
     static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
     for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
     static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
@@ -160,5 +185,6 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
         skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
     skpo_err e = {0};
-    if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e)) skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
+    if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e) || skpo_mismatch_cfg_check(&a->u.mismatch, &e))
+        skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
 }

@@ -7,6 +7,7 @@
 #include "tool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv) {
     upd_args a;
@@ -33,7 +34,16 @@ int main(int argc, char **argv) {
     skpo_batch *b = NULL;
     upd_check(c, skpo_batch_new(recs, n, &a.u, c->rank, c->size, &b, &e), &e);
     int nmb = skpo_batch_minibatches(b) * a.u.epochs;
-    if (nmb == 0 && c->rank == 0) skpo_warn("no trained records (kinds up, down, full): writing the weights unchanged");
+    // A step that trains nothing must not pass for a trained step.
+    if (skpo_batch_tokens(b) == 0 && !a.allow_empty) {
+        skpo_err ee = {0};
+        skpo_err_set(&ee, SKPO_EFORMAT, "no trainable records (kinds up, down, full with tokens) in %s: nothing to train "
+                     "(--allow-empty writes the weights unchanged)", strcmp(a.input, "-") ? a.input : "stdin");
+        upd_check(c, SKPO_EFORMAT, &ee);
+    }
+    if (skpo_batch_tokens(b) == 0 && c->rank == 0)
+        skpo_warn("no trainable records: --allow-empty: %s", nmb ? "the optimizer steps on zero gradients"
+                                                               : "writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
     skpo_policy pol = a.lora ? skpo_policy_of_lora(m, a.lora) : skpo_policy_of_model(m);
     upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &a.u, met, &e), &e);

@@ -246,6 +246,17 @@ static skpo_status write_metrics(const upd_args *a, int argc, char **argv, const
     return skpo_writer_close(w, err);
 }
 
+// ", mismatch k3 K |dlogp| mean M max X, truncated T masked F" over the first
+// epoch's mini-batches (later epochs repeat the same tokens); "" when not measured.
+static void mismatch_summary(const skpo_update_metrics *met, int nmb, char *out, size_t cap) {
+    skpo_mismatch_stats ms = {0};
+    for (int k = 0; k < nmb; k++) skpo_mismatch_stats_add(&ms, &met[k].mismatch);
+    out[0] = 0;
+    if (ms.tokens <= 0) return;
+    snprintf(out, cap, ", mismatch k3 %.3g |dlogp| mean %.3g max %.3g, truncated %.4f masked %.4f", ms.k3 / ms.tokens,
+             ms.abs_dlogp / ms.tokens, ms.max_abs_dlogp, ms.truncated / ms.tokens, ms.masked / ms.tokens);
+}
+
 void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,
                 const skpo_batch *b, double seconds) {
     skpo_err e = {0};
@@ -269,10 +280,12 @@ void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const sk
         }
     }
     double nt = tokens > 0 ? tokens : 1;
+    char mm[160];
+    mismatch_summary(met, nmb / (a->u.epochs > 0 ? (int)a->u.epochs : 1), mm, sizeof mm);
     fprintf(stderr,
             "%s: step %" PRId64 ": %d update%s over %d prompts, %zu records, %.0f tokens in %.1f s (%.0f tok/s, %d rank%s); "
-            "loss %.5g (up %.4g, down %.4g, full %.4g), grad norm max %.4g, lr %.3g, clip low %.4f high %.4f -> %s\n",
+            "loss %.5g (up %.4g, down %.4g, full %.4g), grad norm max %.4g, lr %.3g, clip low %.4f high %.4f%s -> %s\n",
             skpo_progname(), a->u.step, nmb, nmb == 1 ? "" : "s", skpo_batch_prompts(b), skpo_batch_records(b), tokens, seconds,
             seconds > 0 ? tokens / seconds : 0, c->size, c->size == 1 ? "" : "s", loss, ph[0], ph[1], ph[2], gmax,
-            nmb ? met[0].lr : skpo_optim_lr(&a->a, a->u.step), low / nt, high / nt, a->out);
+            nmb ? met[0].lr : skpo_optim_lr(&a->a, a->u.step), low / nt, high / nt, mm, a->out);
 }

@@ -17,6 +17,7 @@ typedef struct upd_args {
     long step;            // 0 = from trainer_state.json + 1
     int resume;           // require optimizer state in --model
     int fresh_optimizer;  // ignore optimizer state in --model
+    int allow_empty;      // --allow-empty: no trainable records writes the weights unchanged
     long threads;
     skpo_comm_kind comm;
     const char *device;   // --device cuda|cpu; NULL = cuda when a GPU is visible
