@@ -160,7 +160,7 @@ static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
     CHECK(fget(u1, F_REWARD) == -1 && fget(u2, F_REWARD) == 1);
     CHECK_NEAR(fget(u1, F_ADV), -1 / sqrt(2.0), 1e-7); // the order flipped against mc
     CHECK(skpo_tracker_value(t, "p1") == -1 && skpo_tracker_value(t, "p2") == 1);
-    CHECK(skpo_tracker_len(t, "p1") == 10); // L still from the downstream lengths
+    CHECK(skpo_tracker_len(t, "p1") == 16); // L unchanged: |s| + the mean downstream length, as with mc
     double sd = sqrt(6.0 / 7.0) + 1e-6;
     CHECK_NEAR(fget(by_uid(recs, n, "d1-0"), F_ADV), 0.5 / sd, 1e-9);
     CHECK(skpo_rec_get(by_uid(recs, n, "s1"), F_ADV) == NULL); // never trained
