@@ -168,7 +168,10 @@ int main(int argc, char **argv) {
     if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
     unsigned char *keep = skpo_xmalloc(n + 1);
     skpo_rec_init(&metrics);
-    if (skpo_adv_step(recs, n, &o, t, keep, &metrics, &err)) skpo_die("step %lld: %s", (long long)skpo_tracker_step(t), err.msg);
+    if (skpo_adv_step(recs, n, &o, t, keep, &metrics, &err)) {
+        free(keep);   // LeakSanitizer checks the error exits too
+        skpo_die("step %lld: %s", (long long)skpo_tracker_step(t), err.msg);
+    }
     int64_t dropped;
     if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);
