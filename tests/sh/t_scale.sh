@@ -43,9 +43,15 @@ same_rollouts() {
 S=$TMP/served
 run "$S" SERVE=1 SAVE_EVERY=2 STEPS=4 >"$S.out" 2>"$S.err"
 t "a served run (SERVE=1) commits 4 steps" sh -c '[ "$(cat "$0/last")" = 4 ] || { cat "$0.out" "$0.err"; exit 1; }' "$S"
-t "the tracker after 4 steps equals the pinned values of tests/fixtures/scale (rho from skpo-sample --rescore)" sh -c '
+# The pinned floats come from the optimised build; the sanitizer build (-O1)
+# rounds differently, so there only the bit-for-bit comparisons below apply.
+case "${SKPO_BUILD:-build}" in
+  *asan*) skip "the tracker after 4 steps equals the pinned values of tests/fixtures/scale" "pinned from the -O2 build; the -O1 sanitizer build rounds differently" ;;
+  *) t "the tracker after 4 steps equals the pinned values of tests/fixtures/scale (rho from skpo-sample --rescore)" sh -c '
   [ "$(skpo-cat "$0/state/4/$(cat "$0/state/4/CURRENT")")" = "$(cat "$1/scale/tracker_step4.jsonl")" ] &&
   [ "$(for n in 1 2 3 4; do skpo-cat --where tool=skpo-advantage --fields step,revisits,rho_mean,kl_d_mean "$0/metrics/$n.msgpack.zst"; done)" = "$(cat "$1/scale/advantage_metrics.jsonl")" ]' "$S" "$FIX"
+     ;;
+esac
 t "revisited prompts carry seg_div from the sampler and the advantage stage was given no model" sh -c '
   skpo-cat --where kind=up --fields seg_div "$0/rollouts/3.msgpack.zst" | grep -q "\"seg_div\":" &&
   ! grep -q -- "--model" "$0/logs/3.advantage.err" && ! skpo-cat --where tool=skpo-advantage "$0/rollouts/3.msgpack.zst" | grep -q -- "--model"' "$S"
@@ -65,7 +71,7 @@ O=$TMP/oneshot
 run "$O" SERVE= STEPS=4 >"$O.out" 2>"$O.err"
 t "one-shot updates (SERVE=) give the same tracker and the same weights as the server, bit for bit" sh -c '
   [ "$(cat "$1/last")" = 4 ] && cmp "$0/ckpt/4/model.safetensors" "$1/ckpt/4/model.safetensors" &&
-  [ "$(skpo-cat "$1/state/4/$(cat "$1/state/4/CURRENT")")" = "$(cat "$2/scale/tracker_step4.jsonl")" ] || { cat "$1.err"; exit 1; }' "$S" "$O" "$FIX"
+  [ "$(skpo-cat "$1/state/4/$(cat "$1/state/4/CURRENT")")" = "$(skpo-cat "$0/state/4/$(cat "$0/state/4/CURRENT")")" ] || { cat "$1.err"; exit 1; }' "$S" "$O"
 
 # Kill each stage of step 3 in turn (and the server), resume, compare with the
 # uninterrupted runs: same prompts drawn, same rollouts, tracker and weights.
