@@ -7,6 +7,7 @@
  * (m->mem, float32) always exists: it is what load fills and save writes.
  */
 #include "model/model_impl.h"
+#include "base/rng.h"
 #include "model/safetensors.h"
 
 #include <math.h>
@@ -189,15 +190,8 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
     return SKPO_OK;
 }
 
-// splitmix64: a tiny, well-mixed generator; state passed explicitly.
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+// Uniform in (0, 1) (never 0: log(u1) below) from rng.h's splitmix64 stream.
+static double uniform01(uint64_t *s) { return ((skpo_splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *o, uint64_t seed, double std,
                                    skpo_model **out, skpo_err *err) {
@@ -213,7 +207,7 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
 #pragma omp parallel for schedule(static)
         for (size_t c0 = 0; c0 < p->numel; c0 += CHUNK) {
             uint64_t rng = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull + c0;
-            splitmix64(&rng);
+            skpo_splitmix64(&rng);
             size_t c1 = c0 + CHUNK < p->numel ? c0 + CHUNK : p->numel;
             for (size_t j = c0; j < c1; j += 2) {
                 double u1 = uniform01(&rng), u2 = uniform01(&rng), r = sqrt(-2 * log(u1));

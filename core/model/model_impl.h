@@ -251,8 +251,26 @@ void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const floa
                   int *O);
 int lora_layers(const skpo_lora *lo);
 float lora_scale_f(const skpo_lora *lo);
-// Where lora_cuda.c keeps its device state (freed by lora_cuda_free with the adapter).
-void **lora_dev_slot(skpo_lora *lo);
-void lora_cuda_free(void *dev);
+// A backend's device copy of the adapter (NULL until set), and the function
+// that frees it with the adapter: lora.c never names the backend that made it.
+void *lora_dev_get(const skpo_lora *lo);
+void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev));
+
+// --- LoRA on the CUDA backend (lora_cuda.c; called by model_cuda_train.c only) --------------
+// The model on cuda keeps a device copy of the adapter: A and s B in bf16
+// (uploaded from the host tensors before every training / scoring pass),
+// float32 device gradients, N x r scratch. Pointers are device bf16
+// (skpo_bf16) activations of the pass.
+struct skpo_cuda;
+// Upload the adapter and size the scratch for N rows.
+skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo_err *err);
+// y (N, O) += s (x A^T) B^T.
+skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
+                               int N, skpo_err *err);
+// dx (N, K) += s dy B A; device dA, dB accumulate.
+skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
+                               const uint16_t *x, int N, skpo_err *err);
+// Host gradients += device gradients (which are then zeroed); after each backward.
+skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err);
 
 #endif

@@ -29,21 +29,6 @@ struct skpo_st {
 
 // --- conversions -------------------------------------------------------------------
 
-float skpo_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t skpo_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // keep NaN a (quiet) NaN
-    u += 0x7fffu + ((u >> 16) & 1);                                           // round to nearest even
-    return (uint16_t)(u >> 16);
-}
-
 float skpo_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     if (exp == 0) {

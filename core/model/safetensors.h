@@ -19,6 +19,7 @@
 #ifndef SKPO_SAFETENSORS_H
 #define SKPO_SAFETENSORS_H
 
+#include "base/bf16.h" // skpo_f32_to_bf16 / skpo_bf16_to_f32: the dtype BF16
 #include "base/common.h"
 
 #include <stdint.h>
@@ -80,8 +81,6 @@ skpo_status skpo_st_write_file(const char *path, const skpo_st_wtensor *t, int n
 
 // --- conversions ------------------------------------------------------------------
 
-float skpo_bf16_to_f32(uint16_t h);
-uint16_t skpo_f32_to_bf16(float f);
 float skpo_f16_to_f32(uint16_t h);
 const char *skpo_st_dtype_name(skpo_st_dtype d);
 

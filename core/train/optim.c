@@ -5,6 +5,7 @@
  */
 #include "train/optim.h"
 #include "train/optim_dev.h"
+#include "base/bf16.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -221,12 +222,7 @@ skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int s
 static float round_to(float x, skpo_dtype dt) {
     if (dt == SKPO_DT_F16) return (float)(_Float16)x;
     if (dt != SKPO_DT_BF16 || isnan(x)) return x;
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
+    return skpo_bf16_round(x);
 }
 
 typedef struct st_file {

@@ -2,6 +2,7 @@
 // torch.optim.AdamW + clip_grad_norm_ (tests/fixtures/update/adamw.json), the
 // state file round trip, master weights and the non-finite guard.
 #include "harness.h"
+#include "base/bf16.h"
 #include "train/optim.h"
 
 #include <jansson.h>
@@ -156,15 +157,6 @@ static void state_round_trip_continues_bit_identically(void) {
     free(dir);
 }
 
-static float bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 static void master_weights_restore_fp32_only_when_checkpoint_matches(void) {
     float w[3] = {0.123456f, -1.000123f, 7.654321f}, r[3], gr[3] = {0};
     skpo_param p = {"x", w, gr, 3, 1, {3, 0}};
@@ -175,13 +167,13 @@ static void master_weights_restore_fp32_only_when_checkpoint_matches(void) {
     char *dir = tmpdir(), *path = skpo_path_join(dir, "optim.safetensors");
     CHECK(skpo_optim_save(o, &p, 1, path, &e) == SKPO_OK);
     // What a bf16 checkpoint of w loads as:
-    for (int i = 0; i < 3; i++) r[i] = bf16(w[i]);
+    for (int i = 0; i < 3; i++) r[i] = skpo_bf16_round(w[i]);
     skpo_param q = {"x", r, gr, 3, 1, {3, 0}};
     int used = 0;
     CHECK(skpo_optim_load(o, &q, SKPO_DT_BF16, path, &used, &e) == SKPO_OK);
     CHECK(used == 1 && !memcmp(r, w, sizeof w));
     // Weights edited since the save: masters are not used.
-    for (int i = 0; i < 3; i++) r[i] = bf16(w[i]);
+    for (int i = 0; i < 3; i++) r[i] = skpo_bf16_round(w[i]);
     r[1] = 5.0f;
     float keep[3];
     memcpy(keep, r, sizeof r);

@@ -169,8 +169,6 @@ int upd_serve(upd_args *a) {
         int argc;
         char *buf;
         char **argv = read_request(dir, step, &argc, &buf);
-        char **orig = skpo_xcalloc((size_t)argc + 1, sizeof *orig);
-        memcpy(orig, argv, (size_t)argc * sizeof *orig);
         upd_args s;
         upd_parse_args(&s, argc, argv);   // a bad request is a usage error: the server exits 2
         if (upd_lora_wanted(&s) || s.merge_adapter)   // the server trains full weights only
@@ -215,7 +213,7 @@ int upd_serve(upd_args *a) {
                                       s.weights_only || by_rank ? NULL : o, &ts, skpo_optim_lr(&s.a, step), &e);
         upd_check(c, st, &e);
         if (by_rank) upd_check(c, upd_save_optim_shards(c, s.out, m, o, &e), &e);
-        upd_report(c, &s, argc, orig, met, nmb, b, skpo_now() - tl);
+        upd_report(c, &s, argc, argv, met, nmb, b, skpo_now() - tl);
         double te = skpo_now();
         if (c->rank == 0) {
             char msg[320];
@@ -230,7 +228,6 @@ int upd_serve(upd_args *a) {
         free(met);
         skpo_batch_free(b);
         skpo_recs_free(recs, n);
-        free(orig);
         free(argv);
         free(buf);
         step++;
