@@ -347,6 +347,8 @@ skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, f
 
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
+    if (m->cuda->offloaded)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward: the masters are offloaded to the host (reload them first)");
     if (!m->cuda->grad && !m->lora) // LoRA trains the adapter of a frozen base
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     return forward(m, seqs, nseq, temperature, 1, logp, entropy, err);
