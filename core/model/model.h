@@ -155,13 +155,14 @@ skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err);
 // skpo_model_sync_host for the flat elements [a, b) of the parameters only
 // (a rank that writes its slice of a checkpoint downloads just that slice).
 skpo_status skpo_model_sync_host_range(skpo_model *m, size_t a, size_t b, skpo_err *err);
-// Between updates, a trainable CUDA model's fp32 masters move to pinned host
-// memory and the masters' and gradients' device buffers are freed (12 of its
-// 18 bytes per parameter with the optimizer's moments, skpo_optim_offload);
-// the bf16 weights stay. skpo_model_reload allocates and uploads them again
-// (bit-exact); skpo_model_dev_params then gives the new buffers. While
-// offloaded, training calls fail and sync_host reads the host copy. No-ops on
-// a CPU model.
+// Between updates (verl's offload pattern): a trainable CUDA model frees its
+// fp32 masters and gradients on the device (8 of its 10 bytes per parameter;
+// the bf16 weights and the activation arena stay). The device optimizer
+// keeps the masters' values: call skpo_optim_offload first, and after
+// skpo_model_reload (fresh buffers, gradients zero, masters undefined)
+// skpo_optim_reload with the new skpo_model_dev_params, which writes them
+// back. While offloaded, training calls and sync_host fail. No-ops on a CPU
+// model.
 skpo_status skpo_model_offload(skpo_model *m, skpo_err *err);
 skpo_status skpo_model_reload(skpo_model *m, skpo_err *err);
 // Sum of squares (double) of the device gradient buffer; SKPO_EUNSUPPORTED

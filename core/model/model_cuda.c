@@ -124,10 +124,7 @@ skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t 
     SKPO_ASSERT(mc && a <= b && b <= m->numel);
     skpo_status s = skpo_cuda_sync(mc->cu, err);
     if (s || a == b) return s;
-    if (mc->offloaded) {   // the masters are in pinned host memory
-        memcpy(m->mem + a, mc->hmaster + a, (b - a) * sizeof(float));
-        return SKPO_OK;
-    }
+    if (mc->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model's masters are offloaded: reload them first");
     if (mc->master) return skpo_cuda_d2h(mc->cu, m->mem + a, mc->master + a, (b - a) * sizeof(float), err);
     return download_bf16(mc->cu, m->mem + a, mc->w + a, b - a, err);
 }
@@ -143,7 +140,6 @@ void model_cuda_close(skpo_model *m) {
     skpo_cuda_dfree(mc->w);
     skpo_cuda_dfree(mc->master);
     skpo_cuda_dfree(mc->grad);
-    skpo_cuda_host_free(mc->hmaster);
     skpo_cuda_dfree(mc->inv_freq);
     skpo_cuda_free_ctx(mc->cu);
     free(mc);

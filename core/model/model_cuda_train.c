@@ -88,15 +88,13 @@ skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
     return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
 }
 
-// Masters d2h into the pinned hmaster (kept), then master and grad freed: at
-// 7B 60 GB of device memory a sampler can use until the next update.
+// Master and grad freed: at 7B 61 GB of device memory a sampler can use until
+// the next update. The device optimizer keeps the masters' values (its
+// offload took them first; its reload writes them back).
 skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
     model_cuda *mc = m->cuda;
     if (mc->offloaded || !mc->master) return SKPO_OK;
-    size_t bytes = m->numel * sizeof(float);
     skpo_status st = skpo_cuda_sync(mc->cu, err);
-    if (!st && !mc->hmaster) st = skpo_cuda_host_alloc((void **)&mc->hmaster, bytes, err);
-    if (!st) st = skpo_cuda_d2h(mc->cu, mc->hmaster, mc->master, bytes, err);
     if (st) return st;
     skpo_cuda_dfree(mc->master);
     skpo_cuda_dfree(mc->grad);
@@ -111,10 +109,9 @@ skpo_status model_cuda_reload(skpo_model *m, skpo_err *err) {
     size_t bytes = m->numel * sizeof(float);
     skpo_status st = skpo_cuda_malloc(mc->cu, (void **)&mc->master, bytes, "fp32 master weights", err);
     if (!st) st = skpo_cuda_malloc(mc->cu, (void **)&mc->grad, bytes, "fp32 gradients", err);
-    if (!st) st = skpo_cuda_h2d(mc->cu, mc->master, mc->hmaster, bytes, err);
     if (!st) st = skpo_cuda_memset0(mc->cu, mc->grad, bytes, err);
     if (!st) st = skpo_cuda_sync(mc->cu, err);
-    if (st) {   // stay offloaded: the masters are still in hmaster
+    if (st) {
         skpo_cuda_dfree(mc->master);
         skpo_cuda_dfree(mc->grad);
         mc->master = mc->grad = NULL;

@@ -185,8 +185,7 @@ typedef struct model_cuda {
     skpo_cuda *cu;            // context on the chosen device (its stream is the model's stream)
     skpo_bf16 *w;             // every parameter in bf16, same element offsets as the host m->mem
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
-    float *hmaster;           // pinned host copy of master while offloaded (kept for the next offload)
-    int offloaded;            // master and grad are freed; hmaster holds the masters
+    int offloaded;            // master and grad are freed (skpo_model_offload); the optimizer keeps the masters' values
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
     void *train;              // owned by model_cuda_train.c: saved activations, scratch
     void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first

@@ -137,11 +137,14 @@ skpo_status skpo_optim_copy_range(const skpo_optim *o, size_t a, size_t b, float
 // remainder), which is exactly what a ZeRO-1 device optimizer holds there.
 void skpo_optim_zero_range(size_t total, int r, int n, size_t *a, size_t *b);
 
-// Host offload of a device optimizer between updates (verl's pattern): the
-// moments move to pinned host memory and their device buffers are freed;
-// skpo_optim_reload allocates them again, copies them back and takes the
-// model's (re-allocated) device buffers d. Bit-exact: nothing is recomputed.
-// No-ops on a host optimizer; SKPO_EUNSUPPORTED without CUDA.
+// Host offload of a device optimizer between updates (verl's pattern): this
+// rank's moments and the fp32 masters of the same elements (its ZeRO-1 slice
+// and the tail; everything without ZeRO) move to pinned host memory and the
+// moments' device buffers are freed; then skpo_model_offload frees the
+// model's masters and gradients. skpo_optim_reload (after skpo_model_reload,
+// d = its new buffers) uploads the moments and this rank's masters and, under
+// ZeRO-1, all-gathers the other ranks' masters (a collective). Bit-exact:
+// nothing is recomputed. No-ops on a host optimizer.
 skpo_status skpo_optim_offload(skpo_optim *o, skpo_err *err);
 skpo_status skpo_optim_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err);
 // Is the device optimizer offloaded?

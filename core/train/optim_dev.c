@@ -43,8 +43,9 @@ int optim_dev_offloaded(const skpo_optim *o) { return 0; }
 
 // Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
 // [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)
-// (moments at shard) that every rank keeps whole. Offloaded: the moments are
-// in the pinned hm / hv (kept for the next offload) and m = v = NULL.
+// (moments at shard) that every rank keeps whole. Offloaded: the moments and
+// the masters of the same elements are in the pinned hm / hv / hw (kept for
+// the next offload), m = v = NULL, and the model has freed its masters.
 struct skpo_optim_dev {
     skpo_dev_params d;
     skpo_comm *comm;
@@ -53,7 +54,7 @@ struct skpo_optim_dev {
     int *decay;
     size_t shard, lo, tail0;
     float *m, *v;
-    float *hm, *hv;
+    float *hm, *hv, *hw;
     int offloaded;
 };
 
@@ -63,6 +64,7 @@ void optim_dev_free(struct skpo_optim_dev *d) {
     skpo_cuda_dfree(d->v);
     skpo_cuda_host_free(d->hm);
     skpo_cuda_host_free(d->hv);
+    skpo_cuda_host_free(d->hw);
     free(d->off);
     free(d->decay);
     free(d);
@@ -278,6 +280,22 @@ skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float 
 
 static size_t held(const struct skpo_optim_dev *D) { return D->shard + (D->d.numel - D->tail0); }
 
+// The masters this rank steps ([lo, lo + shard) and the tail) between the
+// device buffer and the pinned hw (to_host) or back.
+static skpo_status masters_copy(struct skpo_optim_dev *D, int to_host, skpo_err *err) {
+    size_t tail = D->d.numel - D->tail0;
+    float *w = D->d.master;
+    skpo_status st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw, w + D->lo, D->shard * 4, err)
+                             : skpo_cuda_h2d(D->d.cu, w + D->lo, D->hw, D->shard * 4, err);
+    if (!st && tail)
+        st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw + D->shard, w + D->tail0, tail * 4, err)
+                     : skpo_cuda_h2d(D->d.cu, w + D->tail0, D->hw + D->shard, tail * 4, err);
+    return st;
+}
+
+// Only this rank's slice of the (replicated) masters goes to the host: under
+// ZeRO-1 the reload all-gathers the rest from the other ranks over NCCL, as
+// every step does, so host memory and PCIe carry 12 P / N bytes per rank.
 skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
     if (D->offloaded) return SKPO_OK;
@@ -285,8 +303,10 @@ skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     skpo_status st = skpo_cuda_sync(D->d.cu, err);
     if (!st && !D->hm) st = skpo_cuda_host_alloc((void **)&D->hm, bytes + 4, err);
     if (!st && !D->hv) st = skpo_cuda_host_alloc((void **)&D->hv, bytes + 4, err);
+    if (!st && !D->hw) st = skpo_cuda_host_alloc((void **)&D->hw, bytes + 4, err);
     if (!st) st = skpo_cuda_d2h(D->d.cu, D->hm, D->m, bytes, err);
     if (!st) st = skpo_cuda_d2h(D->d.cu, D->hv, D->v, bytes, err);
+    if (!st) st = masters_copy(D, 1, err);
     if (st) return st;
     skpo_cuda_dfree(D->m);
     skpo_cuda_dfree(D->v);
@@ -313,7 +333,11 @@ skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *
     }
     D->d = *d;
     D->offloaded = 0;
-    return SKPO_OK;
+    st = masters_copy(D, 0, err);
+    if (!st && D->zero) st = skpo_cuda_sync(D->d.cu, err);
+    if (!st && D->zero) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
+    if (!st) st = skpo_cuda_sync(D->d.cu, err);
+    return st;
 }
 
 int optim_dev_offloaded(const skpo_optim *o) { return o->dev->offloaded; }

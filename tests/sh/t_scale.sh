@@ -191,3 +191,4 @@ refuses() { # refuses DIR WHAT KEY=VALUE...: train.sh fails before any step, say
 }
 t "train.sh refuses SAVE_EVERY=0 before any step" refuses "$TMP/bad1" "SAVE_EVERY=.0." SAVE_EVERY=0
 t "train.sh refuses an unknown LAUNCHER before any step" refuses "$TMP/bad2" "LAUNCHER=.pbs." LAUNCHER=pbs RANKS=2
+t "train.sh refuses OFFLOAD=1 without GPUS before any step (it offloads the server's device state)" refuses "$TMP/bad3" "OFFLOAD=1 needs SERVE=1 and GPUS" OFFLOAD=1

@@ -760,7 +760,8 @@ static void offload_between_steps_continues_bit_exactly(void) {
     skpo_comm_init(SKPO_COMM_LOCAL, &lc, &e);
     CHECK(run_step(g, og, lc, 0, NULL) && run_step(h, oh, lc, 0, NULL));
     skpo_dev_params d;
-    CHECK_MSG(skpo_model_offload(g, &e) == SKPO_OK && skpo_optim_offload(og, &e) == SKPO_OK, "%s", e.msg);
+    // The optimizer first: it keeps the masters' values the model then frees.
+    CHECK_MSG(skpo_optim_offload(og, &e) == SKPO_OK && skpo_model_offload(g, &e) == SKPO_OK, "%s", e.msg);
     CHECK(skpo_optim_offloaded(og) && skpo_model_dev_params(g, &d, &e) != SKPO_OK);
     CHECK(!run_step(g, og, lc, 0, NULL));   // training while offloaded is refused, nothing changes
     CHECK_MSG(skpo_model_reload(g, &e) == SKPO_OK && skpo_model_dev_params(g, &d, &e) == SKPO_OK &&
@@ -914,8 +915,13 @@ static void zrun(zrank *z, int nranks_in_grad) {
             z->grad[i] = g;
         }
         z->st = skpo_optim_step(o, ZP, 4, 1e-2, &z->norm[step], &e);
-        if (!z->st && z->offload && step == 0) z->st = skpo_optim_offload(o, &e);
-        if (!z->st && z->offload && step == 0) z->st = skpo_optim_reload(o, &d, &e);
+        if (!z->st && z->offload && step == 0) {
+            z->st = skpo_optim_offload(o, &e);
+            // The model frees its masters while offloaded: their values must come
+            // back from this rank's host copy and (ZeRO-1) the other ranks' slices.
+            for (int i = 0; i < ZN; i++) z->master[i] = NAN;
+            if (!z->st) z->st = skpo_optim_reload(o, &d, &e);
+        }
     }
     if (!z->st && z->zero) {   // what this rank writes of a sharded state file: its ZeRO slice
         float *m = NULL, *v = NULL;

@@ -225,8 +225,8 @@ static void serve_device_in(server *S, upd_args *s) {
 // samplers of the next step have the GPU (verl's offload pattern).
 static void serve_device_out(server *S) {
     skpo_err e = {0};
-    skpo_status st = skpo_model_offload(S->m, &e);
-    if (!st) st = skpo_optim_offload(S->o, &e);
+    skpo_status st = skpo_optim_offload(S->o, &e);   // first: it keeps the masters' values
+    if (!st) st = skpo_model_offload(S->m, &e);
     upd_check(S->c, st, &e);
 }
 
