@@ -8,7 +8,10 @@
 # checkpoints, bit-identical to one-shot updates), a kill of every stage in turn
 # and of the server, each resumed bit for bit with every drawn prompt trained
 # once, a kill after a non-durable step (rollback to the durable one), 2 CPU
-# ranks under mpirun against 1, a rank that dies, and the device checks.
+# ranks under mpirun against 1 (their checkpoints written by both ranks in
+# parallel: HF-sharded weights, per-rank optimizer shards; resumed bit for bit,
+# also after both ranks were killed inside that save), a rank that dies, and
+# the device checks.
 . "$(dirname "$0")/lib.sh"
 for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-advantage skpo-update skpo-cat skpo-score; do
   command -v "$tool" >/dev/null || { skip "scale-out" "$tool is not built yet"; exit 0; }
