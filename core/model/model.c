@@ -224,11 +224,8 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
     return SKPO_OK;
 }
 
-skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
-    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
-    skpo_status cs = m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK; // a device holds the current weights
-    if (cs) return cs;
-    skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams, sizeof *t);
+static skpo_st_wtensor *wtensors_of(const skpo_model *m) {
+    skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams + 1, sizeof *t);
     for (int i = 0; i < m->nparams; i++) {
         const skpo_param *p = &m->params[i];
         t[i].name = p->name;
@@ -237,14 +234,44 @@ skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dty
         t[i].shape[0] = p->shape[0];
         t[i].shape[1] = p->shape[1];
     }
+    return t;
+}
+
+static skpo_status save_config(const skpo_model *m, const char *dir, skpo_dtype dtype, skpo_err *err) {
+    char *cp = skpo_path_join(dir, "config.json");
+    skpo_status s = skpo_config_save(&m->c, cp, dtype == SKPO_DT_BF16 ? "bfloat16" : "float32", err);
+    free(cp);
+    return s;
+}
+
+skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
+    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
+    skpo_status cs = m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK; // a device holds the current weights
+    if (cs) return cs;
+    skpo_st_wtensor *t = wtensors_of(m);
     skpo_status s = skpo_st_write_dir(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32,
                                       shard_bytes, err);
     free(t);
-    if (s) return s;
-    char *cp = skpo_path_join(dir, "config.json");
-    s = skpo_config_save(&m->c, cp, dtype == SKPO_DT_BF16 ? "bfloat16" : "float32", err);
-    free(cp);
+    return s ? s : save_config(m, dir, dtype, err);
+}
+
+skpo_status skpo_model_save_part(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int part,
+                                 int nparts, skpo_err *err) {
+    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
+    skpo_st_wtensor *t = wtensors_of(m);
+    skpo_status s = skpo_st_write_shard(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32, owner,
+                                        part, nparts, err);
+    free(t);
     return s;
+}
+
+skpo_status skpo_model_save_index(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int nparts,
+                                  skpo_err *err) {
+    skpo_st_wtensor *t = wtensors_of(m);
+    skpo_status s = skpo_st_write_index(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32, owner,
+                                        nparts, err);
+    free(t);
+    return s ? s : save_config(m, dir, dtype, err);
 }
 
 // --- the calls that run on the backend ---------------------------------------------------------
@@ -302,6 +329,15 @@ skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err) {
 skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err) {
     return m->be->sync_from_host ? m->be->sync_from_host(m, err) : SKPO_OK;
 }
+
+skpo_status skpo_model_sync_host_range(skpo_model *m, size_t a, size_t b, skpo_err *err) {
+    SKPO_ASSERT(a <= b && b <= m->numel);
+    if (m->be->sync_to_host_range) return m->be->sync_to_host_range(m, a, b, err);
+    return skpo_model_sync_host(m, err);
+}
+
+skpo_status skpo_model_offload(skpo_model *m, skpo_err *err) { return m->be->offload ? m->be->offload(m, err) : SKPO_OK; }
+skpo_status skpo_model_reload(skpo_model *m, skpo_err *err) { return m->be->reload ? m->be->reload(m, err) : SKPO_OK; }
 
 skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
     if (!m->be->grad_sumsq) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");

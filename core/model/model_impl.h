@@ -103,6 +103,11 @@ typedef struct model_backend {
     // Device -> m->mem (save, the CPU reference) and m->mem -> device (resume).
     skpo_status (*sync_to_host)(const skpo_model *m, skpo_err *err);             // (nullable: m->mem is current)
     skpo_status (*sync_from_host)(skpo_model *m, skpo_err *err);                 // (nullable)
+    // Device -> m->mem for elements [a, b) only (a rank saving its slice).
+    skpo_status (*sync_to_host_range)(const skpo_model *m, size_t a, size_t b, skpo_err *err);  // (nullable: m->mem is current)
+    // Trainable state off the device between updates and back (model.h skpo_model_offload).
+    skpo_status (*offload)(skpo_model *m, skpo_err *err);                        // (nullable: nothing to move)
+    skpo_status (*reload)(skpo_model *m, skpo_err *err);                         // (nullable)
     // --- inference (model.h: skpo_model_kv_new, skpo_model_step, skpo_model_step_dev)
     skpo_kv *(*kv_new)(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err);
     skpo_status (*step)(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
@@ -180,6 +185,7 @@ typedef struct model_cuda {
     skpo_cuda *cu;            // context on the chosen device (its stream is the model's stream)
     skpo_bf16 *w;             // every parameter in bf16, same element offsets as the host m->mem
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
+    int offloaded;            // master and grad are freed (skpo_model_offload); the optimizer keeps the masters' values
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
     void *train;              // owned by model_cuda_train.c: saved activations, scratch
     void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first
@@ -210,6 +216,7 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
 void model_cuda_close(skpo_model *m);
 // Device -> m->mem: fp32 master when trainable, else the bf16 weights widened.
 skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err);
+skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t b, skpo_err *err);
 // m->mem -> device (bf16 weights, and the fp32 master when trainable).
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err);
 // The model's device context (kernels from cuda.h take it); NULL on CPU.
@@ -244,6 +251,8 @@ skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err);
 void model_cuda_set_recompute(skpo_model *m, int on);
 skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err);
 skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
+skpo_status model_cuda_offload(skpo_model *m, skpo_err *err);
+skpo_status model_cuda_reload(skpo_model *m, skpo_err *err);
 
 // --- LoRA: what lora_cuda.c needs to see of an adapter (lora.c) ---------------------
 // Module (l, t): A (r, K), B (O, r) host float32, grads (NULL when not trainable); A NULL when not adapted.

@@ -208,6 +208,36 @@ static void state_of_another_model_is_rejected_by_name_and_size(void) {
     free(dir);
 }
 
+// A rank writing its shard copies flat ranges of the state that cut through
+// parameters; the ZeRO-1 ranges tile the whole state, in multiples of 4 but
+// the last, exactly as the device optimizer slices it (optim_dev.c).
+static void flat_ranges_copy_the_moments_across_parameter_boundaries(void) {
+    float a[5] = {1, 2, 3, 4, 5}, b[6] = {6, 7, 8, 9, 10, 11}, g[11];
+    for (int i = 0; i < 11; i++) g[i] = 0.1f * (float)(i + 1) * (i % 2 ? -1 : 1);
+    skpo_param p[2] = {{"p.a", a, g, 5, 1, {5, 0}}, {"p.b", b, g + 5, 6, 2, {2, 3}}};
+    skpo_adamw_cfg c;
+    skpo_adamw_cfg_default(&c);
+    skpo_err e = {0};
+    skpo_optim *o = skpo_optim_new(&c, p, 2);
+    CHECK(skpo_optim_step(o, p, 2, 1e-2, NULL, &e) == SKPO_OK);
+    float *m, *v;
+    CHECK(skpo_optim_copy_range(o, 3, 9, &m, &v, &e) == SKPO_OK);
+    for (int k = 3; k < 9; k++) {
+        float wm = k < 5 ? o->m[0][k] : o->m[1][k - 5], wv = k < 5 ? o->v[0][k] : o->v[1][k - 5];
+        CHECK_MSG(m[k - 3] == wm && v[k - 3] == wv && wm != 0, "element %d", k);
+    }
+    free(m), free(v);
+    CHECK(skpo_optim_copy_range(o, 8, 12, &m, &v, &e) == SKPO_ERANGE && m == NULL);
+    size_t end = 0;
+    for (int r = 0; r < 3; r++) {
+        size_t x, y;
+        skpo_optim_zero_range(37, r, 3, &x, &y);
+        CHECK(x == end && (r == 2 ? y == 37 : y - x == 12));
+        end = y;
+    }
+    skpo_optim_free(o);
+}
+
 int main(void) {
     RUN(adamw_with_warmup_and_clipping_matches_pytorch);
     RUN(warmup_is_linear_over_training_steps_then_constant);
@@ -215,5 +245,6 @@ int main(void) {
     RUN(state_round_trip_continues_bit_identically);
     RUN(master_weights_restore_fp32_only_when_checkpoint_matches);
     RUN(state_of_another_model_is_rejected_by_name_and_size);
+    RUN(flat_ranges_copy_the_moments_across_parameter_boundaries);
     return TEST_SUMMARY();
 }
