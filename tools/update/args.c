@@ -6,6 +6,7 @@
 #include "tool.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,26 +34,35 @@ static int kind_or_die(const char *flag, const char *v) {
     return k;
 }
 
-void upd_parse_args(upd_args *a, int argc, char **argv) {
-    memset(a, 0, sizeof *a);
-    skpo_update_opts_default(&a->u);
-    skpo_adamw_cfg_default(&a->a);
-    skpo_loss_cfg *L = &a->u.loss;
-    const char *loss = "skpo", *agg = "token-mean", *decay = "all", *comm = "auto";
-    const char *old_logp = NULL, *mismatch = "tis";
-    int recompute_old = 0;
-    double mm_cap = NAN, mm_low = NAN, mm_high = NAN;
-    const char *pagg[SKPO_NPHASE] = {NULL, NULL, NULL};
-    const char *pl[SKPO_NPHASE] = {"ppo", "cispo", "ppo"};
-    a->threads = 0;
-    a->zero = -1;
-    a->lora_alpha = NAN;
-    const double B = 1e300;
-    // NAN = not given: per-phase flags override the group flags, which override the defaults.
-    double lo[SKPO_NPHASE] = {NAN, NAN, NAN}, hi[SKPO_NPHASE] = {NAN, NAN, NAN}, dual[SKPO_NPHASE] = {NAN, NAN, NAN};
-    double clip_low = NAN, clip_high = NAN, clip_high_up = NAN;
-    double *W = a->u.phase_weight;
-    skpo_opt opts[] = {
+// What the rows write before it can go into upd_args: names still to be
+// parsed, and per-phase values where NAN means "not given" (a per-phase flag
+// overrides its group flag, which overrides the default).
+typedef struct upd_raw {
+    const char *loss, *agg, *decay, *comm, *old_logp, *mismatch;
+    const char *pl[SKPO_NPHASE], *pagg[SKPO_NPHASE];
+    int recompute_old;
+    double clip_low, clip_high, clip_high_up;
+    double lo[SKPO_NPHASE], hi[SKPO_NPHASE], dual[SKPO_NPHASE];
+    double mm_cap, mm_low, mm_high;
+} upd_raw;
+
+// "No upper bound" for coefficients and clip widths.
+static const double B = 1e300;
+
+// Copies one concern's rows into the tool's table; the table is sized with
+// room to spare, so running out is a programming error.
+static skpo_opt *put_rows(skpo_opt *o, skpo_opt *end, const skpo_opt *rows, size_t n) {
+    if ((size_t)(end - o) < n) {
+        fprintf(stderr, "skpo-update: option table too small (tools/update/args.c)\n");
+        abort();
+    }
+    memcpy(o, rows, n * sizeof *rows);
+    return o + n;
+}
+
+// Where the records and checkpoints are, and how a step is cut into batches.
+static skpo_opt *rows_io(skpo_opt *o, skpo_opt *end, upd_args *a) {
+    const skpo_opt rows[] = {
         SKPO_OPT_STR("serve", 0, &a->serve, "DIR", "stay up: load --model once, train each DIR/<step>.req (docs/update.md)"),
         SKPO_OPT_FLAG("weights-only", 0, &a->weights_only, "write no optimizer state in --out (a served step between durable saves)"),
         SKPO_OPT_FLAG("offload", 0, &a->offload, "--serve on cuda: moments and fp32 masters to pinned host memory between steps"),
@@ -62,38 +72,53 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_LONG("step", 0, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"),
         SKPO_OPT_INT("minibatch", 0, &a->u.minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"),
         SKPO_OPT_LONG("micro-tokens", 0, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"),
-        SKPO_OPT_FLAG("recompute-old", 0, &recompute_old, "same as --old-logp recompute"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// The per-phase policy losses of docs/algorithm.md 4.5: form, clip range, weight, aggregation.
+static skpo_opt *rows_objective(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw *r) {
+    const skpo_opt rows[] = {
         SKPO_OPT_DOUBLE("temperature", 0, &a->u.temperature, 1e-6, 1e6, "T", "log-probs of softmax(logits/T) (1.0)"),
-        SKPO_OPT_STR("loss", 0, &loss, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"),
-        SKPO_OPT_DOUBLE("clip-low", 0, &clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"),
-        SKPO_OPT_DOUBLE("clip-high", 0, &clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"),
-        SKPO_OPT_DOUBLE("clip-high-up", 0, &clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"),
-        SKPO_OPT_STR("up-loss", 0, &pl[0], "ppo|cispo", "upstream loss form (ppo)"),
-        SKPO_OPT_DOUBLE("up-clip-low", 0, &lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"),
-        SKPO_OPT_DOUBLE("up-clip-high", 0, &hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"),
-        SKPO_OPT_DOUBLE("up-dual-clip", 0, &dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off = eq. 6 exactly (0)"),
-        SKPO_OPT_STR("down-loss", 0, &pl[1], "ppo|cispo", "downstream loss form (cispo)"),
-        SKPO_OPT_DOUBLE("down-clip-low", 0, &lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"),
-        SKPO_OPT_DOUBLE("down-clip-high", 0, &hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"),
-        SKPO_OPT_DOUBLE("down-dual-clip", 0, &dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"),
-        SKPO_OPT_STR("full-loss", 0, &pl[2], "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"),
-        SKPO_OPT_DOUBLE("full-clip-low", 0, &lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"),
-        SKPO_OPT_DOUBLE("full-clip-high", 0, &hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"),
-        SKPO_OPT_DOUBLE("full-dual-clip", 0, &dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"),
-        SKPO_OPT_DOUBLE("w-up", 0, &W[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"),
-        SKPO_OPT_DOUBLE("w-down", 0, &W[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"),
-        SKPO_OPT_DOUBLE("w-full", 0, &W[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"),
-        SKPO_OPT_STR("loss-agg", 0, &agg, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"),
-        SKPO_OPT_STR("up-loss-agg", 0, &pagg[0], "MODE", "upstream aggregation (default: --loss-agg)"),
-        SKPO_OPT_STR("down-loss-agg", 0, &pagg[1], "MODE", "downstream aggregation (default: --loss-agg)"),
-        SKPO_OPT_STR("full-loss-agg", 0, &pagg[2], "MODE", "full-response aggregation (default: --loss-agg)"),
-        SKPO_OPT_DOUBLE("loss-norm", 0, &L->agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"),
-        SKPO_OPT_DOUBLE("kl-coef", 0, &L->kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"),
-        SKPO_OPT_DOUBLE("entropy-coef", 0, &L->entropy_coef, 0, B, "X", "entropy bonus (0 = off)"),
+        SKPO_OPT_STR("loss", 0, &r->loss, "skpo|sft", "per-phase policy losses, or cross-entropy on tokens (skpo)"),
+        SKPO_OPT_DOUBLE("clip-low", 0, &r->clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"),
+        SKPO_OPT_DOUBLE("clip-high", 0, &r->clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"),
+        SKPO_OPT_DOUBLE("clip-high-up", 0, &r->clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"),
+        SKPO_OPT_STR("up-loss", 0, &r->pl[0], "ppo|cispo", "upstream loss form (ppo)"),
+        SKPO_OPT_DOUBLE("up-clip-low", 0, &r->lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("up-clip-high", 0, &r->hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"),
+        SKPO_OPT_DOUBLE("up-dual-clip", 0, &r->dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off = eq. 6 exactly (0)"),
+        SKPO_OPT_STR("down-loss", 0, &r->pl[1], "ppo|cispo", "downstream loss form (cispo)"),
+        SKPO_OPT_DOUBLE("down-clip-low", 0, &r->lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("down-clip-high", 0, &r->hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"),
+        SKPO_OPT_DOUBLE("down-dual-clip", 0, &r->dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"),
+        SKPO_OPT_STR("full-loss", 0, &r->pl[2], "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"),
+        SKPO_OPT_DOUBLE("full-clip-low", 0, &r->lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"),
+        SKPO_OPT_DOUBLE("full-clip-high", 0, &r->hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"),
+        SKPO_OPT_DOUBLE("full-dual-clip", 0, &r->dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"),
+        SKPO_OPT_DOUBLE("w-up", 0, &a->u.phase_weight[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"),
+        SKPO_OPT_DOUBLE("w-down", 0, &a->u.phase_weight[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"),
+        SKPO_OPT_DOUBLE("w-full", 0, &a->u.phase_weight[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"),
+        SKPO_OPT_STR("loss-agg", 0, &r->agg, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"),
+        SKPO_OPT_STR("up-loss-agg", 0, &r->pagg[0], "MODE", "upstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_STR("down-loss-agg", 0, &r->pagg[1], "MODE", "downstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_STR("full-loss-agg", 0, &r->pagg[2], "MODE", "full-response aggregation (default: --loss-agg)"),
+        SKPO_OPT_DOUBLE("loss-norm", 0, &a->u.loss.agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"),
+        SKPO_OPT_DOUBLE("kl-coef", 0, &a->u.loss.kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"),
+        SKPO_OPT_DOUBLE("entropy-coef", 0, &a->u.loss.entropy_coef, 0, B, "X", "entropy bonus (0 = off)"),
+        SKPO_OPT_DOUBLE("sapo-tau-pos", 0, &a->u.loss.sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"),
+        SKPO_OPT_DOUBLE("sapo-tau-neg", 0, &a->u.loss.sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// AdamW and the learning-rate schedule (docs/algorithm.md Q12).
+static skpo_opt *rows_adamw(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw *r) {
+    const skpo_opt rows[] = {
         SKPO_OPT_DOUBLE("lr", 0, &a->a.lr, 0, 1, "X", "peak learning rate (1e-6)"),
         SKPO_OPT_INT("warmup-steps", 0, &a->a.warmup_steps, 0, 1e9, "N", "linear warmup over N training steps (10)"),
         SKPO_OPT_DOUBLE("weight-decay", 0, &a->a.weight_decay, 0, 1e6, "X", "decoupled weight decay (0.1)"),
-        SKPO_OPT_STR("decay", 0, &decay, "all|matrices", "which parameters decay (all, as verl)"),
+        SKPO_OPT_STR("decay", 0, &r->decay, "all|matrices", "which parameters decay (all, as verl)"),
         SKPO_OPT_DOUBLE("beta1", 0, &a->a.beta1, 0, 0.999999999, "X", "AdamW beta1 (0.9)"),
         SKPO_OPT_DOUBLE("beta2", 0, &a->a.beta2, 0, 0.999999999, "X", "AdamW beta2 (0.999)"),
         SKPO_OPT_DOUBLE("adam-eps", 0, &a->a.eps, 1e-30, 1, "X", "AdamW epsilon (1e-8)"),
@@ -101,13 +126,25 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_INT("epochs", 0, &a->u.epochs, 1, 1000, "N", "passes over the step's mini-batches (1)"),
         SKPO_OPT_FLAG("resume", 0, &a->resume, "fail unless --model holds optimizer state"),
         SKPO_OPT_FLAG("fresh-optimizer", 0, &a->fresh_optimizer, "ignore optimizer state in --model"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// Threads, ranks and devices.
+static skpo_opt *rows_placement(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw *r) {
+    const skpo_opt rows[] = {
         SKPO_OPT_LONG("threads", 0, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"),
-        SKPO_OPT_STR("comm", 0, &comm, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"),
+        SKPO_OPT_STR("comm", 0, &r->comm, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"),
         SKPO_OPT_STR("device", 0, &a->device, "cuda|cpu", "where to train (cuda when a GPU is visible)"),
         SKPO_OPT_FLAG("recompute", 0, &a->recompute, "cuda: keep layer inputs only, recompute in backward"),
         SKPO_OPT_LONG("zero", 0, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"),
-        SKPO_OPT_DOUBLE("sapo-tau-pos", 0, &L->sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"),
-        SKPO_OPT_DOUBLE("sapo-tau-neg", 0, &L->sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// LoRA adapters (docs/update.md, core/model/lora.h).
+static skpo_opt *rows_lora(skpo_opt *o, skpo_opt *end, upd_args *a) {
+    const skpo_opt rows[] = {
         SKPO_OPT_LONG("lora-rank", 0, &a->lora_rank, 1, 65536, "R", "train a LoRA adapter of rank R on a frozen base (off)"),
         SKPO_OPT_DOUBLE("lora-alpha", 0, &a->lora_alpha, 1e-9, 1e9, "A", "LoRA scale alpha / R (32)"),
         SKPO_OPT_STR("lora-targets", 0, &a->lora_targets, "LIST", "adapted projections (q,k,v,o,gate,up,down)"),
@@ -115,78 +152,149 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_LONG("lora-seed", 0, &a->lora_seed, 0, 1e18, "N", "seed of a new adapter's A (0)"),
         SKPO_OPT_STR("adapter", 0, &a->adapter, "DIR", "continue training this PEFT adapter on the base --model"),
         SKPO_OPT_FLAG("merge-adapter", 0, &a->merge_adapter, "write --model's adapter merged into its base to --out; no training"),
-        SKPO_OPT_STR("old-logp", 0, &old_logp, "SRC", "pi_old: recompute (one scoring pass), rollout (`logp`) or field (`old_logp`)"),
-        SKPO_OPT_STR("mismatch", 0, &mismatch, "MODE", "rollout vs pi_old correction: off|tis|mask-token|mask-seq|icepop (tis)"),
-        SKPO_OPT_DOUBLE("mismatch-cap", 0, &mm_cap, 1e-9, 1e6, "C", "tis: token weight min(ratio, C) (2)"),
-        SKPO_OPT_DOUBLE("mismatch-low", 0, &mm_low, 0, 1e6, "R", "mask modes: lowest kept ratio (mask-token 0, mask-seq 1/1.001, icepop 0.5)"),
-        SKPO_OPT_DOUBLE("mismatch-high", 0, &mm_high, 1e-9, 1e6, "R", "mask modes: highest kept ratio (mask-token 3, mask-seq 1.001, icepop 5)"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// pi_old and the rollout-vs-pi_old mismatch correction (docs/update.md).
+static skpo_opt *rows_off_policy(skpo_opt *o, skpo_opt *end, upd_raw *r) {
+    const skpo_opt rows[] = {
+        SKPO_OPT_FLAG("recompute-old", 0, &r->recompute_old, "same as --old-logp recompute"),
+        SKPO_OPT_STR("old-logp", 0, &r->old_logp, "SRC", "pi_old: recompute (one scoring pass), rollout (`logp`) or field (`old_logp`)"),
+        SKPO_OPT_STR("mismatch", 0, &r->mismatch, "MODE", "rollout vs pi_old correction: off|tis|mask-token|mask-seq|icepop (tis)"),
+        SKPO_OPT_DOUBLE("mismatch-cap", 0, &r->mm_cap, 1e-9, 1e6, "C", "tis: token weight min(ratio, C) (2)"),
+        SKPO_OPT_DOUBLE("mismatch-low", 0, &r->mm_low, 0, 1e6, "R", "mask modes: lowest kept ratio (mask-token 0, mask-seq 1/1.001, icepop 0.5)"),
+        SKPO_OPT_DOUBLE("mismatch-high", 0, &r->mm_high, 1e-9, 1e6, "R", "mask modes: highest kept ratio (mask-token 3, mask-seq 1.001, icepop 5)"),
+    };
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// The rest, and the other spellings callers use (pipelines/common.sh on main).
+static skpo_opt *rows_misc(skpo_opt *o, skpo_opt *end, upd_args *a) {
+    const skpo_opt rows[] = {
         SKPO_OPT_FLAG("allow-empty", 0, &a->allow_empty, "no trainable records: write the weights unchanged (else exit 1)"),
-        // Other spellings callers use (pipelines/common.sh on main).
         SKPO_OPT_ALIAS("warmup", "warmup-steps"),
         SKPO_OPT_ALIAS("eps", "adam-eps"),
         SKPO_OPT_ALIAS("grad-clip", "max-grad-norm"),
-        {0},
     };
-    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
-    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, pos);
+    return put_rows(o, end, rows, sizeof rows / sizeof *rows);
+}
+
+// Per-phase clip values: a per-phase flag beats its group flag (--clip-low,
+// --clip-high, or --clip-high-up for up), which beats the default.
+static void resolve_clips(skpo_loss_cfg *L, const upd_raw *r) {
+    skpo_phase_loss *P = L->phase;
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        double group_high = p == SKPO_PHASE_UP ? r->clip_high_up : r->clip_high;
+        if (!isnan(r->lo[p])) P[p].eps_low = r->lo[p];
+        else if (!isnan(r->clip_low)) P[p].eps_low = r->clip_low;
+        if (!isnan(r->hi[p])) P[p].eps_high = r->hi[p];
+        else if (!isnan(group_high)) P[p].eps_high = group_high;
+        if (!isnan(r->dual[p])) P[p].dual_clip = r->dual[p];
+    }
+}
+
+static void resolve_loss(upd_args *a, const upd_raw *r) {
+    skpo_loss_cfg *L = &a->u.loss;
+    resolve_clips(L, r);
+    if (!strcmp(r->loss, "sft")) a->u.sft = 1;
+    else if (strcmp(r->loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", r->loss);
+    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || r->recompute_old || r->old_logp))
+        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef, --old-logp or --recompute-old");
+}
+
+// Each phase's loss form and aggregation (a per-phase mode beats --loss-agg).
+static void resolve_phase_forms(skpo_loss_cfg *L, const upd_raw *r) {
+    static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
+    for (int p = 0; p < SKPO_NPHASE; p++) L->phase[p].kind = kind_or_die(flag[p], r->pl[p]);
+    static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        const char *v = r->pagg[p] ? r->pagg[p] : r->agg;
+        int g = skpo_loss_agg_parse(v);
+        if (g < 0) skpo_cli_usage_error(SYNOPSIS, "--%s: unknown mode '%s'", r->pagg[p] ? aflag[p] : "loss-agg", v);
+        L->agg[p] = g;
+    }
+}
+
+static void resolve_off_policy(upd_args *a, const upd_raw *r) {
+    if (r->recompute_old && r->old_logp && strcmp(r->old_logp, "recompute"))
+        skpo_cli_usage_error(SYNOPSIS, "--recompute-old contradicts --old-logp %s", r->old_logp);
+    if (r->old_logp) {
+        int src = skpo_old_logp_parse(r->old_logp);
+        if (src < 0) skpo_cli_usage_error(SYNOPSIS, "--old-logp: '%s' is not recompute, rollout or field", r->old_logp);
+        a->u.old_logp = src;
+    }
+    int mm = skpo_mismatch_parse(r->mismatch);
+    if (mm < 0)
+        skpo_cli_usage_error(SYNOPSIS, "--mismatch: '%s' is not off, tis, mask-token, mask-seq or icepop", r->mismatch);
+    skpo_mismatch_cfg_default(&a->u.mismatch, mm);
+    if (!isnan(r->mm_cap) && mm != SKPO_MISMATCH_TIS) skpo_cli_usage_error(SYNOPSIS, "--mismatch-cap needs --mismatch tis");
+    if ((!isnan(r->mm_low) || !isnan(r->mm_high)) && mm < SKPO_MISMATCH_MASK_TOKEN)
+        skpo_cli_usage_error(SYNOPSIS, "--mismatch-low/--mismatch-high need --mismatch mask-token, mask-seq or icepop");
+    if (!isnan(r->mm_cap)) a->u.mismatch.cap = r->mm_cap;
+    if (!isnan(r->mm_low)) a->u.mismatch.low = r->mm_low;
+    if (!isnan(r->mm_high)) a->u.mismatch.high = r->mm_high;
+}
+
+static void resolve_decay_and_placement(upd_args *a, const upd_raw *r) {
+    if (!strcmp(r->decay, "matrices")) a->a.decay_matrices_only = 1;
+    else if (strcmp(r->decay, "all")) skpo_cli_usage_error(SYNOPSIS, "--decay: '%s' is not all or matrices", r->decay);
+    if (!strcmp(r->comm, "auto")) a->comm = SKPO_COMM_AUTO;
+    else if (!strcmp(r->comm, "local")) a->comm = SKPO_COMM_LOCAL;
+    else if (!strcmp(r->comm, "mpi")) a->comm = SKPO_COMM_MPI;
+    else skpo_cli_usage_error(SYNOPSIS, "--comm: '%s' is not auto, local or mpi", r->comm);
+    if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
+        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
+}
+
+// Everything a row cannot check by itself: required and exclusive flags,
+// names, and the combined loss / AdamW / mismatch configuration. The order
+// is the order the messages were always checked in.
+static void upd_check_args(upd_args *a, const upd_raw *r, int npos) {
     if (!a->model || (!a->out && !a->serve)) skpo_cli_usage_error(SYNOPSIS, "--model and --out are required");
     if (a->serve && (a->out || npos))
         skpo_cli_usage_error(SYNOPSIS, "--serve takes --model only: --out and the records come with each request");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
     if (a->offload && !a->serve) skpo_cli_usage_error(SYNOPSIS, "--offload is a --serve option (a one-shot run frees the device when it exits)");
-    a->input = npos ? pos[0] : "-";
-    free(pos);
     if (a->lora_dropout != 0) skpo_cli_usage_error(SYNOPSIS, "--lora-dropout %g: only 0 is implemented", a->lora_dropout);
     if (a->merge_adapter && (a->lora_rank || a->resume))
         skpo_cli_usage_error(SYNOPSIS, "--merge-adapter trains nothing: no --lora-rank or --resume");
     if (a->resume && a->fresh_optimizer) skpo_cli_usage_error(SYNOPSIS, "--resume and --fresh-optimizer exclude each other");
-    skpo_phase_loss *P = L->phase;
-    for (int p = 0; p < SKPO_NPHASE; p++) {
-        double group_high = p == SKPO_PHASE_UP ? clip_high_up : clip_high;
-        if (!isnan(lo[p])) P[p].eps_low = lo[p];
-        else if (!isnan(clip_low)) P[p].eps_low = clip_low;
-        if (!isnan(hi[p])) P[p].eps_high = hi[p];
-        else if (!isnan(group_high)) P[p].eps_high = group_high;
-        if (!isnan(dual[p])) P[p].dual_clip = dual[p];
-    }
-    if (!strcmp(loss, "sft")) a->u.sft = 1;
-    else if (strcmp(loss, "skpo")) skpo_cli_usage_error(SYNOPSIS, "--loss: '%s' is not skpo or sft", loss);
-    if (a->u.sft && (L->kl_coef != 0 || L->entropy_coef != 0 || recompute_old || old_logp))
-        skpo_cli_usage_error(SYNOPSIS, "--loss sft takes no --kl-coef, --entropy-coef, --old-logp or --recompute-old");
-    if (recompute_old && old_logp && strcmp(old_logp, "recompute"))
-        skpo_cli_usage_error(SYNOPSIS, "--recompute-old contradicts --old-logp %s", old_logp);
-    if (old_logp) {
-        int src = skpo_old_logp_parse(old_logp);
-        if (src < 0) skpo_cli_usage_error(SYNOPSIS, "--old-logp: '%s' is not recompute, rollout or field", old_logp);
-        a->u.old_logp = src;
-    }
-    int mm = skpo_mismatch_parse(mismatch);
-    if (mm < 0) skpo_cli_usage_error(SYNOPSIS, "--mismatch: '%s' is not off, tis, mask-token, mask-seq or icepop", mismatch);
-    skpo_mismatch_cfg_default(&a->u.mismatch, mm);
-    if (!isnan(mm_cap) && mm != SKPO_MISMATCH_TIS) skpo_cli_usage_error(SYNOPSIS, "--mismatch-cap needs --mismatch tis");
-    if ((!isnan(mm_low) || !isnan(mm_high)) && mm < SKPO_MISMATCH_MASK_TOKEN)
-        skpo_cli_usage_error(SYNOPSIS, "--mismatch-low/--mismatch-high need --mismatch mask-token, mask-seq or icepop");
-    if (!isnan(mm_cap)) a->u.mismatch.cap = mm_cap;
-    if (!isnan(mm_low)) a->u.mismatch.low = mm_low;
-    if (!isnan(mm_high)) a->u.mismatch.high = mm_high;
-    static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
-    for (int p = 0; p < SKPO_NPHASE; p++) P[p].kind = kind_or_die(flag[p], pl[p]);
-    static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
-    for (int p = 0; p < SKPO_NPHASE; p++) {
-        const char *v = pagg[p] ? pagg[p] : agg;
-        int g = skpo_loss_agg_parse(v);
-        if (g < 0) skpo_cli_usage_error(SYNOPSIS, "--%s: unknown mode '%s'", pagg[p] ? aflag[p] : "loss-agg", v);
-        L->agg[p] = g;
-    }
-    if (!strcmp(decay, "matrices")) a->a.decay_matrices_only = 1;
-    else if (strcmp(decay, "all")) skpo_cli_usage_error(SYNOPSIS, "--decay: '%s' is not all or matrices", decay);
-    if (!strcmp(comm, "auto")) a->comm = SKPO_COMM_AUTO;
-    else if (!strcmp(comm, "local")) a->comm = SKPO_COMM_LOCAL;
-    else if (!strcmp(comm, "mpi")) a->comm = SKPO_COMM_MPI;
-    else skpo_cli_usage_error(SYNOPSIS, "--comm: '%s' is not auto, local or mpi", comm);
-    if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
-        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
+    resolve_loss(a, r);
+    resolve_off_policy(a, r);
+    resolve_phase_forms(&a->u.loss, r);
+    resolve_decay_and_placement(a, r);
     skpo_err e = {0};
-    if (skpo_loss_cfg_check(L, &e) || skpo_adamw_cfg_check(&a->a, &e) || skpo_mismatch_cfg_check(&a->u.mismatch, &e))
+    if (skpo_loss_cfg_check(&a->u.loss, &e) || skpo_adamw_cfg_check(&a->a, &e) ||
+        skpo_mismatch_cfg_check(&a->u.mismatch, &e))
         skpo_cli_usage_error(SYNOPSIS, "%s", e.msg);
+}
+
+void upd_parse_args(upd_args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    skpo_update_opts_default(&a->u);
+    skpo_adamw_cfg_default(&a->a);
+    a->zero = -1;
+    a->lora_alpha = NAN;
+    upd_raw r = {
+        .loss = "skpo", .agg = "token-mean", .decay = "all", .comm = "auto", .mismatch = "tis",
+        .pl = {"ppo", "cispo", "ppo"},
+        .clip_low = NAN, .clip_high = NAN, .clip_high_up = NAN,
+        .lo = {NAN, NAN, NAN}, .hi = {NAN, NAN, NAN}, .dual = {NAN, NAN, NAN},
+        .mm_cap = NAN, .mm_low = NAN, .mm_high = NAN,
+    };
+    skpo_opt opts[128], *o = opts, *end = opts + 127;  // the last one stays the {0} end row
+    o = rows_io(o, end, a);
+    o = rows_objective(o, end, a, &r);
+    o = rows_adamw(o, end, a, &r);
+    o = rows_placement(o, end, a, &r);
+    o = rows_lora(o, end, a);
+    o = rows_off_policy(o, end, &r);
+    o = rows_misc(o, end, a);
+    *o = (skpo_opt)SKPO_OPT_END;
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, pos);
+    a->input = npos ? pos[0] : "-";
+    free(pos);
+    upd_check_args(a, &r, npos);
 }
