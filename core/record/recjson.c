@@ -150,6 +150,115 @@ static uint64_t be(const unsigned char *p, int n) {
     return v;
 }
 
+// Where a msgpack value's payload starts (h), its byte length (strings, bin,
+// ext) or element count (arrays, maps).
+typedef struct mp_head {
+    size_t h, len, kids;
+    int map;
+} mp_head;
+
+static int mp_is_container(unsigned c) { return (c >= 0x80 && c <= 0x9f) || (c >= 0xdc && c <= 0xdf); }
+
+// The header of a value whose first byte is not a fix type: numbers are
+// written here and their size returned, as is a short buffer or an unknown
+// byte (null, the rest of the buffer); otherwise *hd is filled and 0 returned.
+static size_t mp_sized_head(const unsigned char *p, size_t n, skpo_jbuf *b, mp_head *hd) {
+    static const int w[] = {1, 2, 4, 8};
+    unsigned c = p[0];
+    int lw = 0, vw = 0; // width of a length field, or of a fixed-size payload
+    switch (c) {
+    case 0xc4: case 0xd9: case 0xc7: lw = 1; break;
+    case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lw = 2; break;
+    case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lw = 4; break;
+    case 0xca: vw = 4; break;
+    case 0xcb: vw = 8; break;
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: vw = 1 + (1 << (c - 0xd4)); break;
+    default: if (c >= 0xcc && c <= 0xd3) vw = w[(c - 0xcc) & 3]; break;
+    }
+    if (n < 1 + (size_t)(lw + vw) || (!lw && !vw)) { puts_(b, "null"); return n; }
+    uint64_t x = be(p + 1, lw ? lw : (vw > 8 ? 0 : vw));
+    hd->h = 1 + (size_t)lw;
+    if (c >= 0xcc && c <= 0xcf) {
+        char t[24];
+        snprintf(t, sizeof t, "%llu", (unsigned long long)x);
+        puts_(b, t);
+        return 1 + (size_t)vw;
+    }
+    if (c >= 0xd0 && c <= 0xd3) {
+        put_i64(b, vw == 8 ? (int64_t)x : (int64_t)(x ^ (1ull << (8 * vw - 1))) - (int64_t)(1ull << (8 * vw - 1)));
+        return 1 + (size_t)vw;
+    }
+    if (c == 0xca) { uint32_t u = (uint32_t)x; float f; memcpy(&f, &u, 4); skpo_json_float(f, true, b); return 5; }
+    if (c == 0xcb) { double d; memcpy(&d, &x, 8); skpo_json_float(d, false, b); return 9; }
+    if (c >= 0xd4 && c <= 0xd8) { hd->len = (size_t)vw - 1; hd->h = 1; } // fixext: type byte then payload
+    else if (c == 0xdc || c == 0xdd) hd->kids = x;
+    else if (c == 0xde || c == 0xdf) { hd->kids = x; hd->map = 1; }
+    else hd->len = x;
+    return 0;
+}
+
+// A string, bin or ext payload: {"$ext":[type,base64]}, {"$bin":base64}, or
+// the string (base64 under "$str" when it is not UTF-8).
+static size_t mp_bytes_to_json(const unsigned char *p, size_t n, const mp_head *hd, skpo_jbuf *b) {
+    unsigned c = p[0];
+    bool ext = c == 0xc7 || c == 0xc8 || c == 0xc9 || (c >= 0xd4 && c <= 0xd8);
+    size_t need = hd->h + (ext ? 1 : 0) + hd->len;
+    if (need > n) { puts_(b, "null"); return n; }
+    const char *d = (const char *)p + hd->h + (ext ? 1 : 0);
+    if (ext) {
+        puts_(b, "{\"$ext\":[");
+        put_i64(b, (int8_t)p[hd->h]);
+        putc_(b, ',');
+        put_b64(b, (const unsigned char *)d, hd->len);
+        puts_(b, "]}");
+    } else if (c >= 0xc4 && c <= 0xc6) {
+        puts_(b, "{\"$bin\":");
+        put_b64(b, (const unsigned char *)d, hd->len);
+        putc_(b, '}');
+    } else {
+        put_str_or_b64(d, hd->len, b);
+    }
+    return need;
+}
+
+static size_t mp_to_json(const unsigned char *p, size_t n, skpo_jbuf *b);
+
+// A map key. JSON keys are strings: a string key prints as itself, a
+// container key as the base64 of its bytes (as escaped JSON text, keys nested
+// in keys would double in size per level), any other key as its JSON text in
+// a string.
+static size_t mp_key_to_json(const unsigned char *p, size_t n, skpo_jbuf *b) {
+    unsigned k = p[0];
+    size_t kl;
+    skpo_err ke;
+    if ((k >= 0xa0 && k <= 0xbf) || (k >= 0xd9 && k <= 0xdb)) return mp_to_json(p, n, b);
+    if (mp_is_container(k) && skpo_mp_check((const char *)p, n, 0, &kl, &ke) == SKPO_OK) {
+        put_b64(b, p, kl);
+        return kl;
+    }
+    skpo_jbuf t = {0};
+    size_t used = mp_to_json(p, n, &t);
+    skpo_json_str(t.p ? t.p : "", t.n, b);
+    skpo_jbuf_free(&t);
+    return used;
+}
+
+// An array or a map's elements; a short buffer ends it early.
+static size_t mp_container_to_json(const unsigned char *p, size_t n, const mp_head *hd, skpo_jbuf *b) {
+    size_t o = hd->h;
+    putc_(b, hd->map ? '{' : '[');
+    for (size_t i = 0; i < hd->kids && o < n; i++) {
+        if (i) putc_(b, ',');
+        if (hd->map) {
+            o += mp_key_to_json(p + o, n - o, b);
+            putc_(b, ':');
+        }
+        o += mp_to_json(p + o, n - o, b);
+    }
+    putc_(b, hd->map ? '}' : ']');
+    return o;
+}
+
 // One msgpack value at p[0..n) as JSON; returns its size in bytes. The bytes
 // come from a record the reader framed with skpo_mp_check (or from our own
 // packer), so they are well formed and nested at most 64 deep; a short
@@ -157,93 +266,17 @@ static uint64_t be(const unsigned char *p, int n) {
 static size_t mp_to_json(const unsigned char *p, size_t n, skpo_jbuf *b) {
     if (!n) { puts_(b, "null"); return 0; }
     unsigned c = p[0];
-    size_t h = 1, len = 0, kids = 0;
-    int map = 0;
+    mp_head hd = {1, 0, 0, 0};
     if (c <= 0x7f || c >= 0xe0) { put_i64(b, (int8_t)c); return 1; }
     if (c == 0xc0) { puts_(b, "null"); return 1; }
     if (c == 0xc2 || c == 0xc3) { puts_(b, c == 0xc3 ? "true" : "false"); return 1; }
-    if (c >= 0x80 && c <= 0x9f) { kids = c & 0x0f; map = c <= 0x8f; }
-    else if (c >= 0xa0 && c <= 0xbf) len = c & 0x1f;
+    if (c >= 0x80 && c <= 0x9f) { hd.kids = c & 0x0f; hd.map = c <= 0x8f; }
+    else if (c >= 0xa0 && c <= 0xbf) hd.len = c & 0x1f;
     else {
-        static const int w[] = {1, 2, 4, 8};
-        int lw = 0, vw = 0; // width of a length field, or of a fixed-size payload
-        switch (c) {
-        case 0xc4: case 0xd9: case 0xc7: lw = 1; break;
-        case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lw = 2; break;
-        case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lw = 4; break;
-        case 0xca: vw = 4; break;
-        case 0xcb: vw = 8; break;
-        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: vw = 1 + (1 << (c - 0xd4)); break;
-        default: if (c >= 0xcc && c <= 0xd3) vw = w[(c - 0xcc) & 3]; break;
-        }
-        if (n < 1 + (size_t)(lw + vw) || (!lw && !vw)) { puts_(b, "null"); return n; }
-        uint64_t x = be(p + 1, lw ? lw : (vw > 8 ? 0 : vw));
-        h = 1 + (size_t)lw;
-        if (c >= 0xcc && c <= 0xcf) {
-            char t[24];
-            snprintf(t, sizeof t, "%llu", (unsigned long long)x);
-            puts_(b, t);
-            return 1 + (size_t)vw;
-        }
-        if (c >= 0xd0 && c <= 0xd3) {
-            put_i64(b, vw == 8 ? (int64_t)x : (int64_t)(x ^ (1ull << (8 * vw - 1))) - (int64_t)(1ull << (8 * vw - 1)));
-            return 1 + (size_t)vw;
-        }
-        if (c == 0xca) { uint32_t u = (uint32_t)x; float f; memcpy(&f, &u, 4); skpo_json_float(f, true, b); return 5; }
-        if (c == 0xcb) { double d; memcpy(&d, &x, 8); skpo_json_float(d, false, b); return 9; }
-        if (c >= 0xd4 && c <= 0xd8) { len = (size_t)vw - 1; h = 1; } // fixext: type byte then payload
-        else if (c == 0xdc || c == 0xdd) kids = x;
-        else if (c == 0xde || c == 0xdf) { kids = x; map = 1; }
-        else len = x;
+        size_t used = mp_sized_head(p, n, b, &hd);
+        if (used) return used;
     }
-    bool ext = c == 0xc7 || c == 0xc8 || c == 0xc9 || (c >= 0xd4 && c <= 0xd8);
-    if (!kids && !(c >= 0x80 && c <= 0x9f) && c != 0xdc && c != 0xdd && c != 0xde && c != 0xdf) {
-        size_t need = h + (ext ? 1 : 0) + len;
-        if (need > n) { puts_(b, "null"); return n; }
-        const char *d = (const char *)p + h + (ext ? 1 : 0);
-        if (ext) {
-            puts_(b, "{\"$ext\":[");
-            put_i64(b, (int8_t)p[h]);
-            putc_(b, ',');
-            put_b64(b, (const unsigned char *)d, len);
-            puts_(b, "]}");
-        } else if (c >= 0xc4 && c <= 0xc6) {
-            puts_(b, "{\"$bin\":");
-            put_b64(b, (const unsigned char *)d, len);
-            putc_(b, '}');
-        } else {
-            put_str_or_b64(d, len, b);
-        }
-        return need;
-    }
-    size_t o = h;
-    putc_(b, map ? '{' : '[');
-    for (size_t i = 0; i < kids && o < n; i++) {
-        if (i) putc_(b, ',');
-        if (map) {
-            unsigned k = p[o];
-            size_t kl;
-            skpo_err ke;
-            if ((k >= 0xa0 && k <= 0xbf) || (k >= 0xd9 && k <= 0xdb)) {
-                o += mp_to_json(p + o, n - o, b); // a string key prints as itself
-            } else if (((k >= 0x80 && k <= 0x9f) || (k >= 0xdc && k <= 0xdf)) &&
-                       skpo_mp_check((const char *)p + o, n - o, 0, &kl, &ke) == SKPO_OK) {
-                // A container key prints as the base64 of its bytes: as escaped
-                // JSON text, keys nested in keys would double in size per level.
-                put_b64(b, p + o, kl);
-                o += kl;
-            } else {
-                skpo_jbuf t = {0};
-                o += mp_to_json(p + o, n - o, &t);
-                skpo_json_str(t.p ? t.p : "", t.n, b);
-                skpo_jbuf_free(&t);
-            }
-            putc_(b, ':');
-        }
-        o += mp_to_json(p + o, n - o, b);
-    }
-    putc_(b, map ? '}' : ']');
-    return o;
+    return mp_is_container(c) ? mp_container_to_json(p, n, &hd, b) : mp_bytes_to_json(p, n, &hd, b);
 }
 
 void skpo_value_to_json(const skpo_value *v, skpo_jbuf *b) {

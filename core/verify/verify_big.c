@@ -197,6 +197,90 @@ static bool rf_small(const rf *r, const fmpq_mpoly_ctx_t x) {
     return fmpq_mpoly_length(r->n, x) <= POLY_TERMS && fmpq_mpoly_length(r->d, x) <= POLY_TERMS;
 }
 
+static bool peval(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int depth);
+
+// A variable-free subtree as a constant rational function (false: not exact).
+static bool peval_const(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int depth) {
+    mpq_t q;
+    mpq_init(q);
+    bool ok = qeval(c, id, q, depth);
+    if (ok) {
+        fmpq_t f;
+        fmpq_init(f);
+        fmpq_set_mpq(f, q);
+        fmpq_mpoly_set_fmpq(out->n, f, x);
+        fmpq_mpoly_one(out->d, x);
+        fmpq_clear(f);
+    }
+    mpq_clear(q);
+    return ok;
+}
+
+// out = out (+ * /) a as n/d fractions, refused before a product could grow
+// past the term budget (s and t terms multiply to up to s*t).
+static bool rf_combine(rf *out, rf *a, int kind, const fmpq_mpoly_ctx_t x) {
+    fmpq_mpoly_struct *on = out->n, *od = out->d, *an = a->n, *ad = a->d;
+    double lo = (double)fmpq_mpoly_length(on, x), ld = (double)fmpq_mpoly_length(od, x);
+    double la = (double)fmpq_mpoly_length(an, x), lb = (double)fmpq_mpoly_length(ad, x);
+    double m1 = lo > ld ? lo : ld, m2 = la > lb ? la : lb;
+    if (m1 * m2 > POLY_TERMS * 8.0) return false;
+    if (kind == VN_ADD) { // n/d + an/ad = (n ad + an d) / (d ad)
+        if (fmpq_mpoly_equal(od, ad, x)) fmpq_mpoly_add(on, on, an, x);
+        else {
+            fmpq_mpoly_mul(on, on, ad, x);
+            fmpq_mpoly_mul(an, an, od, x);
+            fmpq_mpoly_add(on, on, an, x);
+            fmpq_mpoly_mul(od, od, ad, x);
+        }
+    } else if (kind == VN_MUL) {
+        fmpq_mpoly_mul(on, on, an, x);
+        fmpq_mpoly_mul(od, od, ad, x);
+    } else {
+        if (fmpq_mpoly_is_zero(an, x)) return false;
+        fmpq_mpoly_mul(on, on, ad, x);
+        fmpq_mpoly_mul(od, od, an, x);
+    }
+    return rf_small(out, x);
+}
+
+// The kids of an ADD, MUL or DIV node folded left to right.
+static bool peval_fold(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int depth) {
+    const vnode *n = &c->nodes[id];
+    if (!peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
+    bool ok = true;
+    rf a;
+    rf_init(&a, x);
+    for (int i = 1; ok && i < n->n; i++) {
+        if (!(ok = peval(c, kid(c, id, i), &a, x, depth + 1))) break;
+        ok = rf_combine(out, &a, n->kind, x);
+    }
+    rf_clear(&a, x);
+    return ok;
+}
+
+// base ^ k for a constant integer |k| <= POLY_DEG; (t terms)^k has up to
+// C(k + t - 1, t - 1) terms: bounded before expanding.
+static bool peval_pow(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int depth) {
+    mpq_t e;
+    mpq_init(e);
+    bool ok = !vhas_vars(c, kid(c, id, 1), 0) && qeval(c, kid(c, id, 1), e, depth + 1) &&
+              mpz_cmp_ui(mpq_denref(e), 1) == 0 && mpz_cmpabs_ui(mpq_numref(e), POLY_DEG) <= 0;
+    long k = ok ? mpz_get_si(mpq_numref(e)) : 0;
+    mpq_clear(e);
+    if (!ok || !peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
+    unsigned long ak = (unsigned long)(k < 0 ? -k : k);
+    double t1 = (double)fmpq_mpoly_length(out->n, x), t2 = (double)fmpq_mpoly_length(out->d, x);
+    double t = t1 > t2 ? t1 : t2, bound = 1;
+    for (double j = 1; j < t && bound <= POLY_TERMS; j++) bound = bound * ((double)ak + j) / j;
+    if (bound > POLY_TERMS) return false;
+    if (!fmpq_mpoly_pow_ui(out->n, out->n, ak, x) || !fmpq_mpoly_pow_ui(out->d, out->d, ak, x)) return false;
+    if (k < 0) {
+        if (fmpq_mpoly_is_zero(out->n, x)) return false;
+        fmpq_mpoly_swap(out->n, out->d, x);
+    }
+    return rf_small(out, x);
+}
+
 static bool peval(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int depth) {
     if (id <= 0 || depth > VMAX_DEPTH * 2) return false;
     const vnode *n = &c->nodes[id];
@@ -206,84 +290,16 @@ static bool peval(const vctx *c, int id, rf *out, const fmpq_mpoly_ctx_t x, int 
         fmpq_mpoly_one(out->d, x);
         return true;
     }
-    if (!vhas_vars(c, id, 0)) { // a constant: exact or not modelled
-        mpq_t q;
-        mpq_init(q);
-        bool ok = qeval(c, id, q, depth);
-        if (ok) {
-            fmpq_t f;
-            fmpq_init(f);
-            fmpq_set_mpq(f, q);
-            fmpq_mpoly_set_fmpq(out->n, f, x);
-            fmpq_mpoly_one(out->d, x);
-            fmpq_clear(f);
-        }
-        mpq_clear(q);
-        return ok;
-    }
-    bool ok = true;
-    rf a;
+    if (!vhas_vars(c, id, 0)) return peval_const(c, id, out, x, depth); // a constant: exact or not modelled
     switch (n->kind) {
     case VN_NEG:
         if (!peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
         fmpq_mpoly_neg(out->n, out->n, x);
         return true;
-    case VN_UNIT:
-        return peval(c, kid(c, id, 0), out, x, depth + 1);
-    case VN_ADD: case VN_MUL: case VN_DIV:
-        if (!peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
-        rf_init(&a, x);
-        for (int i = 1; ok && i < n->n; i++) {
-            if (!(ok = peval(c, kid(c, id, i), &a, x, depth + 1))) break;
-            fmpq_mpoly_struct *on = out->n, *od = out->d, *an = a.n, *ad = a.d;
-            // a product of polynomials of s and t terms has up to s*t terms: bound it before
-            double lo = (double)fmpq_mpoly_length(on, x), ld = (double)fmpq_mpoly_length(od, x);
-            double la = (double)fmpq_mpoly_length(an, x), lb = (double)fmpq_mpoly_length(ad, x);
-            double m1 = lo > ld ? lo : ld, m2 = la > lb ? la : lb;
-            if (m1 * m2 > POLY_TERMS * 8.0) { ok = false; break; }
-            if (n->kind == VN_ADD) { // n/d + an/ad = (n ad + an d) / (d ad)
-                if (fmpq_mpoly_equal(od, ad, x)) fmpq_mpoly_add(on, on, an, x);
-                else {
-                    fmpq_mpoly_mul(on, on, ad, x);
-                    fmpq_mpoly_mul(an, an, od, x);
-                    fmpq_mpoly_add(on, on, an, x);
-                    fmpq_mpoly_mul(od, od, ad, x);
-                }
-            } else if (n->kind == VN_MUL) {
-                fmpq_mpoly_mul(on, on, an, x);
-                fmpq_mpoly_mul(od, od, ad, x);
-            } else {
-                if (fmpq_mpoly_is_zero(an, x)) { ok = false; break; }
-                fmpq_mpoly_mul(on, on, ad, x);
-                fmpq_mpoly_mul(od, od, an, x);
-            }
-            ok = rf_small(out, x);
-        }
-        rf_clear(&a, x);
-        return ok;
-    case VN_POW: {
-        mpq_t e;
-        mpq_init(e);
-        ok = !vhas_vars(c, kid(c, id, 1), 0) && qeval(c, kid(c, id, 1), e, depth + 1) &&
-             mpz_cmp_ui(mpq_denref(e), 1) == 0 && mpz_cmpabs_ui(mpq_numref(e), POLY_DEG) <= 0;
-        long k = ok ? mpz_get_si(mpq_numref(e)) : 0;
-        mpq_clear(e);
-        if (!ok || !peval(c, kid(c, id, 0), out, x, depth + 1)) return false;
-        unsigned long ak = (unsigned long)(k < 0 ? -k : k);
-        // (t terms)^k has up to C(k + t - 1, t - 1) terms: bound it before expanding
-        double t1 = (double)fmpq_mpoly_length(out->n, x), t2 = (double)fmpq_mpoly_length(out->d, x);
-        double t = t1 > t2 ? t1 : t2, bound = 1;
-        for (double j = 1; j < t && bound <= POLY_TERMS; j++) bound = bound * ((double)ak + j) / j;
-        if (bound > POLY_TERMS) return false;
-        if (!fmpq_mpoly_pow_ui(out->n, out->n, ak, x) || !fmpq_mpoly_pow_ui(out->d, out->d, ak, x)) return false;
-        if (k < 0) {
-            if (fmpq_mpoly_is_zero(out->n, x)) return false;
-            fmpq_mpoly_swap(out->n, out->d, x);
-        }
-        return rf_small(out, x);
-    }
-    default:
-        return false;
+    case VN_UNIT: return peval(c, kid(c, id, 0), out, x, depth + 1);
+    case VN_ADD: case VN_MUL: case VN_DIV: return peval_fold(c, id, out, x, depth);
+    case VN_POW: return peval_pow(c, id, out, x, depth);
+    default: return false;
     }
 }
 
@@ -308,21 +324,103 @@ int vbig_poly(const vctx *c, int g, int p) {
 
 // --- MPFR: high-precision real values ----------------------------------------------------------
 
+static bool feval(const vctx *c, int id, mpfr_t out, int depth);
+
+// out = f(out) (a: f's second argument, the root's degree or the log's base),
+// false where f is undefined or not modelled.
+static bool mpfr_func(int op, mpfr_t out, mpfr_t a) {
+    bool ok = true;
+    switch (op) {
+    case VF_SQRT: ok = mpfr_sgn(out) >= 0; if (ok) mpfr_sqrt(out, out, MPFR_RNDN); break;
+    case VF_ROOT:
+        ok = mpfr_integer_p(a) && mpfr_cmp_ui(a, 2) >= 0 && mpfr_cmp_ui(a, 64) <= 0;
+        if (ok) {
+            unsigned long k = mpfr_get_ui(a, MPFR_RNDN);
+            ok = mpfr_sgn(out) >= 0 || k % 2;
+            if (ok) mpfr_rootn_ui(out, out, k, MPFR_RNDN);
+        }
+        break;
+    case VF_SIN: mpfr_sin(out, out, MPFR_RNDN); break;
+    case VF_COS: mpfr_cos(out, out, MPFR_RNDN); break;
+    case VF_TAN: mpfr_tan(out, out, MPFR_RNDN); break;
+    case VF_SEC: mpfr_sec(out, out, MPFR_RNDN); break;
+    case VF_CSC: mpfr_csc(out, out, MPFR_RNDN); break;
+    case VF_COT: mpfr_cot(out, out, MPFR_RNDN); break;
+    case VF_ASIN: ok = mpfr_cmpabs_ui(out, 1) <= 0; if (ok) mpfr_asin(out, out, MPFR_RNDN); break;
+    case VF_ACOS: ok = mpfr_cmpabs_ui(out, 1) <= 0; if (ok) mpfr_acos(out, out, MPFR_RNDN); break;
+    case VF_ATAN: mpfr_atan(out, out, MPFR_RNDN); break;
+    case VF_SINH: mpfr_sinh(out, out, MPFR_RNDN); break;
+    case VF_COSH: mpfr_cosh(out, out, MPFR_RNDN); break;
+    case VF_TANH: mpfr_tanh(out, out, MPFR_RNDN); break;
+    case VF_LN: case VF_LOG: ok = mpfr_sgn(out) > 0; if (ok) mpfr_log(out, out, MPFR_RNDN); break;
+    case VF_LOGB:
+        ok = mpfr_sgn(out) > 0 && mpfr_sgn(a) > 0 && mpfr_cmp_ui(a, 1) != 0;
+        if (ok) { mpfr_log(out, out, MPFR_RNDN); mpfr_log(a, a, MPFR_RNDN); mpfr_div(out, out, a, MPFR_RNDN); }
+        break;
+    case VF_EXP: ok = mpfr_cmp_ui(out, 100000) < 0; if (ok) mpfr_exp(out, out, MPFR_RNDN); break;
+    case VF_ABS: mpfr_abs(out, out, MPFR_RNDN); break;
+    case VF_FLOOR: mpfr_floor(out, out); break;
+    case VF_CEIL: mpfr_ceil(out, out); break;
+    case VF_FACT:
+        ok = mpfr_integer_p(out) && mpfr_sgn(out) >= 0 && mpfr_cmp_ui(out, 10000) <= 0;
+        if (ok) mpfr_fac_ui(out, mpfr_get_ui(out, MPFR_RNDN), MPFR_RNDN);
+        break;
+    default: ok = false;
+    }
+    return ok;
+}
+
+// A number literal: exact where it is, its double where it is a long decimal.
+static bool feval_num(const vctx *c, const vnode *n, mpfr_t out) {
+    bool ok = true;
+    mpq_t q;
+    mpq_init(q);
+    if (num_value(c, n, q)) mpfr_set_q(out, q, MPFR_RNDN);
+    else if (n->flags & (NF_EXACT | NF_INTLIT)) ok = false;
+    else mpfr_set_d(out, n->d, MPFR_RNDN); // a long decimal: its double
+    mpq_clear(q);
+    return ok && mpfr_number_p(out);
+}
+
+// The kids of an ADD, MUL, DIV or POW node folded left to right.
+static bool feval_fold(const vctx *c, int id, mpfr_t out, int depth) {
+    const vnode *n = &c->nodes[id];
+    if (!feval(c, kid(c, id, 0), out, depth + 1)) return false;
+    bool ok = true;
+    mpfr_t a;
+    mpfr_init2(a, MP_PREC);
+    for (int i = 1; ok && i < n->n; i++) {
+        if (!(ok = feval(c, kid(c, id, i), a, depth + 1))) break;
+        if (n->kind == VN_ADD) mpfr_add(out, out, a, MPFR_RNDN);
+        else if (n->kind == VN_MUL) mpfr_mul(out, out, a, MPFR_RNDN);
+        else if (n->kind == VN_DIV) { if (mpfr_zero_p(a)) ok = false; else mpfr_div(out, out, a, MPFR_RNDN); }
+        else {
+            if (mpfr_sgn(out) < 0 && !mpfr_integer_p(a)) ok = false; // complex: not modelled here
+            else mpfr_pow(out, out, a, MPFR_RNDN);
+        }
+        if (ok && !mpfr_number_p(out)) ok = false;
+    }
+    mpfr_clear(a);
+    return ok;
+}
+
+static bool feval_func(const vctx *c, int id, mpfr_t out, int depth) {
+    const vnode *n = &c->nodes[id];
+    if (!feval(c, kid(c, id, 0), out, depth + 1)) return false;
+    bool ok = true;
+    mpfr_t a;
+    mpfr_init2(a, MP_PREC);
+    if (n->n > 1 && !feval(c, kid(c, id, 1), a, depth + 1)) ok = false;
+    if (ok) ok = mpfr_func(n->op, out, a);
+    mpfr_clear(a);
+    return ok && mpfr_number_p(out);
+}
+
 static bool feval(const vctx *c, int id, mpfr_t out, int depth) {
     if (id <= 0 || depth > VMAX_DEPTH * 2) return false;
     const vnode *n = &c->nodes[id];
-    bool ok = true;
-    mpfr_t a;
     switch (n->kind) {
-    case VN_NUM: {
-        mpq_t q;
-        mpq_init(q);
-        if (num_value(c, n, q)) mpfr_set_q(out, q, MPFR_RNDN);
-        else if (n->flags & (NF_EXACT | NF_INTLIT)) ok = false;
-        else mpfr_set_d(out, n->d, MPFR_RNDN); // a long decimal: its double
-        mpq_clear(q);
-        return ok && mpfr_number_p(out);
-    }
+    case VN_NUM: return feval_num(c, n, out);
     case VN_CONST:
         if (n->op == VC_PI) { mpfr_const_pi(out, MPFR_RNDN); return true; }
         if (n->op == VC_E) { mpfr_set_ui(out, 1, MPFR_RNDN); mpfr_exp(out, out, MPFR_RNDN); return true; }
@@ -331,69 +429,10 @@ static bool feval(const vctx *c, int id, mpfr_t out, int depth) {
         if (!feval(c, kid(c, id, 0), out, depth + 1)) return false;
         mpfr_neg(out, out, MPFR_RNDN);
         return true;
-    case VN_PERCENT: case VN_UNIT:
-        return feval(c, kid(c, id, 0), out, depth + 1);
-    case VN_ADD: case VN_MUL: case VN_DIV: case VN_POW:
-        if (!feval(c, kid(c, id, 0), out, depth + 1)) return false;
-        mpfr_init2(a, MP_PREC);
-        for (int i = 1; ok && i < n->n; i++) {
-            if (!(ok = feval(c, kid(c, id, i), a, depth + 1))) break;
-            if (n->kind == VN_ADD) mpfr_add(out, out, a, MPFR_RNDN);
-            else if (n->kind == VN_MUL) mpfr_mul(out, out, a, MPFR_RNDN);
-            else if (n->kind == VN_DIV) { if (mpfr_zero_p(a)) ok = false; else mpfr_div(out, out, a, MPFR_RNDN); }
-            else {
-                if (mpfr_sgn(out) < 0 && !mpfr_integer_p(a)) ok = false; // complex: not modelled here
-                else mpfr_pow(out, out, a, MPFR_RNDN);
-            }
-            if (ok && !mpfr_number_p(out)) ok = false;
-        }
-        mpfr_clear(a);
-        return ok;
-    case VN_FUNC:
-        if (!feval(c, kid(c, id, 0), out, depth + 1)) return false;
-        mpfr_init2(a, MP_PREC);
-        if (n->n > 1 && !feval(c, kid(c, id, 1), a, depth + 1)) ok = false;
-        if (ok) switch (n->op) {
-        case VF_SQRT: ok = mpfr_sgn(out) >= 0; if (ok) mpfr_sqrt(out, out, MPFR_RNDN); break;
-        case VF_ROOT:
-            ok = mpfr_integer_p(a) && mpfr_cmp_ui(a, 2) >= 0 && mpfr_cmp_ui(a, 64) <= 0;
-            if (ok) {
-                unsigned long k = mpfr_get_ui(a, MPFR_RNDN);
-                ok = mpfr_sgn(out) >= 0 || k % 2;
-                if (ok) mpfr_rootn_ui(out, out, k, MPFR_RNDN);
-            }
-            break;
-        case VF_SIN: mpfr_sin(out, out, MPFR_RNDN); break;
-        case VF_COS: mpfr_cos(out, out, MPFR_RNDN); break;
-        case VF_TAN: mpfr_tan(out, out, MPFR_RNDN); break;
-        case VF_SEC: mpfr_sec(out, out, MPFR_RNDN); break;
-        case VF_CSC: mpfr_csc(out, out, MPFR_RNDN); break;
-        case VF_COT: mpfr_cot(out, out, MPFR_RNDN); break;
-        case VF_ASIN: ok = mpfr_cmpabs_ui(out, 1) <= 0; if (ok) mpfr_asin(out, out, MPFR_RNDN); break;
-        case VF_ACOS: ok = mpfr_cmpabs_ui(out, 1) <= 0; if (ok) mpfr_acos(out, out, MPFR_RNDN); break;
-        case VF_ATAN: mpfr_atan(out, out, MPFR_RNDN); break;
-        case VF_SINH: mpfr_sinh(out, out, MPFR_RNDN); break;
-        case VF_COSH: mpfr_cosh(out, out, MPFR_RNDN); break;
-        case VF_TANH: mpfr_tanh(out, out, MPFR_RNDN); break;
-        case VF_LN: case VF_LOG: ok = mpfr_sgn(out) > 0; if (ok) mpfr_log(out, out, MPFR_RNDN); break;
-        case VF_LOGB:
-            ok = mpfr_sgn(out) > 0 && mpfr_sgn(a) > 0 && mpfr_cmp_ui(a, 1) != 0;
-            if (ok) { mpfr_log(out, out, MPFR_RNDN); mpfr_log(a, a, MPFR_RNDN); mpfr_div(out, out, a, MPFR_RNDN); }
-            break;
-        case VF_EXP: ok = mpfr_cmp_ui(out, 100000) < 0; if (ok) mpfr_exp(out, out, MPFR_RNDN); break;
-        case VF_ABS: mpfr_abs(out, out, MPFR_RNDN); break;
-        case VF_FLOOR: mpfr_floor(out, out); break;
-        case VF_CEIL: mpfr_ceil(out, out); break;
-        case VF_FACT:
-            ok = mpfr_integer_p(out) && mpfr_sgn(out) >= 0 && mpfr_cmp_ui(out, 10000) <= 0;
-            if (ok) mpfr_fac_ui(out, mpfr_get_ui(out, MPFR_RNDN), MPFR_RNDN);
-            break;
-        default: ok = false;
-        }
-        mpfr_clear(a);
-        return ok && mpfr_number_p(out);
-    default:
-        return false;
+    case VN_PERCENT: case VN_UNIT: return feval(c, kid(c, id, 0), out, depth + 1);
+    case VN_ADD: case VN_MUL: case VN_DIV: case VN_POW: return feval_fold(c, id, out, depth);
+    case VN_FUNC: return feval_func(c, id, out, depth);
+    default: return false;
     }
 }
 
