@@ -85,18 +85,13 @@ extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *
 // so lanes never share a word (no bank conflicts, no barriers beyond the warp).
 __host__ __device__ __forceinline__ size_t bwd_warp_floats(int G, int hs) { return (size_t)3 * G * hs + 2 * G; }
 
-__global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, const bf16 *out, const float *lse,
-                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
-                           int T, int nh, int nkv, int hs, float scale) {
-    extern __shared__ float sh[];
-    int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, G = nh / nkv;
-    int warp = blockIdx.x * (blockDim.x >> 5) + wib;
-    if (warp >= T * nkv) return;   // whole warps only
-    int t = warp / nkv, hk = warp - t * nkv;
-    int s0 = seq_start[seq_of[t]];
-    int qd = nh * hs, kd = nkv * hs;
-    float *sq = sh + (size_t)wib * bwd_warp_floats(G, hs), *sg = sq + (size_t)G * hs, *sdq = sg + (size_t)G * hs;
-    float *sD = sdq + (size_t)G * hs, *sL = sD + G;
+// The warp's query row t for the G heads of KV group hk, into its slice of
+// shared memory: q and dout per head, a zeroed dq accumulator, and
+// D_h = dout_h . out_h (dot_rows in core/cpu/ops_cpu.c) with lse_h.
+__device__ __forceinline__ void bwd_load_row(float *sq, float *sg, float *sdq, float *sD, float *sL, const bf16 *q,
+                                             const bf16 *dout, const bf16 *out, const float *lse, int t, int hk, int G,
+                                             int nh, int hs, int lane) {
+    int qd = nh * hs;
     for (int g = 0; g < G; g++) {
         int h = hk * G + g;
         float D = 0.f;
@@ -115,52 +110,77 @@ __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, con
         D = warp_sum(D);
         if (lane == 0) sD[g] = D, sL[g] = lse[(size_t)t * nh + h];
     }
-    __syncwarp();
-    // Keys from t down: concurrent warps (neighbouring queries) then hit
-    // different keys' dK/dV at any moment.
-    for (int j = t; j >= s0; j--) {
-        const bf16 *kr = k + (size_t)j * kd + (size_t)hk * hs, *vr = v + (size_t)j * kd + (size_t)hk * hs;
-        float kv_k[PER_LANE], kv_v[PER_LANE], ak[PER_LANE], av[PER_LANE];
+}
+
+// Key j against the row's G heads (attend_bwd_q and attend_bwd_kv in
+// core/cpu/ops_cpu.c for one pair): p = exp(s - lse_h), dp = dout_h . v_j,
+// ds = p (dp - D_h); dq_h += ds k_j scale in shared memory; the group's
+// dk_j += sum_h ds q_h scale and dv_j += sum_h p dout_h with one fp32 atomic
+// per element.
+__device__ __forceinline__ void bwd_key(float *dk, float *dv, float *sdq, const float *sq, const float *sg,
+                                        const float *sD, const float *sL, const bf16 *k, const bf16 *v, int j, int hk,
+                                        int G, int nkv, int hs, int lane, float scale) {
+    int kd = nkv * hs;
+    const bf16 *kr = k + (size_t)j * kd + (size_t)hk * hs, *vr = v + (size_t)j * kd + (size_t)hk * hs;
+    float kv_k[PER_LANE], kv_v[PER_LANE], ak[PER_LANE], av[PER_LANE];
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
-            int d = lane + 32 * i;
-            kv_k[i] = d < hs ? __bfloat162float(kr[d]) : 0.f;
-            kv_v[i] = d < hs ? __bfloat162float(vr[d]) : 0.f;
-            ak[i] = av[i] = 0.f;
-        }
-        for (int g = 0; g < G; g++) {
-            const float *qg = sq + g * hs, *gg = sg + g * hs;
-            float s = 0.f, dp = 0.f;
-#pragma unroll
-            for (int i = 0; i < PER_LANE; i++) {
-                int d = lane + 32 * i;
-                if (d < hs) {
-                    s += qg[d] * kv_k[i];
-                    dp += gg[d] * kv_v[i];
-                }
-            }
-            s = warp_sum(s) * scale;
-            dp = warp_sum(dp);
-            float p = expf(s - sL[g]), ds = p * (dp - sD[g]);
-#pragma unroll
-            for (int i = 0; i < PER_LANE; i++) {
-                int d = lane + 32 * i;
-                if (d < hs) {
-                    sdq[g * hs + d] += ds * kv_k[i] * scale;
-                    ak[i] += ds * qg[d] * scale;
-                    av[i] += p * gg[d];
-                }
-            }
-        }
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + 32 * i;
+        kv_k[i] = d < hs ? __bfloat162float(kr[d]) : 0.f;
+        kv_v[i] = d < hs ? __bfloat162float(vr[d]) : 0.f;
+        ak[i] = av[i] = 0.f;
+    }
+    for (int g = 0; g < G; g++) {
+        const float *qg = sq + g * hs, *gg = sg + g * hs;
+        float s = 0.f, dp = 0.f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             int d = lane + 32 * i;
             if (d < hs) {
-                atomicAdd(&dk[(size_t)j * kd + (size_t)hk * hs + d], ak[i]);
-                atomicAdd(&dv[(size_t)j * kd + (size_t)hk * hs + d], av[i]);
+                s += qg[d] * kv_k[i];
+                dp += gg[d] * kv_v[i];
+            }
+        }
+        s = warp_sum(s) * scale;
+        dp = warp_sum(dp);
+        float p = expf(s - sL[g]), ds = p * (dp - sD[g]);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < hs) {
+                sdq[g * hs + d] += ds * kv_k[i] * scale;
+                ak[i] += ds * qg[d] * scale;
+                av[i] += p * gg[d];
             }
         }
     }
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + 32 * i;
+        if (d < hs) {
+            atomicAdd(&dk[(size_t)j * kd + (size_t)hk * hs + d], ak[i]);
+            atomicAdd(&dv[(size_t)j * kd + (size_t)hk * hs + d], av[i]);
+        }
+    }
+}
+
+__global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, const bf16 *out, const float *lse,
+                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
+                           int T, int nh, int nkv, int hs, float scale) {
+    extern __shared__ float sh[];
+    int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, G = nh / nkv;
+    int warp = blockIdx.x * (blockDim.x >> 5) + wib;
+    if (warp >= T * nkv) return;   // whole warps only
+    int t = warp / nkv, hk = warp - t * nkv;
+    int s0 = seq_start[seq_of[t]];
+    int qd = nh * hs;
+    float *sq = sh + (size_t)wib * bwd_warp_floats(G, hs), *sg = sq + (size_t)G * hs, *sdq = sg + (size_t)G * hs;
+    float *sD = sdq + (size_t)G * hs, *sL = sD + G;
+    bwd_load_row(sq, sg, sdq, sD, sL, q, dout, out, lse, t, hk, G, nh, hs, lane);
+    __syncwarp();
+    // Keys from t down: concurrent warps (neighbouring queries) then hit
+    // different keys' dK/dV at any moment.
+    for (int j = t; j >= s0; j--) bwd_key(dk, dv, sdq, sq, sg, sD, sL, k, v, j, hk, G, nkv, hs, lane, scale);
     for (int g = 0; g < G; g++)
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {

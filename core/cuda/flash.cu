@@ -31,6 +31,69 @@ __device__ void load_tile(bf16 *s, const bf16 *g, int r0, int T, int ld, int col
     }
 }
 
+// The three warp-level products both kernels are made of. Each warp owns a
+// strip of 16 rows; K is the inner dimension, NT the number of 16-wide
+// column tiles of the result.
+
+// c (16 x 16 NT, ld ldc) = a b^T: a is 16 rows of K, b is 16 NT rows of K
+// (S = Q K^T in the forward, S^T = K Q^T and dP^T = V dO^T in the backward).
+template <int K, int NT>
+__device__ __forceinline__ void warp_mma_abt(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb) {
+    for (int nt = 0; nt < NT; nt++) {
+        facc acc;
+        wmma::fill_fragment(acc, 0.f);
+        for (int kk = 0; kk < K; kk += 16) {
+            fa_row fa;
+            fb_col fb;
+            wmma::load_matrix_sync(fa, a + kk, lda);
+            wmma::load_matrix_sync(fb, b + nt * 16 * ldb + kk, ldb);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(c + nt * 16, acc, ldc, wmma::mem_row_major);
+    }
+}
+
+// acc[nt] += a b[:, 16 nt ..]: a is 16 rows of K, b is K rows of 16 NT, the
+// result stays in fragments (O += P V; dV += P^T dO and dK += dS^T Q).
+template <int K, int NT>
+__device__ __forceinline__ void warp_mma_ab_acc(facc *acc, const bf16 *a, int lda, const bf16 *b, int ldb) {
+    for (int nt = 0; nt < NT; nt++)
+        for (int kk = 0; kk < K; kk += 16) {
+            fa_row fa;
+            fb_row fb;
+            wmma::load_matrix_sync(fa, a + kk, lda);
+            wmma::load_matrix_sync(fb, b + kk * ldb + nt * 16, ldb);
+            wmma::mma_sync(acc[nt], fa, fb, acc[nt]);
+        }
+}
+
+// c (16 x 16 NT) = a^T b: a is a K x 16 column strip of a row-major matrix
+// (the column-major view of its transpose), b is K rows of 16 NT (dQ = dS K
+// with dS^T in shared memory).
+template <int K, int NT>
+__device__ __forceinline__ void warp_mma_atb(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb) {
+    for (int nt = 0; nt < NT; nt++) {
+        facc acc;
+        wmma::fill_fragment(acc, 0.f);
+        for (int kk = 0; kk < K; kk += 16) {
+            fa_col fa;
+            fb_row fb;
+            wmma::load_matrix_sync(fa, a + kk * lda, lda);
+            wmma::load_matrix_sync(fb, b + kk * ldb + nt * 16, ldb);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(c + nt * 16, acc, ldc, wmma::mem_row_major);
+    }
+}
+
+// o[nt] *= c[row] for each element of a warp's 16-row accumulator strip; rowmap
+// holds each element's row (see k_flash_fwd).
+template <int NT>
+__device__ __forceinline__ void scale_rows(facc *o, const facc &rowmap, const float *c) {
+    for (int nt = 0; nt < NT; nt++)
+        for (int e = 0; e < o[nt].num_elements; e++) o[nt].x[e] *= c[(int)rowmap.x[e]];
+}
+
 // Forward shared memory: Q, K, V tiles (bf16), S (fp32) and P (bf16) of the
 // tile, each row's first key, per-row rescale factors, a 16x16 fp32 staging
 // tile per warp.
@@ -39,14 +102,66 @@ static size_t fwd_smem() {
     return (size_t)3 * FT * HS * 2 + FT * FT * 4 + FT * FT * 2 + 2 * FT * 4 + (size_t)FW * 256 * 4;
 }
 
-// Each warp owns 16 query rows. The softmax walks them one row at a time with
-// the lanes across the row's 64 columns (consecutive words: no bank
-// conflicts); m and l of the warp's rows stay in registers (warp-uniform). O
-// stays in accumulator fragments for the whole key loop and is rescaled there:
-// a fragment loaded from a tile holding each element's row index says which
-// row each of a lane's fragment elements belongs to (the layout is opaque to
-// WMMA, this asks the hardware), so O never goes through shared memory until
-// the final 1/l.
+// Online softmax over one key tile (attend_row in core/cpu/ops_cpu.c, one
+// tile at a time): for the warp's 16 query rows, mask S to the row's own
+// sequence and the causal past, raise the running max m, write
+// P = exp(S * scale - m) (bf16, for P V) and corr = exp(m_old - m) per row,
+// and fold P's row sums into l. One row at a time, the lanes across its 64
+// columns (consecutive words: no bank conflicts); m and l stay in registers.
+__device__ __forceinline__ void fwd_online_softmax(float *m, float *l, bf16 *sP, float *sC, const float *sS,
+                                                   const int *sS0, int warp, int lane, int t0, int j0, int T,
+                                                   float scale) {
+#pragma unroll
+    for (int rr = 0; rr < 16; rr++) {
+        int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], ja = j0 + lane, jb = ja + 32;
+        float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * FT + lane] * scale : -INFINITY;
+        float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * FT + lane + 32] * scale : -INFINITY;
+        float mnew = fmaxf(m[rr], warp_max(fmaxf(xa, xb)));
+        float corr = mnew == -INFINITY ? 1.f : expf(m[rr] - mnew);
+        float pa = xa == -INFINITY ? 0.f : expf(xa - mnew), pb = xb == -INFINITY ? 0.f : expf(xb - mnew);
+        sP[r * FT + lane] = __float2bfloat16(pa);
+        sP[r * FT + lane + 32] = __float2bfloat16(pb);
+        l[rr] = l[rr] * corr + warp_sum(pa + pb);
+        m[rr] = mnew;
+        if (lane == 0) sC[r] = corr;
+    }
+}
+
+// out = O / l for the warp's 16 rows, through its 16x16 staging tile wx, and
+// lse = m + log l (the log-normaliser attend_row returns).
+template <int HS>
+__device__ __forceinline__ void fwd_write_out(bf16 *out, float *lse, facc *o, const facc &rowmap, float *wx, float *sC,
+                                              const float *m, const float *l, int warp, int lane, int t0, int T, int h,
+                                              int nh) {
+    int qd = nh * HS;
+    if (lane == 0)
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) sC[warp * 16 + rr] = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
+    __syncwarp();
+    scale_rows<HS / 16>(o, rowmap, sC + warp * 16);
+    for (int nt = 0; nt < HS / 16; nt++) {
+        wmma::store_matrix_sync(wx, o[nt], 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int t = t0 + warp * 16 + e / 16;
+            if (t < T) out[(size_t)t * qd + h * HS + nt * 16 + e % 16] = __float2bfloat16(wx[e]);
+        }
+        __syncwarp();
+    }
+    if (lse && lane == 0)
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) {
+            int t = t0 + warp * 16 + rr;
+            if (t < T) lse[(size_t)t * nh + h] = m[rr] + logf(l[rr]);
+        }
+}
+
+// Each warp owns 16 query rows; per key tile: S = Q K^T, online softmax,
+// O = O * corr + P V. O stays in accumulator fragments for the whole key loop
+// and is rescaled there: a fragment loaded from a tile holding each element's
+// row index says which row each of a lane's fragment elements belongs to (the
+// layout is opaque to WMMA, this asks the hardware), so O never goes through
+// shared memory until the final 1/l.
 template <int HS>
 __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                                       const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
@@ -77,69 +192,18 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
         load_tile<HS>(sK, k, j0, T, kd, hk * HS);
         load_tile<HS>(sV, v, j0, T, kd, hk * HS);
         __syncthreads();
-        for (int nt = 0; nt < FT / 16; nt++) {   // S = Q K^T for this warp's rows
-            facc acc;
-            wmma::fill_fragment(acc, 0.f);
-            for (int kk = 0; kk < HS; kk += 16) {
-                fa_row a;
-                fb_col b;
-                wmma::load_matrix_sync(a, sQ + warp * 16 * HS + kk, HS);
-                wmma::load_matrix_sync(b, sK + nt * 16 * HS + kk, HS);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(sS + warp * 16 * FT + nt * 16, acc, FT, wmma::mem_row_major);
-        }
+        warp_mma_abt<HS, FT / 16>(sS + warp * 16 * FT, FT, sQ + warp * 16 * HS, HS, sK, HS);   // S = Q K^T
         __syncwarp();
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) {   // one row at a time, lanes across its columns
-            int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], ja = j0 + lane, jb = ja + 32;
-            float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * FT + lane] * scale : -INFINITY;
-            float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * FT + lane + 32] * scale : -INFINITY;
-            float mnew = fmaxf(m[rr], warp_max(fmaxf(xa, xb)));
-            float corr = mnew == -INFINITY ? 1.f : expf(m[rr] - mnew);
-            float pa = xa == -INFINITY ? 0.f : expf(xa - mnew), pb = xb == -INFINITY ? 0.f : expf(xb - mnew);
-            sP[r * FT + lane] = __float2bfloat16(pa);
-            sP[r * FT + lane + 32] = __float2bfloat16(pb);
-            l[rr] = l[rr] * corr + warp_sum(pa + pb);
-            m[rr] = mnew;
-            if (lane == 0) sC[r] = corr;
-        }
+        fwd_online_softmax(m, l, sP, sC, sS, sS0, warp, lane, t0, j0, T, scale);
         __syncwarp();
-        for (int nt = 0; nt < HS / 16; nt++) {   // O = O * corr (in the fragments), O += P V
-            for (int e = 0; e < o[nt].num_elements; e++) o[nt].x[e] *= sC[warp * 16 + (int)rowmap.x[e]];
-            for (int kk = 0; kk < FT; kk += 16) {
-                fa_row a;
-                fb_row b;
-                wmma::load_matrix_sync(a, sP + warp * 16 * FT + kk, FT);
-                wmma::load_matrix_sync(b, sV + kk * HS + nt * 16, HS);
-                wmma::mma_sync(o[nt], a, b, o[nt]);
-            }
-        }
+        scale_rows<HS / 16>(o, rowmap, sC + warp * 16);                              // O = O * corr
+        warp_mma_ab_acc<FT, HS / 16>(o, sP + warp * 16 * FT, FT, sV, HS);            // O += P V
         __syncthreads();   // K/V are rewritten next
     }
-    if (lane == 0)
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) sC[warp * 16 + rr] = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
-    __syncwarp();
-    for (int nt = 0; nt < HS / 16; nt++) {   // O / l through this warp's staging tile
-        for (int e = 0; e < o[nt].num_elements; e++) o[nt].x[e] *= sC[warp * 16 + (int)rowmap.x[e]];
-        wmma::store_matrix_sync(wx, o[nt], 16, wmma::mem_row_major);
-        __syncwarp();
-        for (int e = lane; e < 256; e += 32) {
-            int t = t0 + warp * 16 + e / 16;
-            if (t < T) out[(size_t)t * qd + h * HS + nt * 16 + e % 16] = __float2bfloat16(wx[e]);
-        }
-        __syncwarp();
-    }
-    if (lse && lane == 0)
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) {
-            int t = t0 + warp * 16 + rr;
-            if (t < T) lse[(size_t)t * nh + h] = m[rr] + logf(l[rr]);
-        }
+    fwd_write_out<HS>(out, lse, o, rowmap, wx, sC, m, l, warp, lane, t0, T, h, nh);
 }
 
-// D[t,h] = dout . out (one warp per row and head).
+// D[t,h] = dout . out (one warp per row and head; dot_rows in core/cpu/ops_cpu.c).
 __global__ void k_flash_d(float *D, const bf16 *dout, const bf16 *out, int T, int nh, int hs) {
     int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (w >= T * nh) return;
@@ -155,112 +219,65 @@ static size_t bwd_smem() {
     return (size_t)4 * FT * HS * 2 + 2 * FT * FT * 4 + 2 * FT * FT * 2 + (size_t)FT * HS * 4 + 3 * FT * 4;
 }
 
+// The backward's query tile q0.. of head h: Q and dO rows, and per row its
+// lse, D and first key (rows past the last query that sees the key tile are
+// zero and start nowhere).
 template <int HS>
-__global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
-                                                      const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
-                                                      const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
-                                                      int nkv, float scale) {
-    extern __shared__ __align__(128) unsigned char sm[];
-    bf16 *sK = (bf16 *)sm, *sV = sK + FT * HS, *sQ = sV + FT * HS, *sdO = sQ + FT * HS;
-    float *sP32 = (float *)(sdO + FT * HS), *sdP = sP32 + FT * FT;
-    bf16 *sP = (bf16 *)(sdP + FT * FT), *sdS = sP + FT * FT;
-    float *sX = (float *)(sdS + FT * FT), *sLse = sX + FT * HS, *sD = sLse + FT;
-    int *sQs = (int *)(sD + FT);
-    int hk = blockIdx.y, G = nh / nkv, j0 = blockIdx.x * FT, qd = nh * HS, kd = nkv * HS;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    load_tile<HS>(sK, k, j0, T, kd, hk * HS);
-    load_tile<HS>(sV, v, j0, T, kd, hk * HS);
-    int qend = seq_start[seq_of[min(T, j0 + FT) - 1] + 1] - 1;   // last query that sees a key of the tile
-    facc dK[HS / 16], dV[HS / 16];
-    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.f), wmma::fill_fragment(dV[n], 0.f);
-    for (int h = hk * G; h < hk * G + G; h++) {
-        for (int q0 = j0; q0 <= qend; q0 += FT) {
-            __syncthreads();   // the previous tile's readers are done
-            load_tile<HS>(sQ, q, q0, T, qd, h * HS);
-            load_tile<HS>(sdO, dout, q0, T, qd, h * HS);
-            for (int i = threadIdx.x; i < FT; i += blockDim.x) {
-                int t = q0 + i;
-                int ok = t < T && t <= qend;
-                sLse[i] = ok ? lse[(size_t)t * nh + h] : 0.f;
-                sD[i] = ok ? D[(size_t)t * nh + h] : 0.f;
-                sQs[i] = ok ? seq_start[seq_of[t]] : 0x7fffffff;
-            }
-            __syncthreads();
-            for (int nt = 0; nt < FT / 16; nt++) {   // S^T = K Q^T (this warp's 16 keys)
-                facc acc;
-                wmma::fill_fragment(acc, 0.f);
-                for (int kk = 0; kk < HS; kk += 16) {
-                    fa_row a;
-                    fb_col b;
-                    wmma::load_matrix_sync(a, sK + warp * 16 * HS + kk, HS);
-                    wmma::load_matrix_sync(b, sQ + nt * 16 * HS + kk, HS);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(sP32 + warp * 16 * FT + nt * 16, acc, FT, wmma::mem_row_major);
-            }
-            __syncwarp();
-            for (int e = lane; e < 16 * FT; e += 32) {   // P^T, masked
-                int rk = warp * 16 + e / FT, c = e % FT, j = j0 + rk, t = q0 + c;
-                int ok = j < T && t >= j && sQs[c] <= j;   // t in j's sequence, at or after j
-                float p = ok ? expf(sP32[rk * FT + c] * scale - sLse[c]) : 0.f;
-                sP32[rk * FT + c] = p;
-                sP[rk * FT + c] = __float2bfloat16(p);
-            }
-            __syncwarp();
-            for (int nt = 0; nt < HS / 16; nt++)   // dV += P^T dO
-                for (int kk = 0; kk < FT; kk += 16) {
-                    fa_row a;
-                    fb_row b;
-                    wmma::load_matrix_sync(a, sP + warp * 16 * FT + kk, FT);
-                    wmma::load_matrix_sync(b, sdO + kk * HS + nt * 16, HS);
-                    wmma::mma_sync(dV[nt], a, b, dV[nt]);
-                }
-            for (int nt = 0; nt < FT / 16; nt++) {   // dP^T = V dO^T
-                facc acc;
-                wmma::fill_fragment(acc, 0.f);
-                for (int kk = 0; kk < HS; kk += 16) {
-                    fa_row a;
-                    fb_col b;
-                    wmma::load_matrix_sync(a, sV + warp * 16 * HS + kk, HS);
-                    wmma::load_matrix_sync(b, sdO + nt * 16 * HS + kk, HS);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(sdP + warp * 16 * FT + nt * 16, acc, FT, wmma::mem_row_major);
-            }
-            __syncwarp();
-            for (int e = lane; e < 16 * FT; e += 32) {   // dS^T = P^T (dP^T - D) * scale
-                int rk = warp * 16 + e / FT, c = e % FT;
-                sdS[rk * FT + c] = __float2bfloat16(sP32[rk * FT + c] * (sdP[rk * FT + c] - sD[c]) * scale);
-            }
-            __syncthreads();   // dQ reads every warp's dS^T rows
-            for (int nt = 0; nt < HS / 16; nt++)   // dK += dS^T Q
-                for (int kk = 0; kk < FT; kk += 16) {
-                    fa_row a;
-                    fb_row b;
-                    wmma::load_matrix_sync(a, sdS + warp * 16 * FT + kk, FT);
-                    wmma::load_matrix_sync(b, sQ + kk * HS + nt * 16, HS);
-                    wmma::mma_sync(dK[nt], a, b, dK[nt]);
-                }
-            for (int nt = 0; nt < HS / 16; nt++) {   // dQ = dS K for this warp's 16 queries
-                facc acc;
-                wmma::fill_fragment(acc, 0.f);
-                for (int kk = 0; kk < FT; kk += 16) {
-                    fa_col a;   // dS = (dS^T)^T: column-major view of sdS
-                    fb_row b;
-                    wmma::load_matrix_sync(a, sdS + kk * FT + warp * 16, FT);
-                    wmma::load_matrix_sync(b, sK + kk * HS + nt * 16, HS);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(sX + warp * 16 * HS + nt * 16, acc, HS, wmma::mem_row_major);
-            }
-            __syncwarp();
-            for (int e = lane; e < 16 * HS; e += 32) {
-                int rr = warp * 16 + e / HS, t = q0 + rr;
-                if (t < T && t <= qend) atomicAdd(&dq32[(size_t)t * qd + h * HS + e % HS], sX[rr * HS + e % HS]);
-            }
-        }
+__device__ __forceinline__ void bwd_load_q_tile(bf16 *sQ, bf16 *sdO, float *sLse, float *sD, int *sQs, const bf16 *q,
+                                                const bf16 *dout, const float *lse, const float *D,
+                                                const int32_t *seq_of, const int32_t *seq_start, int q0, int qend,
+                                                int T, int h, int nh) {
+    int qd = nh * HS;
+    load_tile<HS>(sQ, q, q0, T, qd, h * HS);
+    load_tile<HS>(sdO, dout, q0, T, qd, h * HS);
+    for (int i = threadIdx.x; i < FT; i += blockDim.x) {
+        int t = q0 + i;
+        int ok = t < T && t <= qend;
+        sLse[i] = ok ? lse[(size_t)t * nh + h] : 0.f;
+        sD[i] = ok ? D[(size_t)t * nh + h] : 0.f;
+        sQs[i] = ok ? seq_start[seq_of[t]] : 0x7fffffff;
     }
-    // dK, dV of this warp's 16 keys, through the staging buffer.
+}
+
+// P^T_jt = exp(S^T_jt * scale - lse_t) for the warp's 16 keys j, zero unless t
+// is in j's sequence at or after j; kept in fp32 (for dS) and bf16 (for dV).
+__device__ __forceinline__ void bwd_probs(float *sP32, bf16 *sP, const float *sLse, const int *sQs, int warp, int lane,
+                                          int j0, int q0, int T, float scale) {
+    for (int e = lane; e < 16 * FT; e += 32) {
+        int rk = warp * 16 + e / FT, c = e % FT, j = j0 + rk, t = q0 + c;
+        int ok = j < T && t >= j && sQs[c] <= j;
+        float p = ok ? expf(sP32[rk * FT + c] * scale - sLse[c]) : 0.f;
+        sP32[rk * FT + c] = p;
+        sP[rk * FT + c] = __float2bfloat16(p);
+    }
+}
+
+// dS^T = P^T (dP^T - D) * scale for the warp's 16 keys (dS of attend_bwd_q).
+__device__ __forceinline__ void bwd_dscores(bf16 *sdS, const float *sP32, const float *sdP, const float *sD, int warp,
+                                            int lane, float scale) {
+    for (int e = lane; e < 16 * FT; e += 32) {
+        int rk = warp * 16 + e / FT, c = e % FT;
+        sdS[rk * FT + c] = __float2bfloat16(sP32[rk * FT + c] * (sdP[rk * FT + c] - sD[c]) * scale);
+    }
+}
+
+// dq32 += the warp's 16 query rows of dQ staged in sX (fp32 atomics: every key
+// tile's block adds to the same rows).
+template <int HS>
+__device__ __forceinline__ void bwd_add_dq(float *dq32, const float *sX, int warp, int lane, int q0, int qend, int T,
+                                           int h, int nh) {
+    int qd = nh * HS;
+    for (int e = lane; e < 16 * HS; e += 32) {
+        int rr = warp * 16 + e / HS, t = q0 + rr;
+        if (t < T && t <= qend) atomicAdd(&dq32[(size_t)t * qd + h * HS + e % HS], sX[rr * HS + e % HS]);
+    }
+}
+
+// dK, dV of this warp's 16 keys, through the staging buffer sX.
+template <int HS>
+__device__ __forceinline__ void bwd_write_kv(bf16 *dk, bf16 *dv, facc *dK, facc *dV, float *sX, int warp, int lane,
+                                             int j0, int T, int hk, int nkv) {
+    int kd = nkv * HS;
     for (int which = 0; which < 2; which++) {
         __syncwarp();
         for (int nt = 0; nt < HS / 16; nt++)
@@ -272,6 +289,52 @@ __global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf
             if (j < T) dst[(size_t)j * kd + hk * HS + e % HS] = __float2bfloat16(sX[rr * HS + e % HS]);
         }
     }
+}
+
+// One block per 64-key tile of KV head hk (attend_bwd_kv and attend_bwd_q in
+// core/cpu/ops_cpu.c, a tile at a time): for every query head of the group
+// and every query tile that sees the keys, recompute P^T from S^T = K Q^T and
+// lse, then dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q and dQ += dS K.
+template <int HS>
+__global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
+                                                      const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
+                                                      const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
+                                                      int nkv, float scale) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    bf16 *sK = (bf16 *)sm, *sV = sK + FT * HS, *sQ = sV + FT * HS, *sdO = sQ + FT * HS;
+    float *sP32 = (float *)(sdO + FT * HS), *sdP = sP32 + FT * FT;
+    bf16 *sP = (bf16 *)(sdP + FT * FT), *sdS = sP + FT * FT;
+    float *sX = (float *)(sdS + FT * FT), *sLse = sX + FT * HS, *sD = sLse + FT;
+    int *sQs = (int *)(sD + FT);
+    int hk = blockIdx.y, G = nh / nkv, j0 = blockIdx.x * FT, kd = nkv * HS;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    load_tile<HS>(sK, k, j0, T, kd, hk * HS);
+    load_tile<HS>(sV, v, j0, T, kd, hk * HS);
+    int qend = seq_start[seq_of[min(T, j0 + FT) - 1] + 1] - 1;   // last query that sees a key of the tile
+    facc dK[HS / 16], dV[HS / 16];
+    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.f), wmma::fill_fragment(dV[n], 0.f);
+    const bf16 *wK = sK + warp * 16 * HS, *wV = sV + warp * 16 * HS;   // this warp's 16 keys
+    for (int h = hk * G; h < hk * G + G; h++) {
+        for (int q0 = j0; q0 <= qend; q0 += FT) {
+            __syncthreads();   // the previous tile's readers are done
+            bwd_load_q_tile<HS>(sQ, sdO, sLse, sD, sQs, q, dout, lse, D, seq_of, seq_start, q0, qend, T, h, nh);
+            __syncthreads();
+            warp_mma_abt<HS, FT / 16>(sP32 + warp * 16 * FT, FT, wK, HS, sQ, HS);    // S^T = K Q^T
+            __syncwarp();
+            bwd_probs(sP32, sP, sLse, sQs, warp, lane, j0, q0, T, scale);
+            __syncwarp();
+            warp_mma_ab_acc<FT, HS / 16>(dV, sP + warp * 16 * FT, FT, sdO, HS);     // dV += P^T dO
+            warp_mma_abt<HS, FT / 16>(sdP + warp * 16 * FT, FT, wV, HS, sdO, HS);   // dP^T = V dO^T
+            __syncwarp();
+            bwd_dscores(sdS, sP32, sdP, sD, warp, lane, scale);
+            __syncthreads();   // dQ reads every warp's dS^T rows
+            warp_mma_ab_acc<FT, HS / 16>(dK, sdS + warp * 16 * FT, FT, sQ, HS);     // dK += dS^T Q
+            warp_mma_atb<FT, HS / 16>(sX + warp * 16 * HS, HS, sdS + warp * 16, FT, sK, HS);   // dQ = dS K
+            __syncwarp();
+            bwd_add_dq<HS>(dq32, sX, warp, lane, q0, qend, T, h, nh);
+        }
+    }
+    bwd_write_kv<HS>(dk, dv, dK, dV, sX, warp, lane, j0, T, hk, nkv);
 }
 
 __global__ void k_seq_of_rows(int32_t *seq_of, const int32_t *seq_start, int nseq) {

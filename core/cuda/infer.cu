@@ -332,22 +332,12 @@ __device__ __forceinline__ void pf_unpack8(float *dst, uint4 u) {
     }
 }
 
-template <int PL>
-__global__ void __launch_bounds__(32 * PF_MAX_G) k_attn_prefill(bf16 *out, const bf16 *q, const bf16 *pk, const bf16 *pv,
-                                                                 const int32_t *bt, int max_blocks,
-                                                                 const int32_t *row_seq, const int32_t *row_pos,
-                                                                 const int32_t *tiles, int n_layers, int layer,
-                                                                 int block_size, int nh, int nkv, int hs, float scale) {
-    extern __shared__ __align__(16) float sh[];
-    int hk = blockIdx.y, G = nh / nkv, g = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
-    int r0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
-    int ks = hs + 4, kd = nkv * hs, qd = nh * hs, h = hk * G + g, cpr = hs / 8;
-    float *sQ = sh;                               // (G, PF_ROWS, hs)
-    float *sK = sQ + (size_t)G * PF_ROWS * hs;    // (PG_TILE, hs + 4)
-    float *sV = sK + PG_TILE * ks;                // (PG_TILE, hs)
-    float *sP = sV + PG_TILE * hs;                // (G, PF_ROWS, PG_TILE)
-    size_t *sOff = (size_t *)(sP + (size_t)G * PF_ROWS * PG_TILE);   // (PG_TILE) pool offsets of the keys
-    for (int i = threadIdx.x; i < n * G * cpr; i += nthr) {   // queries: (row, head, 8 dims) per thread
+// The tile's queries, scaled: sQ (G, PF_ROWS, hs) from rows r0 .. r0+n of the
+// KV group's G heads, 8 dims (one 16-byte load) per thread.
+__device__ __forceinline__ void pf_load_queries(float *sQ, const bf16 *q, int r0, int n, int G, int hk, int hs, int qd,
+                                                float scale) {
+    int cpr = hs / 8;
+    for (int i = threadIdx.x; i < n * G * cpr; i += blockDim.x) {
         int r = i / (G * cpr), rem = i - r * G * cpr, gg = rem / cpr, c = rem - gg * cpr;
         float f[8];
         pf_unpack8(f, *(const uint4 *)(q + (size_t)(r0 + r) * qd + (size_t)(hk * G + gg) * hs + c * 8));
@@ -355,6 +345,116 @@ __global__ void __launch_bounds__(32 * PF_MAX_G) k_attn_prefill(bf16 *out, const
 #pragma unroll
         for (int x = 0; x < 8; x++) d[x] = f[x] * scale;
     }
+}
+
+// Keys and values j0 .. j0+nt of KV head hk into sK (row stride ks) and sV:
+// one block-table lookup per key (sOff), then 16-byte vectors.
+__device__ __forceinline__ void pf_load_kv_tile(float *sK, float *sV, size_t *sOff, const bf16 *pk, const bf16 *pv,
+                                                const int32_t *table, int j0, int nt, int n_layers, int layer,
+                                                int block_size, int hk, int hs, int kd) {
+    int ks = hs + 4, cpr = hs / 8;
+    __syncthreads();   // the previous tile is consumed (and the queries are written)
+    if ((int)threadIdx.x < nt) {
+        int p = j0 + threadIdx.x;
+        sOff[threadIdx.x] = pg_row(table[p / block_size], n_layers, layer, block_size, p % block_size, kd) +
+                            (size_t)hk * hs;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * cpr; i += blockDim.x) {
+        int j = i / cpr, c = i - j * cpr;
+        size_t o = sOff[j] + (size_t)c * 8;
+        pf_unpack8(sK + j * ks + c * 8, *(const uint4 *)(pk + o));
+        pf_unpack8(sV + j * hs + c * 8, *(const uint4 *)(pv + o));
+    }
+    __syncthreads();
+}
+
+// s[r] = q_r . k_lane for the warp's n rows qw (already scaled): each lane
+// scores one key, K read once, the queries as broadcast float4.
+__device__ __forceinline__ void pf_scores(float *s, const float *qw, const float *sK, int lane, int nt, int n, int hs) {
+#pragma unroll
+    for (int r = 0; r < PF_ROWS; r++) s[r] = 0.f;
+    if (lane < nt) {
+        const float4 *k4 = (const float4 *)(sK + lane * (hs + 4));
+        for (int d = 0; d < hs / 4; d++) {
+            float4 b = k4[d];
+#pragma unroll
+            for (int r = 0; r < PF_ROWS; r++)
+                if (r < n) {
+                    float4 a = ((const float4 *)(qw + r * hs))[d];
+                    s[r] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+        }
+    }
+}
+
+// Online softmax of the tile for each row r (position p0 + r sees keys up to
+// itself): raise m, rescale l and the output by exp(m_old - m), write
+// P = exp(s - m) to pw for the P V step.
+template <int PL>
+__device__ __forceinline__ void pf_online_softmax(float *m, float *l, float (*acc)[PL], float *pw, const float *s,
+                                                  int lane, int nt, int j0, int p0, int n) {
+    int j = j0 + lane;
+#pragma unroll
+    for (int r = 0; r < PF_ROWS; r++) {
+        if (r >= n) break;
+        // Rows past this tile's keys keep their state (their keys end before j0).
+        int ok = lane < nt && j <= p0 + r;
+        float x = ok ? s[r] : -INFINITY, mx = warp_max(x);
+        float mn = fmaxf(m[r], mx);
+        float corr = m[r] == -INFINITY ? 0.f : expf(m[r] - mn), pr = ok ? expf(x - mn) : 0.f;
+        l[r] = l[r] * corr + warp_sum(pr);
+        m[r] = mn;
+        pw[r * PG_TILE + lane] = pr;
+#pragma unroll
+        for (int i = 0; i < PL; i++) acc[r][i] *= corr;
+    }
+}
+
+// acc[r] += P_r V over the tile's nt keys, four at a time; each lane owns PL
+// output dims (lane + 32 i) of every row.
+template <int PL>
+__device__ __forceinline__ void pf_accumulate_pv(float (*acc)[PL], const float *pw, const float *sV, int lane, int nt,
+                                                 int n, int hs) {
+    int nt4 = nt & ~3;   // V rows past nt hold stale data: never multiply them, even by 0
+    for (int jj = 0; jj < nt; jj += 4) {
+        float vv[4][PL];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int i = 0; i < PL; i++) {
+                int d = lane + 32 * i;
+                vv[u][i] = (jj + u < nt && d < hs) ? sV[(jj + u) * hs + d] : 0.f;
+            }
+#pragma unroll
+        for (int r = 0; r < PF_ROWS; r++) {
+            if (r >= n) break;
+            float4 p4;
+            if (jj < nt4) p4 = *(const float4 *)(pw + r * PG_TILE + jj);
+            else p4 = make_float4(pw[r * PG_TILE + jj], jj + 1 < nt ? pw[r * PG_TILE + jj + 1] : 0.f,
+                                  jj + 2 < nt ? pw[r * PG_TILE + jj + 2] : 0.f, 0.f);
+#pragma unroll
+            for (int i = 0; i < PL; i++) acc[r][i] += p4.x * vv[0][i] + p4.y * vv[1][i] + p4.z * vv[2][i] + p4.w * vv[3][i];
+        }
+    }
+}
+
+template <int PL>
+__global__ void __launch_bounds__(32 * PF_MAX_G) k_attn_prefill(bf16 *out, const bf16 *q, const bf16 *pk, const bf16 *pv,
+                                                                 const int32_t *bt, int max_blocks,
+                                                                 const int32_t *row_seq, const int32_t *row_pos,
+                                                                 const int32_t *tiles, int n_layers, int layer,
+                                                                 int block_size, int nh, int nkv, int hs, float scale) {
+    extern __shared__ __align__(16) float sh[];
+    int hk = blockIdx.y, G = nh / nkv, g = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1];
+    int ks = hs + 4, kd = nkv * hs, qd = nh * hs, h = hk * G + g;
+    float *sQ = sh;                               // (G, PF_ROWS, hs)
+    float *sK = sQ + (size_t)G * PF_ROWS * hs;    // (PG_TILE, hs + 4)
+    float *sV = sK + PG_TILE * ks;                // (PG_TILE, hs)
+    float *sP = sV + PG_TILE * hs;                // (G, PF_ROWS, PG_TILE)
+    size_t *sOff = (size_t *)(sP + (size_t)G * PF_ROWS * PG_TILE);   // (PG_TILE) pool offsets of the keys
+    pf_load_queries(sQ, q, r0, n, G, hk, hs, qd, scale);
     const int32_t *table = bt + (size_t)row_seq[r0] * max_blocks;
     int len = row_pos[r0 + n - 1] + 1, p0 = row_pos[r0];
     float m[PF_ROWS], l[PF_ROWS], acc[PF_ROWS][PL];
@@ -368,76 +468,16 @@ __global__ void __launch_bounds__(32 * PF_MAX_G) k_attn_prefill(bf16 *out, const
     const float *qw = sQ + (size_t)g * PF_ROWS * hs;
     for (int j0 = 0; j0 < len; j0 += PG_TILE) {
         int nt = min(PG_TILE, len - j0);
-        __syncthreads();   // the previous tile is consumed (and the queries are written)
-        if ((int)threadIdx.x < nt) {
-            int p = j0 + threadIdx.x;
-            sOff[threadIdx.x] = pg_row(table[p / block_size], n_layers, layer, block_size, p % block_size, kd) +
-                                (size_t)hk * hs;
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < nt * cpr; i += nthr) {
-            int j = i / cpr, c = i - j * cpr;
-            size_t o = sOff[j] + (size_t)c * 8;
-            pf_unpack8(sK + j * ks + c * 8, *(const uint4 *)(pk + o));
-            pf_unpack8(sV + j * hs + c * 8, *(const uint4 *)(pv + o));
-        }
-        __syncthreads();
+        pf_load_kv_tile(sK, sV, sOff, pk, pv, table, j0, nt, n_layers, layer, block_size, hk, hs, kd);
         float s[PF_ROWS];
-#pragma unroll
-        for (int r = 0; r < PF_ROWS; r++) s[r] = 0.f;
-        if (lane < nt) {
-            const float4 *k4 = (const float4 *)(sK + lane * ks);
-            for (int d = 0; d < hs / 4; d++) {
-                float4 b = k4[d];
-#pragma unroll
-                for (int r = 0; r < PF_ROWS; r++)
-                    if (r < n) {
-                        float4 a = ((const float4 *)(qw + r * hs))[d];
-                        s[r] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-                    }
-            }
-        }
-        int j = j0 + lane;
-#pragma unroll
-        for (int r = 0; r < PF_ROWS; r++) {
-            if (r >= n) break;
-            // Rows past this tile's keys keep their state (their keys end before j0).
-            int ok = lane < nt && j <= p0 + r;
-            float x = ok ? s[r] : -INFINITY, mx = warp_max(x);
-            float mn = fmaxf(m[r], mx);
-            float corr = m[r] == -INFINITY ? 0.f : expf(m[r] - mn), pr = ok ? expf(x - mn) : 0.f;
-            l[r] = l[r] * corr + warp_sum(pr);
-            m[r] = mn;
-            pw[r * PG_TILE + lane] = pr;
-#pragma unroll
-            for (int i = 0; i < PL; i++) acc[r][i] *= corr;
-        }
+        pf_scores(s, qw, sK, lane, nt, n, hs);
+        pf_online_softmax<PL>(m, l, acc, pw, s, lane, nt, j0, p0, n);
         __syncwarp();
-        int nt4 = nt & ~3;   // V rows past nt hold stale data: never multiply them, even by 0
-        for (int jj = 0; jj < nt; jj += 4) {
-            float vv[4][PL];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-#pragma unroll
-                for (int i = 0; i < PL; i++) {
-                    int d = lane + 32 * i;
-                    vv[u][i] = (jj + u < nt && d < hs) ? sV[(jj + u) * hs + d] : 0.f;
-                }
-#pragma unroll
-            for (int r = 0; r < PF_ROWS; r++) {
-                if (r >= n) break;
-                float4 p4;
-                if (jj < nt4) p4 = *(const float4 *)(pw + r * PG_TILE + jj);
-                else p4 = make_float4(pw[r * PG_TILE + jj], jj + 1 < nt ? pw[r * PG_TILE + jj + 1] : 0.f,
-                                      jj + 2 < nt ? pw[r * PG_TILE + jj + 2] : 0.f, 0.f);
-#pragma unroll
-                for (int i = 0; i < PL; i++) acc[r][i] += p4.x * vv[0][i] + p4.y * vv[1][i] + p4.z * vv[2][i] + p4.w * vv[3][i];
-            }
-        }
+        pf_accumulate_pv<PL>(acc, pw, sV, lane, nt, n, hs);
         __syncwarp();   // pw is rewritten next tile
     }
 #pragma unroll
-    for (int r = 0; r < PF_ROWS; r++) {
+    for (int r = 0; r < PF_ROWS; r++) {   // out = acc / l
         if (r >= n) break;
         bf16 *orow = out + (size_t)(r0 + r) * qd + (size_t)h * hs;
 #pragma unroll

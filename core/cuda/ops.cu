@@ -314,40 +314,34 @@ __device__ static float row_mass_count(const float *z, int V, float inv_t, float
     return block_sum(mass, shm);
 }
 
-__global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
-                         float top_p, const float *coin) {
-    __shared__ float shm[32];
-    __shared__ float part[1024];
-    const float *z = logits + (size_t)blockIdx.x * V;
-    int tid = threadIdx.x, nt = blockDim.x;
-    float bad = 0.f, zmax = -INFINITY;
-    for (int i = tid; i < V; i += nt) {
-        if (isnan(z[i]) || z[i] == INFINITY) bad = 1.f;
+// Max over the row's logits; *bad = 1 when the row holds NaN or +Inf.
+__device__ static float row_max_checked(const float *z, int V, float *bad, float *shm) {
+    float b = 0.f, zmax = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        if (isnan(z[i]) || z[i] == INFINITY) b = 1.f;
         else zmax = fmaxf(zmax, z[i]);
     }
-    bad = block_max(bad, shm);
-    zmax = block_max(zmax, shm);
-    if (bad > 0.f || zmax == -INFINITY) {
-        if (tid == 0) { out_tok[blockIdx.x] = -1; out_logp[blockIdx.x] = NAN; }
-        return;
-    }
-    float inv_t = temp > 0.f ? 1.f / temp : 1.f, m = zmax * inv_t;
-    float s = 0.f;
-    for (int i = tid; i < V; i += nt) s += expf(z[i] * inv_t - m);
-    s = block_sum(s, shm);
-    if (temp <= 0.f) {  // greedy: argmax, lowest index on ties
-        int bi = 0x7fffffff;
-        for (int i = tid; i < V && bi == 0x7fffffff; i += nt)
-            if (z[i] == zmax) bi = i;
-        __shared__ int sidx;
-        if (tid == 0) sidx = 0x7fffffff;
-        __syncthreads();
-        atomicMin(&sidx, bi);
-        __syncthreads();
-        if (tid == 0) { out_tok[blockIdx.x] = sidx; out_logp[blockIdx.x] = z[sidx] * inv_t - m - logf(s); }
-        return;
-    }
-    float pmax = 1.f / s;  // p of the max logit
+    *bad = block_max(b, shm);
+    return block_max(zmax, shm);
+}
+
+// Greedy: the argmax, lowest index on ties (sidx: a shared int).
+__device__ static int row_argmax(const float *z, int V, float zmax, int *sidx) {
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V && bi == 0x7fffffff; i += blockDim.x)
+        if (z[i] == zmax) bi = i;
+    if (threadIdx.x == 0) *sidx = 0x7fffffff;
+    __syncthreads();
+    atomicMin(sidx, bi);
+    __syncthreads();
+    return *sidx;
+}
+
+// The one threshold of top-k then top-p (see above): 40 bisection steps each
+// on [0, pmax], pmax = p of the max logit.
+__device__ static float row_keep_threshold(const float *z, int V, float inv_t, float m, float s, int top_k, float top_p,
+                                           float *shm) {
+    float pmax = 1.f / s;
     float tau = 0.f, cnt;
     if (top_k > 0 && top_k < V) {
         float lo = 0.f, hi = pmax;
@@ -367,6 +361,71 @@ __global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_lo
         }
         tau = lo;
     }
+    return tau;
+}
+
+// Shared state of the inverse-CDF draw: each thread's kept mass over its
+// contiguous chunk, their total, the chunk holding u * total and the mass
+// before it.
+typedef struct sample_cdf {
+    float part[1024];
+    float total, before;
+    int owner;
+} sample_cdf;
+
+// Thread 0 finds the chunk where the CDF of the kept tokens (p >= tau, index
+// order) crosses u * total.
+__device__ static void cdf_find_chunk(sample_cdf *cdf, float u, int nt) {
+    float acc = 0.f;
+    for (int k = 0; k < nt; k++) acc += cdf->part[k];
+    cdf->total = acc;
+    float target = u * acc, run = 0.f;
+    cdf->owner = -1;
+    cdf->before = 0.f;
+    for (int k = 0; k < nt; k++) {
+        if (cdf->part[k] > 0.f) { cdf->owner = k; cdf->before = run; }  // last chunk with mass: rounding fallback
+        if (run + cdf->part[k] > target && cdf->part[k] > 0.f) break;
+        run += cdf->part[k];
+    }
+}
+
+// The owner walks its chunk [b0, b1) to the token where the CDF crosses.
+__device__ static int cdf_pick_in_chunk(const sample_cdf *cdf, const float *z, int b0, int b1, float inv_t, float m,
+                                        float s, float tau, float u) {
+    float target = u * cdf->total, run = cdf->before;
+    int pick = -1, last = -1;
+    for (int i = b0; i < b1; i++) {
+        float p = expf(z[i] * inv_t - m) / s;
+        if (p < tau || p <= 0.f) continue;
+        last = i;
+        run += p;
+        if (run > target) { pick = i; break; }
+    }
+    return pick < 0 ? last : pick;  // rounding at the very end of the CDF
+}
+
+__global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
+                         float top_p, const float *coin) {
+    __shared__ float shm[32];
+    __shared__ sample_cdf cdf;
+    const float *z = logits + (size_t)blockIdx.x * V;
+    int tid = threadIdx.x, nt = blockDim.x;
+    float bad, zmax = row_max_checked(z, V, &bad, shm);
+    if (bad > 0.f || zmax == -INFINITY) {
+        if (tid == 0) { out_tok[blockIdx.x] = -1; out_logp[blockIdx.x] = NAN; }
+        return;
+    }
+    float inv_t = temp > 0.f ? 1.f / temp : 1.f, m = zmax * inv_t;
+    float s = 0.f;
+    for (int i = tid; i < V; i += nt) s += expf(z[i] * inv_t - m);
+    s = block_sum(s, shm);
+    if (temp <= 0.f) {
+        __shared__ int sidx;
+        int best = row_argmax(z, V, zmax, &sidx);
+        if (tid == 0) { out_tok[blockIdx.x] = best; out_logp[blockIdx.x] = z[best] * inv_t - m - logf(s); }
+        return;
+    }
+    float tau = row_keep_threshold(z, V, inv_t, m, s, top_k, top_p, shm);
     // inverse CDF over kept tokens in index order: contiguous chunk per thread
     int chunk = (V + nt - 1) / nt, b0 = tid * chunk, b1 = min(V, b0 + chunk);
     float mine = 0.f;
@@ -374,38 +433,14 @@ __global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_lo
         float p = expf(z[i] * inv_t - m) / s;
         if (p >= tau) mine += p;
     }
-    part[tid] = mine;
+    cdf.part[tid] = mine;
     __syncthreads();
-    __shared__ float total;
-    __shared__ int owner;
-    __shared__ float before;
     // a float coin can round up to 1 from a double just below it
     float u = fminf(coin[blockIdx.x], 0.99999994f);
-    if (tid == 0) {
-        float acc = 0.f;
-        for (int k = 0; k < nt; k++) acc += part[k];
-        total = acc;
-        float target = u * acc, run = 0.f;
-        owner = -1;
-        before = 0.f;
-        for (int k = 0; k < nt; k++) {
-            if (part[k] > 0.f) { owner = k; before = run; }  // last chunk with mass: rounding fallback
-            if (run + part[k] > target && part[k] > 0.f) break;
-            run += part[k];
-        }
-    }
+    if (tid == 0) cdf_find_chunk(&cdf, u, nt);
     __syncthreads();
-    if (tid == owner) {
-        float target = u * total, run = before;
-        int pick = -1, last = -1;
-        for (int i = b0; i < b1; i++) {
-            float p = expf(z[i] * inv_t - m) / s;
-            if (p < tau || p <= 0.f) continue;
-            last = i;
-            run += p;
-            if (run > target) { pick = i; break; }
-        }
-        if (pick < 0) pick = last;  // rounding at the very end of the CDF
+    if (tid == cdf.owner) {
+        int pick = cdf_pick_in_chunk(&cdf, z, b0, b1, inv_t, m, s, tau, u);
         out_tok[blockIdx.x] = pick;
         out_logp[blockIdx.x] = z[pick] * inv_t - m - logf(s);
     }
