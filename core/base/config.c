@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 // --- reading helpers -----------------------------------------------------------
@@ -131,6 +132,30 @@ static skpo_status check_supported(cfg_ctx *x, json_t *o, skpo_config *c) {
     return SKPO_OK;
 }
 
+// The shape fields, in the order config.json is read and written: the first
+// five are required; the others default to a value computed from them (see
+// parse_obj). One list for both directions, so a field is added once.
+static const struct cfg_int_field {
+    const char *key;
+    size_t off;
+    long max;
+} CFG_SHAPE[] = {
+    {"vocab_size", offsetof(skpo_config, vocab_size), 1L << 30},
+    {"hidden_size", offsetof(skpo_config, hidden_size), 1L << 30},
+    {"intermediate_size", offsetof(skpo_config, intermediate_size), 1L << 30},
+    {"num_hidden_layers", offsetof(skpo_config, num_hidden_layers), 100000},
+    {"num_attention_heads", offsetof(skpo_config, num_attention_heads), 100000},
+    {"num_key_value_heads", offsetof(skpo_config, num_key_value_heads), 100000},
+    {"head_dim", offsetof(skpo_config, head_dim), 100000},
+    {"max_position_embeddings", offsetof(skpo_config, max_position_embeddings), INT32_MAX},
+};
+enum { CFG_SHAPE_REQUIRED = 5, CFG_SHAPE_N = sizeof CFG_SHAPE / sizeof *CFG_SHAPE };
+
+static int *cfg_int_at(skpo_config *c, const struct cfg_int_field *f) { return (int *)((char *)c + f->off); }
+static int cfg_int_get(const skpo_config *c, const struct cfg_int_field *f) {
+    return *(const int *)((const char *)c + f->off);
+}
+
 static skpo_status parse_obj(cfg_ctx *x, json_t *o, skpo_config *c) {
     memset(c, 0, sizeof *c);
     json_t *mt = json_object_get(o, "model_type");
@@ -140,19 +165,16 @@ static skpo_status parse_obj(cfg_ctx *x, json_t *o, skpo_config *c) {
         return skpo_err_set(x->err, SKPO_EUNSUPPORTED, "%s: model_type '%s' is not supported (qwen2, llama)", x->what, type);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     int qwen = !strcmp(type, "qwen2");
-    const long BIG = 1L << 30;
     skpo_status st;
-    if ((st = get_int(x, o, "vocab_size", 1, 0, 1, BIG, &c->vocab_size)) ||
-        (st = get_int(x, o, "hidden_size", 1, 0, 1, BIG, &c->hidden_size)) ||
-        (st = get_int(x, o, "intermediate_size", 1, 0, 1, BIG, &c->intermediate_size)) ||
-        (st = get_int(x, o, "num_hidden_layers", 1, 0, 1, 100000, &c->num_hidden_layers)) ||
-        (st = get_int(x, o, "num_attention_heads", 1, 0, 1, 100000, &c->num_attention_heads)))
-        return st;
-    if ((st = get_int(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 100000, &c->num_key_value_heads)) ||
-        (st = get_int(x, o, "head_dim", 0, c->hidden_size / c->num_attention_heads, 1, 100000, &c->head_dim)) ||
-        (st = get_int(x, o, "max_position_embeddings", 0, 2048, 1, INT32_MAX, &c->max_position_embeddings)) ||
-        (st = get_int(x, o, "bos_token_id", 0, -1, -1, INT32_MAX, &c->bos_token_id)))
-        return st;
+    for (int i = 0; i < CFG_SHAPE_REQUIRED; i++)
+        if ((st = get_int(x, o, CFG_SHAPE[i].key, 1, 0, 1, CFG_SHAPE[i].max, cfg_int_at(c, &CFG_SHAPE[i])))) return st;
+    // HF's defaults of the others: no GQA, head_dim = hidden / heads, 2048 positions.
+    const long def[CFG_SHAPE_N] = {[5] = c->num_attention_heads, [6] = c->hidden_size / c->num_attention_heads,
+                                   [7] = 2048};
+    for (int i = CFG_SHAPE_REQUIRED; i < CFG_SHAPE_N; i++)
+        if ((st = get_int(x, o, CFG_SHAPE[i].key, 0, def[i], 1, CFG_SHAPE[i].max, cfg_int_at(c, &CFG_SHAPE[i]))))
+            return st;
+    if ((st = get_int(x, o, "bos_token_id", 0, -1, -1, INT32_MAX, &c->bos_token_id))) return st;
     if ((st = get_num(x, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
         (st = get_num(x, o, "initializer_range", 0.02, &c->initializer_range)))
         return st;
@@ -207,14 +229,7 @@ skpo_status skpo_config_save(const skpo_config *c, const char *path, const char 
     json_array_append_new(arch, json_string(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
     json_object_set_new(o, "architectures", arch);
     json_object_set_new(o, "model_type", json_string(c->model_type));
-    set_int(o, "vocab_size", c->vocab_size);
-    set_int(o, "hidden_size", c->hidden_size);
-    set_int(o, "intermediate_size", c->intermediate_size);
-    set_int(o, "num_hidden_layers", c->num_hidden_layers);
-    set_int(o, "num_attention_heads", c->num_attention_heads);
-    set_int(o, "num_key_value_heads", c->num_key_value_heads);
-    set_int(o, "head_dim", c->head_dim);
-    set_int(o, "max_position_embeddings", c->max_position_embeddings);
+    for (int i = 0; i < CFG_SHAPE_N; i++) set_int(o, CFG_SHAPE[i].key, cfg_int_get(c, &CFG_SHAPE[i]));
     set_num(o, "rms_norm_eps", c->rms_norm_eps);
     set_num(o, "rope_theta", c->rope_theta);
     json_object_set_new(o, "hidden_act", json_string("silu"));

@@ -45,3 +45,30 @@ same_json_lines() {
     }
     END { if (na != nb) { print "line counts differ: " na " vs " nb; bad = 1 } exit bad }' "$1" "$2"
 }
+# need_tools TITLE TOOL...: skip TITLE (and the rest of the file) unless every TOOL is built.
+need_tools() {
+  nt_title=$1; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { skip "$nt_title" "$tool is not built yet"; exit 0; }
+  done
+}
+# parity_reward KINDS: a REWARD_CMD for pipelines/train.sh. A random model
+# answers nothing right, so the reward stage is swapped for a rule it can
+# satisfy: +1 when the first response token is even, for the records whose
+# kind matches the awk alternation KINDS (e.g. "down|full").
+parity_reward() {
+  printf '%s' 'skpo-cat | awk '"'"'/"kind":"('"$1"')"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
+  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+}
+# pipeline_fixtures COUNT WHAT: $TMP/train.msgpack.zst (COUNT synthetic
+# prompts) and a random $TMP/model of the demo's config, for train.sh runs.
+pipeline_fixtures() {
+  skpo-synth --count "$1" --max-operand 9 --tokenizer "$FIX/demo/tokenizer" >"$TMP/train.msgpack.zst" &&
+  skpo-init --config "$FIX/demo/config.json" --tokenizer "$FIX/demo/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
+    { echo "FAIL $2 fixtures (synth/init)"; exit 1; }
+}
+# The skpo-update fixture (tests/ref/make_update_fixtures.py): model, records,
+# and the flags its reference step was computed with.
+UPD_MODEL="$FIX/update/model"
+UPD_RECORDS="$UPD_MODEL/records.msgpack.zst"
+UPD_FLAGS="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"

@@ -16,9 +16,9 @@
 # completes.
 . "$(dirname "$0")/lib.sh"
 BUILD=${SKPO_BUILD:-build}
-M="$FIX/update/model"
-R="$M/records.msgpack.zst"
-A="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"
+M=$UPD_MODEL
+R=$UPD_RECORDS
+A=$UPD_FLAGS
 ADV="$FIX/adv"
 DEMO="$FIX/demo/config.json"
 CUT="$BUILD/tests/test_fault_stream"

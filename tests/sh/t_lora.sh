@@ -5,9 +5,7 @@
 # checkpoint that scores like the adapter; and a short pipelines/train.sh run
 # with LORA_RANK whose every stage loads base + adapter, with KEEP and resume.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-update skpo-score skpo-cat skpo-synth skpo-init; do
-  command -v "$tool" >/dev/null || { skip "lora" "$tool is not built yet"; exit 0; }
-done
+need_tools "lora" skpo-update skpo-score skpo-cat skpo-synth skpo-init
 export SKPO_DEVICE=cpu OMP_NUM_THREADS=1
 M="$FIX/update/model"
 R="$M/records.msgpack.zst"
@@ -50,16 +48,11 @@ t "skpo-score --adapter on the base equals the adapter folder alone" sh -c '
   cmp -s "$1/s_ad" "$1/s_a2"' "$TMP/l2" "$TMP" "$R" "$M"
 
 # --- the pipeline -----------------------------------------------------------------
-for tool in skpo-sample skpo-splice skpo-reward skpo-advantage; do
-  command -v "$tool" >/dev/null || { skip "lora pipeline" "$tool is not built yet"; exit 0; }
-done
+need_tools "lora pipeline" skpo-sample skpo-splice skpo-reward skpo-advantage
 command -v bash >/dev/null || { skip "lora pipeline" "bash is not installed"; exit 0; }
 D="$FIX/demo"
-PARITY='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
-skpo-synth --count 20 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL lora pipeline fixtures (synth/init)"; exit 1; }
+PARITY=$(parity_reward 'down|full')
+pipeline_fixtures 20 "lora pipeline"
 PR=$TMP/run
 REWARD_CMD=$PARITY bash "$TOP/pipelines/train.sh" "$PR" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" \
   STEPS=2 PROMPTS=2 MINIBATCH=2 G=2 MAX_TOKENS=4 LQ_INIT=4 LR=1e-2 WARMUP=0 KEEP=1 THREADS=1 \

@@ -4,23 +4,19 @@
 # a stage killed mid-step that leaves the run resumable, one step of each
 # baseline, and skpo-eval against a hand computation.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-eval skpo-cat skpo-score; do
-  command -v "$tool" >/dev/null || { skip "pipeline end-to-end" "$tool is not built yet"; exit 0; }
-done
+need_tools "pipeline end-to-end" skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-eval skpo-cat skpo-score
 command -v bash >/dev/null || { skip "pipeline end-to-end" "bash is not installed"; exit 0; }
 P="$TOP/pipelines"
 D="$FIX/demo"
 export OMP_NUM_THREADS=1
 # A random model answers nothing right, so the reward stage is swapped (REWARD_CMD)
 # for a rule it can satisfy: +1 when the first response token is even.
-PARITY='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+PARITY=$(parity_reward 'down|full')
 export PARITY
 
-skpo-synth --count 40 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-synth --count 6 --max-operand 9 --split test --tokenizer "$D/tokenizer" >"$TMP/test.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL pipeline fixtures (synth/init)"; exit 1; }
+pipeline_fixtures 40 "pipeline"
+skpo-synth --count 6 --max-operand 9 --split test --tokenizer "$D/tokenizer" >"$TMP/test.msgpack.zst" ||
+  { echo "FAIL pipeline fixtures (synth)"; exit 1; }
 # SAVE_EVERY=1: every step durable (with the update server), so the checkpoints compared below are all kept
 CONF="STEPS=2 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 EVAL_K=2 EVAL_EVERY=2 KEEP=2 THREADS=1 SAVE_EVERY=1"
 run() { # run DIR [KEY=VALUE...]: train.sh with the test's small config

@@ -13,20 +13,15 @@
 # also after both ranks were killed inside that save), a rank that dies, and
 # the device checks.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-advantage skpo-update skpo-cat skpo-score; do
-  command -v "$tool" >/dev/null || { skip "scale-out" "$tool is not built yet"; exit 0; }
-done
+need_tools "scale-out" skpo-synth skpo-init skpo-sample skpo-splice skpo-advantage skpo-update skpo-cat skpo-score
 command -v bash >/dev/null || { skip "scale-out" "bash is not installed"; exit 0; }
 P="$TOP/pipelines"
 D="$FIX/demo"
 export OMP_NUM_THREADS=1
 unset SKPO_SERVE_DIR SKPO_FAULT_STAGE SKPO_FAULT_STEP SKPO_FAULT_KILL_AT
-PARITY='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+PARITY=$(parity_reward 'down|full')
 export PARITY
-skpo-synth --count 40 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL scale fixtures (synth/init)"; exit 1; }
+pipeline_fixtures 40 "scale"
 # The configuration the fixture was made with (tau 0.5 so rho is not always clamped).
 CONF="PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=10 THREADS=1 TAU_HALF=0.5 EVAL_DATA="
 run() { # run DIR [KEY=VALUE...]

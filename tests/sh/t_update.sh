@@ -4,11 +4,10 @@
 # parallel runs under mpirun (2 ranks, oversubscribed on small machines).
 . "$(dirname "$0")/lib.sh"
 BUILD=${SKPO_BUILD:-build}
-M="$FIX/update/model"
-R="$M/records.msgpack.zst"
+M=$UPD_MODEL
+R=$UPD_RECORDS
 CHK="$BUILD/tests/test_update_model"
-# The flags tests/ref/make_update_fixtures.py computed its reference step with.
-A="--minibatch 2 --lr 1e-2 --warmup-steps 2 --adam-eps 1e-4 --micro-tokens 24"
+A=$UPD_FLAGS
 
 # These tests check the float32 CPU path against PyTorch: pin it, also on a
 # machine with a GPU (the device path is tests/unit/test_cuda_train.c).

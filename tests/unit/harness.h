@@ -46,4 +46,10 @@ static test_state T_;
 #define TEST_SUMMARY() (printf("%d passed, %d failed, %d skipped\n", T_.passed, T_.failed, T_.skipped), \
     T_.failed ? 1 : 0)
 
+// The whole file of a build that cannot run it (no CUDA, or the real backend
+// linked where the fake one is tested): one test, fn, that says why.
+#define SKIP_ONLY_MAIN(fn, why) \
+    static void fn(void) { SKIP(why); } \
+    int main(void) { RUN(fn); return TEST_SUMMARY(); }
+
 #endif

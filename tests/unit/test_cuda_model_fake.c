@@ -17,9 +17,5 @@
 #include "test_cuda_model.c"
 #else
 #include "harness.h"
-static void fake_backend_runs_in_cpu_builds_only(void) { SKIP("the real CUDA backend is linked in this build"); }
-int main(void) {
-    RUN(fake_backend_runs_in_cpu_builds_only);
-    return TEST_SUMMARY();
-}
+SKIP_ONLY_MAIN(fake_backend_runs_in_cpu_builds_only, "the real CUDA backend is linked in this build")
 #endif

@@ -7,11 +7,7 @@
 #include "base/common.h"
 
 #ifndef SKPO_HAVE_CUDA
-static void cuda_ops_match_cpu_reference(void) { SKIP("built without CUDA (no nvcc)"); }
-int main(void) {
-    RUN(cuda_ops_match_cpu_reference);
-    return TEST_SUMMARY();
-}
+SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
 

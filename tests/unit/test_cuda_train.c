@@ -36,11 +36,7 @@
 #include <string.h>
 
 #ifndef SKPO_HAVE_CUDA
-static void cuda_training_matches_cpu(void) { SKIP("skipped: built without CUDA (no nvcc)"); }
-int main(void) {
-    RUN(cuda_training_matches_cpu);
-    return TEST_SUMMARY();
-}
+SKIP_ONLY_MAIN(cuda_training_matches_cpu, "skipped: built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
 #include "cuda/cuda_train.h"

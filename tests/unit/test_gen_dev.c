@@ -10,6 +10,7 @@
  * Model: the tiny Qwen2 fixture of test_sampler_model (tests/fixtures/sample).
  */
 #include "gen/generate.h"
+#include "fixture_model.h"
 #include "harness.h"
 #include "model/model.h"
 #include "base/rng.h"
@@ -62,16 +63,7 @@ static skpo_status fd_row(void *ctx, int r, float *dst, skpo_err *err) {
     return SKPO_OK;
 }
 
-static skpo_model *load(void) {
-    const char *top = getenv("SKPO_TOP");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/sample/tiny-qwen2", top ? top : ".");
-    skpo_model_opts o = {.device = SKPO_DEV_CPU};
-    skpo_model *m = NULL;
-    skpo_err err = {0};
-    if (skpo_model_load(dir, &o, &m, &err) != SKPO_OK) fprintf(stderr, "  load %s: %s\n", dir, err.msg);
-    return m;
-}
+static skpo_model *load(void) { return fixture_model_load("sample/tiny-qwen2"); }
 
 // 3 prompts x 4 samples, 12 new tokens, batch 5, 16 tokens per call (prompts of
 // 5, 18, 31 tokens prefill in several chunks). Returns the status of the run;

@@ -8,6 +8,7 @@
  * Tolerance: 1e-4 on log-probs (float32 batched vs single-sequence sums).
  */
 #include "gen/generate.h"
+#include "fixture_model.h"
 #include "harness.h"
 #include "model/model.h"
 #include "base/rng.h"
@@ -15,16 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static skpo_model *load(void) {
-    const char *top = getenv("SKPO_TOP");
-    char d[4096];
-    snprintf(d, sizeof d, "%s/tests/fixtures/sample/tiny-qwen2", top ? top : ".");
-    skpo_model_opts o = {.device = SKPO_DEV_CPU};
-    skpo_model *m = NULL;
-    skpo_err err = {0};
-    if (skpo_model_load(d, &o, &m, &err) != SKPO_OK) fprintf(stderr, "  load %s: %s\n", d, err.msg);
-    return m;
-}
+static skpo_model *load(void) { return fixture_model_load("sample/tiny-qwen2"); }
 
 typedef struct run {
     skpo_kv *kv;
