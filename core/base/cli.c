@@ -136,3 +136,13 @@ int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts
 usage:
     skpo_cli_usage_error(synopsis, "%s", msg);
 }
+
+const char *skpo_cli_parse_input(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv,
+                                 const char *dflt) {
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
+    const char *in = npos == 1 ? pos[0] : dflt;
+    free(pos);
+    if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
+    return in;
+}

@@ -64,6 +64,10 @@ typedef struct skpo_opt {
 int skpo_cli_parse(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv,
                    const char **pos);
 
+// skpo_cli_parse for a tool that reads at most one input FILE: returns it, or
+// dflt when none is given; a second one is a usage error.
+const char *skpo_cli_parse_input(const char *synopsis, const char *about, const skpo_opt *opts, int argc, char **argv,
+                                 const char *dflt);
 // Usage error: prints "prog: msg" and the synopsis, exits 2.
 void skpo_cli_usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

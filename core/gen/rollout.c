@@ -15,6 +15,13 @@ static void add_eos(skpo_rollout *r, int32_t id) {
     if (r->n_eos < (int)(sizeof r->eos / sizeof r->eos[0])) r->eos[r->n_eos++] = id;
 }
 
+void skpo_rollout_opts_default(skpo_rollout_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->batch = 64;
+    o->max_tokens = 3072;
+    o->sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
+}
+
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err) {
     memset(r, 0, sizeof *r);
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};

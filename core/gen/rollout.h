@@ -37,6 +37,10 @@ typedef struct skpo_rollout_opts {
     int n_stops;
 } skpo_rollout_opts;
 
+// The defaults the rows below document: 64 sequences at once, 3072 new
+// tokens, temperature 1 with top-p and top-k off; everything else zero.
+void skpo_rollout_opts_default(skpo_rollout_opts *o);
+
 // The option rows of every tool that samples (skpo-sample, skpo-splice), each
 // writing straight into the skpo_rollout_opts `ro` (base/cli.h row macros).
 #define SKPO_ROLLOUT_OPT_ROWS(ro)                                                                                      \

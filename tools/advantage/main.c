@@ -60,11 +60,7 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
         {0},
     };
-    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
-    if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
-    if (npos == 1) a->input = pos[0];
-    free(pos);
+    a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
     if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
     if (a->model)
         skpo_cli_usage_error(synopsis, "--model is gone: skpo-sample --rescore measures rho's divergence where the "

@@ -59,11 +59,7 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
         SKPO_OPT_LONG("code-batch", 0, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"),
         {0},
     };
-    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
-    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
-    if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
-    if (npos == 1) a->input = pos[0];
-    free(pos);
+    a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
     skpo_reward_opts_default(o);
     if (!skpo_verifier_parse(a->verifier, &o->verify.mode)) skpo_cli_usage_error(synopsis, "--verifier: unknown verifier '%s'", a->verifier);
     static const char *const tasks[] = {"auto", "math", "choice", "code", NULL};

@@ -15,9 +15,7 @@
 
 void sample_cfg_default(sample_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->ro.batch = 64;
-    c->ro.max_tokens = 3072;
-    c->ro.sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
+    skpo_rollout_opts_default(&c->ro);
     c->group = 8;
     c->per_step = 0; // not given: --segment draws 128, --n takes every prompt
     c->lq_init = -1;

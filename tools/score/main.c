@@ -102,12 +102,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_STR("adapter", 0, &adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),
         {0},
     };
-    const char *input = "-";
-    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
-    int npos = skpo_cli_parse(SYN, ABOUT, opts, argc, argv, pos);
-    if (npos == 1) input = pos[0];
-    free(pos);
-    if (npos > 1) skpo_cli_usage_error(SYN, "at most one input file");
+    const char *input = skpo_cli_parse_input(SYN, ABOUT, opts, argc, argv, "-");
     if (!dir) skpo_cli_usage_error(SYN, "--model is required");
     if (!*field) skpo_cli_usage_error(SYN, "--field must not be empty");
     if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))

@@ -16,9 +16,7 @@
 
 void splice_cfg_default(splice_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->ro.batch = 64;
-    c->ro.max_tokens = 3072;
-    c->ro.sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
+    skpo_rollout_opts_default(&c->ro);
     c->group = 8;
     c->layout_s = "skip";
 }
