@@ -103,6 +103,12 @@ static const skpo_rec *by_uid(const skpo_rec *recs, size_t n, const char *uid) {
     return NULL;
 }
 
+// What a test of skpo_adv_step frees: its batch, the metrics record, the tracker.
+static void adv_done(skpo_rec *recs, size_t n, skpo_rec *m, skpo_tracker *t) {
+    skpo_rec_free(m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
 static void skpo_step_groups_records_in_any_order(void) {
     skpo_rec recs[32], m;
     unsigned char keep[32];
@@ -135,9 +141,7 @@ static void skpo_step_groups_records_in_any_order(void) {
     CHECK(fget(&m, "reward_mean") == 0.125);
     CHECK(fget(&m, "len_up_mean") == 5 && fget(&m, "len_down_mean") == 15);
     CHECK(fget(&m, "degenerate_frac") == 0);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
 }
 
 // "w/o MC Estimation": the same batch plus a self record per up (u1's own
@@ -172,9 +176,7 @@ static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
     skpo_rec_init(&m);
     CHECK(skpo_adv_step(recs, n, &o, t2, keep, &m, &err) == SKPO_ENOTFOUND);
     CHECK(strstr(err.msg, "has no self record") != NULL);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
     skpo_tracker_free(t2);
 }
 
@@ -193,9 +195,7 @@ static void skpo_second_visit_uses_the_pre_update_baseline(void) {
     CHECK_NEAR(fget(by_uid(recs, n, "u1"), F_ADV), 1 / sqrt(2.0), 1e-7);
     CHECK_NEAR(skpo_tracker_count(t, "p1"), 1.96, 1e-12);
     CHECK(fget(&m, "revisits") == 1 && fget(&m, "rho_mean") == 0.96);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
 }
 
 typedef struct div_ctx { int calls; size_t n; double D; } div_ctx;
@@ -228,9 +228,7 @@ static void divergence_sets_rho_on_revisits_only(void) {
     CHECK_NEAR(skpo_tracker_count(t, "p1"), pow(2, -0.1) + 1, 1e-12);
     CHECK(fget(&m, "rho_clip_frac") == 0);
     CHECK_NEAR(fget(&m, "kl_d_mean"), 0.8, 1e-12);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
 }
 
 static void norm_down_and_phase_weights_follow_the_options(void) {
@@ -259,9 +257,7 @@ static void norm_down_and_phase_weights_follow_the_options(void) {
     CHECK_NEAR(mean, 0.0, 1e-12);
     CHECK_NEAR(skpo_adv_std(a, k), 1.0, 1e-7);
     CHECK(fget(by_uid(recs, n, "u1"), F_WEIGHT) == 0.3);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
 }
 
 static skpo_status run_skpo(skpo_rec *recs, size_t n, skpo_err *err) {
@@ -345,9 +341,7 @@ static void dapo_drops_groups_whose_rewards_are_all_equal(void) {
     CHECK_NEAR(fget(&recs[0], F_ADV), 1 / sd, 1e-9);
     CHECK(fget(&recs[0], F_WEIGHT) == 1.0);
     CHECK(fget(&m, "dropped_groups") == 1 && fget(&m, "degenerate_frac") == 0.5);
-    skpo_rec_free(&m);
-    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
-    skpo_tracker_free(t);
+    adv_done(recs, n, &m, t);
 }
 
 static void spo_takes_one_response_per_prompt_with_the_tracker_baseline(void) {
