@@ -72,7 +72,8 @@ static skpo_status sample_logps(const skpo_rec *r, const skpo_update_opts *o, si
     size_t nl = 0, no = 0;
     s->rollout = skpo_rec_f32s(r, F_LOGP, &nl);
     s->old_rec = skpo_rec_f32s(r, F_OLD_LOGP, &no);
-    int need_rollout = o->old_logp == SKPO_OLD_ROLLOUT || o->mismatch.mode != SKPO_MISMATCH_OFF;
+    // a refinement needs neither: its shaped loss has no ratio and no mismatch weight
+    int need_rollout = !s->refine && (o->old_logp == SKPO_OLD_ROLLOUT || o->mismatch.mode != SKPO_MISMATCH_OFF);
     if (need_rollout && !s->rollout)
         return bad(err, s, "missing field ",
                    o->old_logp == SKPO_OLD_ROLLOUT ? "'logp' (needed by --old-logp rollout)"
