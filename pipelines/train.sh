@@ -4,7 +4,7 @@
 # First call: creates RUN_DIR with `config` (pipelines/config/defaults.conf plus
 # the KEY=VALUE overrides; MODEL and TRAIN_DATA are required) and ckpt/0 (a link
 # to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else ALGO.sh:
-# grpo, drgrpo, dapo, spo, gspo, cispo, sapo; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
+# grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
 # steps on EVAL_DATA, keeping the newest KEEP durable checkpoints, and printing one
 # summary line per step. With SERVE (default) one `skpo-update --serve` (under
 # the MPI launcher for RANKS / GPUS / NODES > 1) trains every step, keeping the
@@ -79,8 +79,8 @@ enum_key CUT "${CUT:-adaptive}" adaptive fixed
 enum_key SELECT "${SELECT:-median}" median extreme
 case "$ALGO" in
   skpo) STEP_SH=$PIPE/step.sh;;
-  grpo|drgrpo|dapo|spo|gspo|cispo|sapo) STEP_SH=$PIPE/$ALGO.sh;;
-  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo or sapo";;
+  grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique) STEP_SH=$PIPE/$ALGO.sh;;
+  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo, sapo or critique";;
 esac
 rm -rf "$RUN/tmp"
 check_devices

@@ -55,6 +55,9 @@ const skpo_field_def skpo_schema[] = {
     {F_TESTS_PASSED, SKPO_FT_INT, "code: tests passed before the first failing one"},
     {F_CATEGORY, SKPO_FT_STR, "benchmark category of a problem (MMLU-Pro); skpo-eval reports each"},
     {F_DIFFICULTY, SKPO_FT_STR, "problem difficulty (LiveCodeBench); skpo-eval reports each"},
+    {F_REFINE, SKPO_FT_BOOL, "full records: a Critique-GRPO refinement, trained with skpo-update's shaped loss"},
+    {F_CRITIQUE_OF, SKPO_FT_STR, "critique prompts and refinements: uid of the direct response critiqued"},
+    {F_CRITIQUE, SKPO_FT_STR, "refinement prompts and refinements: the critique they were conditioned on"},
     {NULL, 0, NULL},
 };
 

@@ -111,6 +111,9 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_TESTS_PASSED "tests_passed" // int: code: tests passed before the first failure
 #define F_CATEGORY "category"   // str: benchmark category (MMLU-Pro), skpo-eval groups by it
 #define F_DIFFICULTY "difficulty" // str: problem difficulty (LiveCodeBench), skpo-eval groups by it
+#define F_REFINE "refine"       // bool: full record that is a Critique-GRPO refinement (skpo-update: shaped loss)
+#define F_CRITIQUE_OF "critique_of" // str: critique/refinement records: uid of the direct response they come from
+#define F_CRITIQUE "critique"   // str: refinement records: the critique text they were conditioned on
 
 // --- records in memory ---------------------------------------------------------
 

@@ -21,10 +21,11 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     c->agg_norm = 3072;
     c->sapo_tau_pos = 1.0;
     c->sapo_tau_neg = 1.05;
+    c->shape_gamma = 0.1;
 }
 
-static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo"};
-#define NKINDS 5
+static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo", "shape"};
+#define NKINDS 6
 static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
 static const char *phase_names[] = {"up", "down", "full"};
 
@@ -52,7 +53,7 @@ const char *skpo_phase_name(skpo_phase p) { return (unsigned)p < SKPO_NPHASE ? p
 skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
     for (int p = 0; p < SKPO_NPHASE; p++) {
         const skpo_phase_loss *pl = &c->phase[p];
-        if ((unsigned)pl->kind >= NKINDS)
+        if ((unsigned)pl->kind >= NKINDS || pl->kind == SKPO_LOSS_SHAPE)
             return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss kind %d", phase_names[p], (int)pl->kind);
         if (!(pl->eps_low >= 0 && pl->eps_low < 1) || !(pl->eps_high >= 0 && isfinite(pl->eps_high)))
             return skpo_err_set(err, SKPO_ERANGE, "%s: clip range [1 - %g, 1 + %g] is not a ratio range",
@@ -68,6 +69,8 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
         return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
     if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
         return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
+    if (!(c->shape_gamma > 0 && isfinite(c->shape_gamma)))
+        return skpo_err_set(err, SKPO_ERANGE, "shaping constant gamma %g must be positive", c->shape_gamma);
     int sapo = 0;
     for (int p = 0; p < SKPO_NPHASE; p++) sapo |= c->phase[p].kind == SKPO_LOSS_SAPO;
     if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
@@ -156,6 +159,16 @@ static tok_out sapo_token(const skpo_loss_cfg *c, double A, double d, int d_insi
     return o;
 }
 
+// Critique-GRPO's shaping f(p) = p / (p + gamma) of a refinement token:
+// loss = -A f(p), d/dlogp = -A f'(p) p = -A gamma p / (p + gamma)^2.
+static tok_out shape_token(const skpo_loss_cfg *c, double A, double lp) {
+    tok_out o = {0};
+    double p = exp(lp), g = c->shape_gamma;
+    o.loss = -A * p / (p + g);
+    o.grad = -A * g * p / ((p + g) * (p + g));
+    return o;
+}
+
 // GSPO's length-normalised sequence log-ratio: mean_t (logp_t - old_t), capped at
 // 10 as verl does (above it the ratio carries no gradient).
 #define GSPO_LOGRATIO_MAX 10.0
@@ -186,7 +199,7 @@ static void k3_term(double ref, double logp, double *kl, double *g) {
 skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
                                float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err) {
     SKPO_ASSERT(s->n >= 0 && s->logp && dlogp);
-    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || s->old);
+    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || pl->kind == SKPO_LOSS_SHAPE || s->old);
     SKPO_ASSERT(c->kl_coef == 0 || s->ref);
     SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
     skpo_loss_stats add = {0};
@@ -215,6 +228,8 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
         tok_out o = {0};
         if (pl->kind == SKPO_LOSS_SFT) {
             o.loss = -lp, o.grad = -1;
+        } else if (pl->kind == SKPO_LOSS_SHAPE) {
+            o = shape_token(c, s->adv, lp);
         } else {
             double old = s->old[t];
             if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);

@@ -20,6 +20,14 @@
  *   SAPO   soft gate instead of a clip (SAPO paper): loss_t = -A (4/tau) sigma(tau (r_t - 1)),
  *          tau = sapo_tau_pos for A > 0, sapo_tau_neg otherwise; the gradient
  *          weight on A dlogp is 4 sigma (1 - sigma) r_t (1 at r_t = 1).
+ *   SHAPE  Critique-GRPO's policy shaping of refinement tokens (Zhang et al. 2025,
+ *          arXiv 2506.03106; the authors' compute_token_on_off_policy_loss with
+ *          off_policy_reshape p_div_p_0.1): with p_t = exp(logp_t),
+ *          loss_t = -A f(p_t), f(p) = p / (p + gamma), gamma = shape_gamma (0.1);
+ *          no pi_old, no clip, no mismatch weight (the refinement was sampled under
+ *          another prompt, so no ratio to pi_old exists). dloss/dlogp = -A gamma p / (p + gamma)^2:
+ *          unlikely correct tokens get the largest push. Not a phase form: skpo-update
+ *          applies it to the records marked `refine` (record.h F_REFINE) whatever the phase's form.
  * Optional terms added to every token (both off by default, docs/algorithm.md 2):
  *   kl_coef * k3(ref, logp)  with verl's low_var_kl clamps: k = clamp(ref - logp,
  *                            -20, 20), k3 = clamp(exp(k) - k - 1, -10, 10);
@@ -48,6 +56,7 @@ typedef enum skpo_loss_kind {
     SKPO_LOSS_SFT = 2,
     SKPO_LOSS_GSPO = 3,
     SKPO_LOSS_SAPO = 4,
+    SKPO_LOSS_SHAPE = 5,   // per record (refinements), never a phase's form
 } skpo_loss_kind;
 
 typedef enum skpo_loss_agg {
@@ -77,6 +86,7 @@ typedef struct skpo_loss_cfg {
     double kl_coef;        // 0 = off; otherwise every record needs ref_logp
     double entropy_coef;   // 0 = off
     double sapo_tau_pos, sapo_tau_neg; // SAPO gate temperatures (A > 0, A <= 0); SAPO paper 1.0 / 1.05
+    double shape_gamma;    // SHAPE: f(p) = p / (p + gamma); Critique-GRPO 0.1
 } skpo_loss_cfg;
 
 // --- configuration ---------------------------------------------------------------
@@ -86,7 +96,7 @@ typedef struct skpo_loss_cfg {
 // have); down = CISPO [0.8, 1.28]; full (GRPO/DAPO/SPO baselines, run with
 // verl's vanilla loss) = PPO clip-higher [0.8, 1.28] dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
-// "ppo" | "cispo" | "sft" | "gspo" | "sapo" -> kind; -1 if unknown.
+// "ppo" | "cispo" | "sft" | "gspo" | "sapo" | "shape" -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);
 const char *skpo_loss_kind_name(skpo_loss_kind k);
 // "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; -1 if unknown.
@@ -127,7 +137,7 @@ typedef struct skpo_loss_stats {
 typedef struct skpo_loss_seq {
     int n;                  // scored tokens
     const float *logp;      // (n) current policy
-    const float *old;       // (n) old policy (the ratio's denominator); unused by SFT
+    const float *old;       // (n) old policy (the ratio's denominator); unused by SFT and SHAPE
     const float *ref;       // (n) reference; required iff kl_coef != 0
     const float *entropy;   // (n) nullable; required iff entropy_coef != 0
     double adv;

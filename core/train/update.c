@@ -47,6 +47,7 @@ typedef struct sample {
     skpo_mismatch_stats ms;   // rollout vs pi_old of this record
     const float *ref;         // (n - start) or NULL
     double adv, weight;
+    int refine;               // record marked `refine`: Critique-GRPO's shaped loss (loss.h SHAPE), no mismatch weight
 } sample;
 
 struct skpo_batch {
@@ -71,7 +72,8 @@ static skpo_status sample_logps(const skpo_rec *r, const skpo_update_opts *o, si
     size_t nl = 0, no = 0;
     s->rollout = skpo_rec_f32s(r, F_LOGP, &nl);
     s->old_rec = skpo_rec_f32s(r, F_OLD_LOGP, &no);
-    int need_rollout = o->old_logp == SKPO_OLD_ROLLOUT || o->mismatch.mode != SKPO_MISMATCH_OFF;
+    // a refinement needs neither: its shaped loss has no ratio and no mismatch weight
+    int need_rollout = !s->refine && (o->old_logp == SKPO_OLD_ROLLOUT || o->mismatch.mode != SKPO_MISMATCH_OFF);
     if (need_rollout && !s->rollout)
         return bad(err, s, "missing field ",
                    o->old_logp == SKPO_OLD_ROLLOUT ? "'logp' (needed by --old-logp rollout)"
@@ -109,6 +111,9 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
         s->weight = 1;
         return SKPO_OK;
     }
+    bool refine = false;
+    if (skpo_rec_get(r, F_REFINE) && !skpo_rec_bool(r, F_REFINE, &refine)) return bad(err, s, "'refine' is not a bool", "");
+    s->refine = refine;
     st = sample_logps(r, o, nt, s, err);
     if (st) return st;
     if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
@@ -329,7 +334,9 @@ static skpo_status mismatch_prepare(skpo_batch *b, const skpo_update_opts *o, sk
             int nt = s->n - s->start;
             memset(&s->ms, 0, sizeof s->ms);
             s->nkeep = nt;
-            if (o->old_logp == SKPO_OLD_ROLLOUT || !s->rollout || !old) continue;   // nothing to compare
+            // nothing to compare; a refinement's `logp` was sampled under its refinement prompt, not
+            // the prompt it is trained on, and its shaped loss has no ratio to correct
+            if (o->old_logp == SKPO_OLD_ROLLOUT || !s->rollout || !old || s->refine) continue;
             s->isw = skpo_xrealloc(s->isw, (size_t)(nt ? nt : 1) * sizeof *s->isw);
             s->nkeep = skpo_mismatch_weights(&o->mismatch, s->rollout, old, nt, s->isw, &s->ms, err);
             if (s->nkeep < 0) {
@@ -364,6 +371,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
                          long ntok, const skpo_update_opts *o, const skpo_loss_count *cnt, skpo_update_metrics *m,
                          double *wloss, skpo_err *err) {
     static const skpo_phase_loss sft = {SKPO_LOSS_SFT, 0, 0, 0};
+    static const skpo_phase_loss shape = {SKPO_LOSS_SHAPE, 0, 0, 0};
     // SFT is plain cross-entropy: no KL or entropy terms even if configured.
     skpo_loss_cfg sftcfg = o->loss;
     sftcfg.kl_coef = sftcfg.entropy_coef = 0;
@@ -382,7 +390,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
             .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], s->nkeep),
         };
         double before = m->phase[s->phase].loss;
-        st = skpo_loss_seq_eval(lc, o->sft ? &sft : &lc->phase[s->phase], &ls, dlp + off, dent ? dent + off : NULL,
+        st = skpo_loss_seq_eval(lc, o->sft ? &sft : s->refine ? &shape : &lc->phase[s->phase], &ls, dlp + off, dent ? dent + off : NULL,
                                 &m->phase[s->phase], err);
         if (st) {
             skpo_err e = *err;

@@ -125,8 +125,15 @@ def phase_scale(agg, norm, tokens, seqs, n):
     return 1.0 / (seqs * norm)
 
 
+def shape_token(logp, A, gamma):
+    """Critique-GRPO refinement tokens (authors' off_policy_reshape p_div_p_0.1): -A p/(p + gamma), no ratio, no clip."""
+    p = torch.exp(logp)
+    z = torch.zeros_like(logp, dtype=torch.bool)
+    return -A * p / (p + gamma), z, z, z, torch.zeros_like(logp)
+
+
 def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None, tau=(1.0, 1.05), noise=0.35,
-              mismatch=None):
+              mismatch=None, refine=(), gamma=0.1):
     seqs = []
     for (ph, n, adv, w) in seqspec:
         old = -torch.rand(n, dtype=torch.float32) * 3 - 0.05
@@ -143,8 +150,9 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         seqs.append(dict(phase=ph, adv=adv, weight=w, logp=logp.float(), old=old.float(), ref=ref.float(),
                          ent=entv.float(), rollout=rollout.float()))
     mstats = dict(tokens=0.0, k3=0.0, abs_dlogp=0.0, max_abs_dlogp=0.0, truncated=0.0, masked=0.0)
-    for s in seqs:
-        if mismatch:
+    for i, s in enumerate(seqs):
+        s["refine"] = i in refine
+        if mismatch and not s["refine"]:   # a refinement gets no mismatch weight (skpo-update)
             s["isw"], st = mismatch_weights(mismatch["mode"], mismatch["cap"], mismatch["low"], mismatch["high"],
                                             s["rollout"], s["old"])
             for k, v in st.items():
@@ -165,7 +173,9 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         p = s["phase"]
         kind, lo, hi, dual = phases[p] if not sft else ("sft", 0, 0, 0)
         old = s["old"].double()
-        if kind == "sft":
+        if s["refine"]:
+            tl, low, high, dm, akl = shape_token(s["lp"], s["adv"], gamma)
+        elif kind == "sft":
             tl = -s["lp"]
             low = high = dm = torch.zeros_like(tl, dtype=torch.bool)
             akl = torch.zeros_like(tl)
@@ -194,10 +204,11 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         stats["clip_low"][p] += float(low.sum())
         stats["clip_high"][p] += float(high.sum())
         stats["clip_dual"][p] += float(dm.sum())
-        stats["approx_kl"][p] += float((akl.detach() * keep).sum()) if kind != "sft" else 0.0
+        stats["approx_kl"][p] += float((akl.detach() * keep).sum()) if kind != "sft" and not s["refine"] else 0.0
         stats["entropy"][p] += float((s["ent"] * keep).sum())
     objective.backward()
     out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft), sapo_tau=list(tau),
+               **(dict(shape_gamma=gamma) if refine else {}),
                phases=[dict(kind=k, eps_low=lo, eps_high=hi, dual=d) for (k, lo, hi, d) in phases],
                objective=float(objective.detach()), phase_loss=ph_loss, **stats, seqs=[])
     if mismatch:
@@ -207,7 +218,7 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
                                 old=f32list(s["old"]), ref=f32list(s["ref"]), ent=f32list(s["ent"]),
                                 rollout=f32list(s["rollout"]), isw=[float(x) for x in s["isw"].tolist()],
                                 dlogp=[float(x) for x in s["lp"].grad.tolist()],
-                                dent=[float(x) for x in s["en"].grad.tolist()]))
+                                dent=[float(x) for x in s["en"].grad.tolist()], **(dict(refine=1) if s["refine"] else {})))
     return out
 
 
@@ -253,6 +264,15 @@ def loss_fixtures():
         loss_case("mismatch_off_metrics_only_full", [("ppo", 0.2, 0.2, 0.0), ("cispo", 0.2, 0.28, 0.0),
                                                      ("ppo", 0.2, 0.28, 0.0)], "seq-mean-token-sum-norm", norm=16.0,
                   seqspec=FULL, mismatch=dict(mode="off", cap=2.0, low=0.0, high=0.0)),
+        # Critique-GRPO: a group of 7 direct responses + 1 refinement (the last), the direct ones unclipped
+        # (band [1e-6, 1 + 1e9], no dual clip), seq-mean-token-sum-norm, entropy 0.001, tis on the direct ones.
+        loss_case("critique_refinement_shaped_gamma_0_1", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0),
+                                                           ("ppo", 0.999999, 1e9, 0.0)], "seq-mean-token-sum-norm",
+                  norm=16.0, ent=0.001, seqspec=FULL + GSPO_FULL[:3] + [(2, 9, 0.875, 1.0)], refine=(7,),
+                  mismatch=dict(mode="tis", cap=2.0, low=0.0, high=0.0)),
+        loss_case("critique_refinement_negative_gamma_0_5", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0),
+                                                             ("ppo", 0.2, 0.2, 3.0)], "token-mean",
+                  seqspec=FULL + [(2, 7, -0.5, 1.0), (2, 5, 1.5, 1.0)], refine=(4, 5), gamma=0.5),
     ]
     return dict(cases=cases)
 

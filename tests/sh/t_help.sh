@@ -100,6 +100,7 @@ skpo-update lr -1e-6
 skpo-update beta1 1
 skpo-update beta2 1.5
 skpo-update adam-eps -1e-8
+skpo-update refine-gamma 0
 skpo-update weight-decay -0.1
 skpo-update max-grad-norm -1
 skpo-update up-clip-low -0.2

@@ -30,6 +30,7 @@ static void check_case(json_t *c) {
     cfg.kl_coef = num(c, "kl_coef");
     cfg.entropy_coef = num(c, "entropy_coef");
     int sft = (int)json_integer_value(json_object_get(c, "sft"));
+    if (json_object_get(c, "shape_gamma")) cfg.shape_gamma = num(c, "shape_gamma");
     json_t *tau = json_object_get(c, "sapo_tau");
     if (tau) {
         cfg.sapo_tau_pos = json_number_value(json_array_get(tau, 0));
@@ -64,7 +65,7 @@ static void check_case(json_t *c) {
         json_t *s = json_array_get(seqs, i);
         int p = (int)json_integer_value(json_object_get(s, "phase")), n;
         kept[i] = (int)json_array_size(json_object_get(s, "logp"));
-        if (mm) {
+        if (mm && !json_object_get(s, "refine")) {   // a refinement gets no mismatch weight (skpo-update)
             float *ro = farr(json_object_get(s, "rollout"), &n), *old = farr(json_object_get(s, "old"), &n);
             float *want = farr(json_object_get(s, "isw"), &n);
             isw[i] = calloc((size_t)n + 1, sizeof **isw);
@@ -86,7 +87,7 @@ static void check_case(json_t *c) {
     }
     skpo_loss_stats st[SKPO_NPHASE] = {{0}};
     double objective = 0;
-    skpo_phase_loss sftl = {SKPO_LOSS_SFT, 0, 0, 0};
+    skpo_phase_loss sftl = {SKPO_LOSS_SFT, 0, 0, 0}, shape = {SKPO_LOSS_SHAPE, 0, 0, 0};
     for (size_t i = 0; i < json_array_size(seqs); i++) {
         json_t *s = json_array_get(seqs, i);
         int p = (int)json_integer_value(json_object_get(s, "phase")), n;
@@ -98,7 +99,8 @@ static void check_case(json_t *c) {
                             .scale = skpo_loss_agg_scale(&cfg, p, &cnt[p], kept[i]), .weight = sft ? 1.0 : num(s, "weight"),
                             .is_weight = isw[i]};
         double before = st[p].loss;
-        CHECK(skpo_loss_seq_eval(&cfg, sft ? &sftl : &cfg.phase[p], &ls, g, gd, &st[p], &e) == SKPO_OK);
+        const skpo_phase_loss *pl = sft ? &sftl : json_object_get(s, "refine") ? &shape : &cfg.phase[p];
+        CHECK(skpo_loss_seq_eval(&cfg, pl, &ls, g, gd, &st[p], &e) == SKPO_OK);
         objective += ls.weight * (st[p].loss - before);
         for (int t = 0; t < n; t++) {
             CHECK_MSG(fabs(g[t] - want[t]) <= 1e-6 * (1 + fabs(want[t])), "%s seq %zu token %d: dlogp %.9g want %.9g",
@@ -130,13 +132,14 @@ static void losses_and_gradients_match_pytorch(void) {
     if (!root) return;
     json_t *cases = json_object_get(root, "cases");
     CHECK(json_array_size(cases) >= 12);
-    int gspo = 0, sapo = 0;
+    int gspo = 0, sapo = 0, critique = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const char *nm = json_string_value(json_object_get(json_array_get(cases, i), "name"));
         gspo += strncmp(nm, "gspo", 4) == 0;
         sapo += strncmp(nm, "sapo", 4) == 0;
+        critique += strncmp(nm, "critique", 8) == 0;
     }
-    CHECK(gspo >= 2 && sapo >= 2);
+    CHECK(gspo >= 2 && sapo >= 2 && critique >= 2);
     for (size_t i = 0; i < json_array_size(cases); i++) check_case(json_array_get(cases, i));
     json_decref(root);
 }
@@ -259,6 +262,39 @@ static void sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign(void) {
     c.sapo_tau_neg = 0;
     CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_OK); // no phase uses SAPO
     c.phase[SKPO_PHASE_FULL].kind = SKPO_LOSS_SAPO;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
+}
+
+static void refinement_shaping_weights_unlikely_tokens_more_and_ignores_old(void) {
+    // Critique-GRPO: loss_t = -A p/(p + 0.1), dloss/dlogp = -A 0.1 p/(p + 0.1)^2, p = exp(logp).
+    // p = 0.9: loss -0.9 A, grad -0.09 A;  p = 0.1: loss -0.5 A, grad -0.25 A.
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    CHECK(c.shape_gamma == 0.1);
+    skpo_phase_loss pl = {SKPO_LOSS_SHAPE, 0.2, 0.2, 3.0};   // clip and dual clip have no part in it
+    float lp[2] = {(float)log(0.9), (float)log(0.1)}, g[2];
+    float old_far[2] = {-30, 5};   // no ratio to pi_old: any old gives the same loss
+    skpo_err e = {0};
+    skpo_loss_stats st = {0};
+    skpo_loss_seq s = {.n = 2, .logp = lp, .old = old_far, .adv = 1.0, .scale = 1.0, .weight = 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &s, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -0.09, 1e-6);
+    CHECK_NEAR(g[1], -0.25, 1e-6);
+    CHECK_NEAR(st.loss, -1.4, 1e-6);
+    CHECK(st.tokens == 2 && st.clip_low == 0 && st.clip_high == 0 && st.clip_dual == 0 && st.approx_kl == 0);
+    skpo_loss_stats st2 = {0};
+    skpo_loss_seq n = {.n = 2, .logp = lp, .old = NULL, .adv = -2.0, .scale = 0.5, .weight = 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &n, g, NULL, &st2, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], 0.5 * 0.18, 1e-6);
+    CHECK_NEAR(g[1], 0.5 * 0.5, 1e-6);
+    CHECK_NEAR(st2.loss, 0.5 * 2.8, 1e-6);
+    c.shape_gamma = 1.0;   // p = 0.9: grad -A 0.9/1.9^2
+    CHECK(skpo_loss_seq_eval(&c, &pl, &s, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -0.9 / (1.9 * 1.9), 1e-6);
+    c.shape_gamma = 0;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
+    c.shape_gamma = 0.1;
+    c.phase[SKPO_PHASE_FULL].kind = SKPO_LOSS_SHAPE;   // per record only, never a phase's form
     CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
 }
 
@@ -434,6 +470,7 @@ int main(void) {
     RUN(cispo_keeps_capped_gradient_for_clipped_tokens);
     RUN(gspo_uses_one_length_normalised_ratio_for_the_whole_sequence);
     RUN(sapo_gate_is_soft_and_asymmetric_in_the_advantage_sign);
+    RUN(refinement_shaping_weights_unlikely_tokens_more_and_ignores_old);
     RUN(nonfinite_logprob_is_reported_with_token_index);
     RUN(upstream_default_is_eq6_without_dual_clip);
     RUN(config_rejects_bad_clip_and_dual_values);
