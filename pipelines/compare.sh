@@ -8,7 +8,7 @@
 # PROMPTS x G prompts). DAPO's dynamic sampling may draw more rounds (its budget is
 # larger, as in the paper); REWARD_UP=self also finishes the kept candidates.
 #
-# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo, and the
+# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo prime, and the
 # ablations skpo-noskip (LAYOUT=continual), skpo-nomc (REWARD_UP=self),
 # skpo-fixed (CUT=fixed), skpo-extreme (SELECT=extreme).
 # TASK=demo (default; config/demo.conf: 1-2 operations) or TASK=chain
@@ -30,7 +30,7 @@
 DIR=${1:-$TOP/runs/compare}
 mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 SEEDS=${SEEDS:-1 2 3}
-METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
+METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo prime skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
 TASK=${TASK:-demo}
 CONF=$PIPE/config/$TASK.conf
 [ -f "$CONF" ] || die "compare: no task config '$CONF' (TASK=demo or chain)"
@@ -39,6 +39,9 @@ method_kv() {
   case "$1" in
     *+lora*) echo "$(method_kv "${1%%+lora*}") LORA_RANK=${1##*+lora} LR=${LORA_LR:-1e-3}";;
     skpo|grpo|drgrpo|dapo|spo|gspo|cispo|sapo) echo "ALGO=$1";;
+    # PRIME: 4 responses for each of 2 x PROMPTS drawn prompts (PROMPTS x 8 generated, as
+    # G = 8), PROMPTS kept by the accuracy filter and trained on
+    prime) echo "ALGO=prime PRIME_K=4 PRIME_OVERSAMPLE=2";;
     skpo-noskip) echo "ALGO=skpo LAYOUT=continual";;
     skpo-nomc) echo "ALGO=skpo REWARD_UP=self";;
     skpo-fixed) echo "ALGO=skpo CUT=fixed";;
