@@ -248,7 +248,7 @@ start_server() {
   launcher
   # exec: $! is the server (or its launcher) itself, so the client can watch it
   (export SKPO_SERVE_OWNER=$$; [ "${SKPO_FAULT_STAGE:-}" = server ] && export LD_PRELOAD=$SKPO_FAULT_SHIM
-   exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" \
+   exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" --step $((n + 1)) \
     ${THREADS:+--threads "$THREADS"} $([ "$n" = 0 ] && echo --fresh-optimizer)) </dev/null >>"$1/logs/serve.err" 2>&1 &
   echo $! >"$S/pid"
   while [ ! -f "$S/ready" ]; do

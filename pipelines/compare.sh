@@ -63,7 +63,8 @@ for s in $SEEDS; do   # seeds outer: a stopped comparison still has every method
       TRAIN_DATA="$DIR/base/data/train.msgpack.zst" EVAL_DATA="$DIR/base/data/test.msgpack.zst" \
       ${THREADS:+THREADS="$THREADS"} >"$DIR/$m-$s.log" 2>&1 || { tail -n 20 "$DIR/$m-$s.log" >&2; die "compare: $m seed $s failed"; }
     # training wall time = sum of committed step times (survives a resume; evals excluded)
-    cat "$r"/logs/[0-9]*.time | awk '{ s += $1; n++ } END { printf "%.1f %.3f\n", s, n ? s / n : 0 }' >"$r/wall"
+    # (the first line of each N.time is the step's wall seconds; the others are its split)
+    awk 'FNR == 1 { s += $1; n++ } END { printf "%.1f %.3f\n", s, n ? s / n : 0 }' "$r"/logs/[0-9]*.time >"$r/wall"
   done
 done
 # per run: "method seed before after best wall step_s"

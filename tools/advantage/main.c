@@ -20,7 +20,7 @@
 static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
-    "       [--prime-beta B] [--prime-coef-process C] [--prime-coef-outcome C] [--prime-norm batch|none]\n"
+    "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
@@ -63,9 +63,9 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_FLAG("summary", 0, &a->summary, "print the metrics as one key=value line on stderr"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "also append the metrics record to FILE"),
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
-        SKPO_OPT_DOUBLE("prime-beta", 0, &a->prime.beta, 1e-12, 1e12, "B", "prime: implicit reward beta log(pi_prm/pi_ref) (0.05)"),
-        SKPO_OPT_DOUBLE("prime-coef-process", 0, &a->prime.coef_process, 0, 1e12, "C", "prime: weight of the process rewards' RLOO (5)"),
-        SKPO_OPT_DOUBLE("prime-coef-outcome", 0, &a->prime.coef_outcome, 0, 1e12, "C", "prime: weight of the outcomes' RLOO (5)"),
+        SKPO_OPT_DOUBLE("prime-beta", 0, &a->prime.beta, 1e-12, 1e12, "X", "prime: implicit reward beta log(pi_prm/pi_ref) (0.05)"),
+        SKPO_OPT_DOUBLE("prime-coef-process", 0, &a->prime.coef_process, 0, 1e12, "X", "prime: weight of the process rewards' RLOO (5)"),
+        SKPO_OPT_DOUBLE("prime-coef-outcome", 0, &a->prime.coef_outcome, 0, 1e12, "X", "prime: weight of the outcomes' RLOO (5)"),
         SKPO_OPT_STR("prime-norm", 0, &a->prime_norm, "batch|none", "prime: process rewards over the batch's largest |return| (batch)"),
         {0},
     };

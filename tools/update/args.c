@@ -107,7 +107,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
         SKPO_OPT_LONG("zero", 0, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"),
         SKPO_OPT_DOUBLE("sapo-tau-pos", 0, &L->sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"),
         SKPO_OPT_DOUBLE("sapo-tau-neg", 0, &L->sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"),
-        SKPO_OPT_DOUBLE("prm-beta", 0, &L->prm_beta, 1e-9, B, "B", "prm-ce: beta of the implicit PRM reward (0.05, PRIME)"),
+        SKPO_OPT_DOUBLE("prm-beta", 0, &L->prm_beta, 1e-9, B, "X", "prm-ce: beta of the implicit PRM reward (0.05, PRIME)"),
         SKPO_OPT_LONG("lora-rank", 0, &a->lora_rank, 1, 65536, "R", "train a LoRA adapter of rank R on a frozen base (off)"),
         SKPO_OPT_DOUBLE("lora-alpha", 0, &a->lora_alpha, 1e-9, 1e9, "A", "LoRA scale alpha / R (32)"),
         SKPO_OPT_STR("lora-targets", 0, &a->lora_targets, "LIST", "adapted projections (q,k,v,o,gate,up,down)"),
