@@ -16,3 +16,20 @@ t() {
 skip() { echo "SKIP $1: $2"; }
 # fails with a message unless "$1" (a command string) exits with code $2
 expect_exit() { want=$1; shift; "$@"; rc=$?; [ "$rc" = "$want" ] || { echo "exit $rc, want $want: $*" >&2; return 1; }; }
+# tiny_rl_fixture NAME TOOL...: for the one-step pipeline tests (t_baselines, t_prime):
+# skip NAME unless every TOOL is built; else $TMP/train.msgpack.zst (24 synth problems),
+# $TMP/model (the demo config, random weights) and $PARITY, a reward command that gives
+# +1 (correct) when the first response token is even (a random model can satisfy it).
+tiny_rl_fixture() {
+  name=$1; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { skip "$name" "$tool is not built yet"; exit 0; }
+  done
+  export OMP_NUM_THREADS=1
+  PARITY='skpo-cat | awk '"'"'/"kind":"(down|full|self)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
+  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+  export PARITY
+  skpo-synth --count 24 --max-operand 9 --tokenizer "$FIX/demo/tokenizer" >"$TMP/train.msgpack.zst" &&
+  skpo-init --config "$FIX/demo/config.json" --tokenizer "$FIX/demo/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
+    { echo "FAIL $name fixtures (synth/init)"; exit 1; }
+}

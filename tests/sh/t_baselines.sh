@@ -5,19 +5,8 @@
 # each Table 1 baseline that has a step script (drgrpo, gspo, cispo, sapo) runs
 # and moves the weights. Loss numerics are in tests/unit/test_loss.c.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-cat; do
-  command -v "$tool" >/dev/null || { skip "baselines" "$tool is not built yet"; exit 0; }
-done
+tiny_rl_fixture baselines skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-cat
 P="$TOP/pipelines"
-D="$FIX/demo"
-export OMP_NUM_THREADS=1
-# +1 when the first response token is even (a random model can satisfy it); self records too
-PARITY='skpo-cat | awk '"'"'/"kind":"(down|full|self)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
-export PARITY
-skpo-synth --count 24 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL baselines fixtures (synth/init)"; exit 1; }
 CONF="STEPS=1 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 EVAL_DATA="
 run() { # run DIR [KEY=VALUE...]
   d=$1; shift

@@ -6,19 +6,8 @@
 # accuracy filter keeps PROMPTS prompts; PRIME's keys are checked before any step.
 # The formulas are in tests/unit/test_loss.c and tests/unit/test_advantage.c.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-reward skpo-score skpo-advantage skpo-update skpo-cat; do
-  command -v "$tool" >/dev/null || { skip "prime" "$tool is not built yet"; exit 0; }
-done
+tiny_rl_fixture prime skpo-synth skpo-init skpo-sample skpo-reward skpo-score skpo-advantage skpo-update skpo-cat
 P="$TOP/pipelines"
-D="$FIX/demo"
-export OMP_NUM_THREADS=1
-# +1 when the first response token is even (a random model can satisfy it)
-PARITY='skpo-cat | awk '"'"'/"kind":"full"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
-export PARITY
-skpo-synth --count 24 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL prime fixtures (synth/init)"; exit 1; }
 # run DIR [KEY=VALUE...]: train.sh with the tiny recipe, in a file that the tests' subshells source
 cat >"$TMP/run.sh" <<EOF
 run() {

@@ -128,41 +128,29 @@ static void check_case(json_t *c) {
     }
 }
 
-static void losses_and_gradients_match_pytorch(void) {
+// Every case of a fixture file; at least `min` cases, two of them named a*, two b*.
+static void check_file(const char *file, size_t min, const char *a, const char *b) {
     json_error_t je;
-    json_t *root = json_load_file(FIX "loss.json", 0, &je);
+    json_t *root = json_load_file(file, 0, &je);
     CHECK_MSG(root != NULL, "%s", je.text);
     if (!root) return;
     json_t *cases = json_object_get(root, "cases");
-    CHECK(json_array_size(cases) >= 12);
-    int gspo = 0, sapo = 0;
+    CHECK(json_array_size(cases) >= min);
+    int na = 0, nb = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const char *nm = json_string_value(json_object_get(json_array_get(cases, i), "name"));
-        gspo += strncmp(nm, "gspo", 4) == 0;
-        sapo += strncmp(nm, "sapo", 4) == 0;
+        na += strncmp(nm, a, strlen(a)) == 0;
+        nb += strncmp(nm, b, strlen(b)) == 0;
+        check_case(json_array_get(cases, i));
     }
-    CHECK(gspo >= 2 && sapo >= 2);
-    for (size_t i = 0; i < json_array_size(cases); i++) check_case(json_array_get(cases, i));
+    CHECK_MSG(na >= 2 && nb >= 2, "%s: %d %s and %d %s cases", file, na, a, nb, b);
     json_decref(root);
 }
 
+static void losses_and_gradients_match_pytorch(void) { check_file(FIX "loss.json", 12, "gspo", "sapo"); }
+
 // PRIME's cases (prime_loss.json): the implicit PRM's prm-ce loss and per-token advantages.
-static void prm_ce_and_token_advantages_match_pytorch(void) {
-    json_error_t je;
-    json_t *root = json_load_file(FIX "prime_loss.json", 0, &je);
-    CHECK_MSG(root != NULL, "%s", je.text);
-    if (!root) return;
-    json_t *cases = json_object_get(root, "cases");
-    int prm = 0, tok = 0;
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        const char *nm = json_string_value(json_object_get(json_array_get(cases, i), "name"));
-        prm += strncmp(nm, "prm_ce", 6) == 0;
-        tok += strncmp(nm, "adv_tok", 7) == 0;
-        check_case(json_array_get(cases, i));
-    }
-    CHECK(prm >= 2 && tok >= 2);
-    json_decref(root);
-}
+static void prm_ce_and_token_advantages_match_pytorch(void) { check_file(FIX "prime_loss.json", 4, "prm_ce", "adv_tok"); }
 
 // prm-ce by hand: logp - ref = +0.5 on both tokens, beta 0.05: z = 0.05, sigma(z) =
 // 0.5124973964842103; label 1: l = -log sigma(z) = 0.6684596480132863 and each token's
