@@ -443,7 +443,7 @@ static void prime_step_writes_token_advantages_on_every_response(void) {
     skpo_err err = {{0}};
     static const char *pid[4] = {"p1", "p2", "p1", "p2"};
     for (int i = 0; i < 4; i++) {
-        char uid[8];
+        char uid[16];
         snprintf(uid, sizeof uid, "f%d", i);
         mk(&recs[i], SKPO_KIND_FULL, uid, pid[i], NULL, i < 2 ? 1 : -1, 3 + i);
         float lp[8], rf[8];
