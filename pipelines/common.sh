@@ -17,6 +17,7 @@
 #   metrics/N.msgpack.zst      metrics records of step N (skpo-update) and evals
 #   eval/N.msgpack.zst         rewarded eval samples at step N
 #   logs/                      per-stage stderr of the committed steps
+#   prm/N/, prm-metrics/N...   PRIME only: the implicit PRM after step N and its update's metrics
 set -o pipefail
 PIPE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TOP=$(cd "$PIPE/.." && pwd)
@@ -275,7 +276,7 @@ rollback_to_durable() {
   [ "$d" -lt "$l" ] || return 0
   echo "skpo-pipeline: step $l is the last committed step, $d the last durable one: redoing steps $((d + 1))..$l" >&2
   write_marker "$1" "$d"
-  for ((n = d + 1; n <= l; n++)); do rm -rf "$1/ckpt/$n" "$1/state/$n"; done
+  for ((n = d + 1; n <= l; n++)); do rm -rf "$1/ckpt/$n" "$1/state/$n" "$1/prm/$n"; done
 }
 
 # timed NAME CMD...: CMD, appending "NAME START END" (epoch seconds) to $TMPD/times.

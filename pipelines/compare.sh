@@ -9,7 +9,7 @@
 # larger, as in the paper); REWARD_UP=self also finishes the kept candidates;
 # critique generates G - 1 direct responses, then a critique and a refinement per prompt.
 #
-# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo critique, and the
+# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo critique prime, and the
 # ablations skpo-noskip (LAYOUT=continual), skpo-nomc (REWARD_UP=self),
 # skpo-fixed (CUT=fixed), skpo-extreme (SELECT=extreme).
 # TASK=demo (default; config/demo.conf: 1-2 operations) or TASK=chain
@@ -31,7 +31,7 @@
 DIR=${1:-$TOP/runs/compare}
 mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 SEEDS=${SEEDS:-1 2 3}
-METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo critique skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
+METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo critique prime skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
 TASK=${TASK:-demo}
 CONF=$PIPE/config/$TASK.conf
 [ -f "$CONF" ] || die "compare: no task config '$CONF' (TASK=demo or chain)"
@@ -40,6 +40,9 @@ method_kv() {
   case "$1" in
     *+lora*) echo "$(method_kv "${1%%+lora*}") LORA_RANK=${1##*+lora} LR=${LORA_LR:-1e-3}";;
     skpo|grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique) echo "ALGO=$1";;
+    # PRIME: 4 responses for each of 2 x PROMPTS drawn prompts (PROMPTS x 8 generated, as
+    # G = 8), PROMPTS kept by the accuracy filter and trained on
+    prime) echo "ALGO=prime PRIME_K=4 PRIME_OVERSAMPLE=2";;
     skpo-noskip) echo "ALGO=skpo LAYOUT=continual";;
     skpo-nomc) echo "ALGO=skpo REWARD_UP=self";;
     skpo-fixed) echo "ALGO=skpo CUT=fixed";;
@@ -61,8 +64,8 @@ for s in $SEEDS; do   # seeds outer: a stopped comparison still has every method
       TRAIN_DATA="$DIR/base/data/train.msgpack.zst" EVAL_DATA="$DIR/base/data/test.msgpack.zst" \
       ${THREADS:+THREADS="$THREADS"} >"$DIR/$m-$s.log" 2>&1 || { tail -n 20 "$DIR/$m-$s.log" >&2; die "compare: $m seed $s failed"; }
     # training wall time = sum of committed step times (survives a resume; evals excluded)
-    # (the first line of each N.time is the step's wall seconds; the stage split and bytes follow)
-    for f in "$r"/logs/[0-9]*.time; do head -n 1 "$f"; done | awk '{ s += $1; n++ } END { printf "%.1f %.3f\n", s, n ? s / n : 0 }' >"$r/wall"
+    # (the first line of each N.time is the step's wall seconds; the others are its split)
+    awk 'FNR == 1 { s += $1; n++ } END { printf "%.1f %.3f\n", s, n ? s / n : 0 }' "$r"/logs/[0-9]*.time >"$r/wall"
   done
 done
 # per run: "method seed before after best wall step_s"

@@ -4,7 +4,7 @@
 # First call: creates RUN_DIR with `config` (pipelines/config/defaults.conf plus
 # the KEY=VALUE overrides; MODEL and TRAIN_DATA are required) and ckpt/0 (a link
 # to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else ALGO.sh:
-# grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
+# grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique, prime; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
 # steps on EVAL_DATA, keeping the newest KEEP durable checkpoints, and printing one
 # summary line per step. With SERVE (default) one `skpo-update --serve` (under
 # the MPI launcher for RANKS / GPUS / NODES > 1) trains every step, keeping the
@@ -58,7 +58,7 @@ prune() {
   for ((n = last - 1; n > 0; n--)); do
     [ -e "$RUN/ckpt/$n" ] || [ -e "$RUN/state/$n" ] || continue
     if has_optim "$RUN/ckpt/$n" && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
-    rm -rf "$RUN/ckpt/$n" "$RUN/state/$n"
+    rm -rf "$RUN/ckpt/$n" "$RUN/state/$n" "$RUN/prm/$n"   # prm/: PRIME's implicit PRM of the step
   done
   return 0
 }
@@ -77,10 +77,17 @@ enum_key LAYOUT "${LAYOUT:-skip}" skip continual
 enum_key REWARD_UP "${REWARD_UP:-mc}" mc self
 enum_key CUT "${CUT:-adaptive}" adaptive fixed
 enum_key SELECT "${SELECT:-median}" median extreme
+if [ "$ALGO" = prime ]; then  # PRIME's keys (the tools check the numbers' ranges)
+  enum_key PRIME_NORM "$PRIME_NORM" batch none
+  case "$PRIME_K" in ''|*[!0-9]*|0|1) die "PRIME_K='$PRIME_K' is not a whole number >= 2 (leave-one-out needs two)";; esac
+  case "$PRIME_OVERSAMPLE" in ''|*[!0-9]*|0) die "PRIME_OVERSAMPLE='$PRIME_OVERSAMPLE' is not a whole number >= 1";; esac
+  awk -v a="$PRIME_ACC_LOW" -v b="$PRIME_ACC_HIGH" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && a + 0 <= b + 0 && b + 0 <= 1) }' ||
+    die "PRIME_ACC_LOW='$PRIME_ACC_LOW' / PRIME_ACC_HIGH='$PRIME_ACC_HIGH' are not 0 <= LOW <= HIGH <= 1"
+fi
 case "$ALGO" in
   skpo) STEP_SH=$PIPE/step.sh;;
-  grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique) STEP_SH=$PIPE/$ALGO.sh;;
-  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo, sapo or critique";;
+  grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique|prime) STEP_SH=$PIPE/$ALGO.sh;;
+  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique or prime";;
 esac
 rm -rf "$RUN/tmp"
 check_devices

@@ -84,6 +84,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_LOGP "logp"        // f32s: behaviour log-prob per response token
 #define F_REF_LOGP "ref_logp"// f32s: reference-model log-prob per response token
 #define F_OLD_LOGP "old_logp"// f32s: recomputed old-policy log-probs
+#define F_PRM_LOGP "prm_logp"// f32s: implicit PRM log-prob per response token (PRIME)
 #define F_TEXT "text"        // str: decoded response (prompt records: rendered prompt)
 #define F_FINISH "finish"    // str: "stop" | "length"
 #define F_PROBLEM "problem"  // str
@@ -93,6 +94,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_CORRECT "correct"  // bool
 #define F_PRED "pred"        // str: extracted answer
 #define F_ADV "adv"          // float: advantage
+#define F_ADV_TOK "adv_tok"  // f32s: per-token advantage (PRIME); skpo-update uses it instead of adv
 #define F_WEIGHT "weight"    // float: phase weight in the loss
 #define F_CUT "cut"          // int: planned split position t_q (up records)
 #define F_NLL "nll"          // float: mean NLL of the segment (up records)

@@ -15,7 +15,7 @@
 
 // --- modes and formulas --------------------------------------------------------------
 
-static const char *const mode_names[] = {"skpo", "grpo", "drgrpo", "dapo", "spo"};
+static const char *const mode_names[] = {"skpo", "grpo", "drgrpo", "dapo", "spo", "prime"};
 
 int skpo_adv_mode_parse(const char *name, skpo_adv_mode *out) {
     for (int i = 0; i < (int)(sizeof mode_names / sizeof *mode_names); i++)
@@ -33,6 +33,7 @@ void skpo_adv_opts_default(skpo_adv_opts *o) {
     o->w_down = 0.5;
     o->eps_group = 1e-6;
     o->eps_batch = 1e-8;
+    skpo_prime_opts_default(&o->prime);
 }
 
 static double mean_of(const double *a, size_t n) {
@@ -515,6 +516,61 @@ static skpo_status update_tracker(skpo_rec *recs, const batch *b, const skpo_adv
     return SKPO_OK;
 }
 
+// prime: per-token advantages of every group's responses (skpo_adv_prime) into
+// `adv_tok`, their mean into `adv`; s->adv_grp is redone from the token values.
+static skpo_status prime_annotate(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, step_stats *s,
+                                  skpo_err *err) {
+    size_t n = 0;
+    for (size_t k = 0; k < b->ng; k++) n += b->g[k].n;
+    const float **prm = skpo_xcalloc(n, sizeof *prm), **ref = skpo_xcalloc(n, sizeof *ref);
+    size_t *len = skpo_xcalloc(n, sizeof *len);
+    double *acc = skpo_xcalloc(n, sizeof *acc);
+    float **adv = skpo_xcalloc(n, sizeof *adv);
+    long *rec = skpo_xcalloc(n, sizeof *rec);
+    skpo_status st = SKPO_OK;
+    size_t i = 0;
+    for (size_t k = 0; k < b->ng && !st; k++)
+        for (size_t j = 0; j < b->g[k].n && !st; j++, i++) {
+            const skpo_rec *r = &recs[b->g[k].mem[j]];
+            size_t np = 0, nr = 0;
+            bool c;
+            rec[i] = b->g[k].mem[j];
+            skpo_rec_i32s(r, F_TOKENS, &len[i]);
+            prm[i] = skpo_rec_f32s(r, F_PRM_LOGP, &np);
+            ref[i] = skpo_rec_f32s(r, F_REF_LOGP, &nr);
+            if (!prm[i] || !ref[i] || np != len[i] || nr != len[i])
+                st = skpo_err_set(err, SKPO_EFORMAT, "record '%s': prime needs prm_logp and ref_logp, one per token "
+                                  "(skpo-score --field prm_logp / ref_logp)", uid_of(r));
+            else if (!skpo_rec_bool(r, F_CORRECT, &c))
+                st = skpo_err_set(err, SKPO_EFORMAT, "record '%s': prime needs the outcome 'correct'", uid_of(r));
+            else
+                acc[i] = c ? 1.0 : 0.0;
+            adv[i] = skpo_xcalloc(len[i] ? len[i] : 1, sizeof **adv);
+        }
+    if (!st) {
+        st = skpo_adv_prime(prm, ref, len, acc, n, (size_t)o->group, &o->prime, adv, err);
+        if (st) {
+            skpo_err e = *err;
+            st = skpo_err_set(err, st, "prime: %s", e.msg);
+        }
+    }
+    if (!st) {
+        memset(&s->adv_grp, 0, sizeof s->adv_grp);
+        for (i = 0; i < n; i++) {
+            double m = 0;
+            for (size_t t = 0; t < len[i]; t++) {
+                m += adv[i][t];
+                mom_add(&s->adv_grp, adv[i][t]);
+            }
+            skpo_rec_set_f32s(&recs[rec[i]], F_ADV_TOK, adv[i], len[i]);
+            skpo_rec_set_float(&recs[rec[i]], F_ADV, len[i] ? m / (double)len[i] : 0.0);
+        }
+    }
+    for (i = 0; i < n; i++) free(adv[i]);
+    free(prm), free(ref), free(len), free(acc), free(adv), free(rec);
+    return st;
+}
+
 skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo_tracker *t,
                           unsigned char *keep, skpo_rec *metrics, skpo_err *err) {
     SKPO_ASSERT(o->group >= 1);
@@ -539,8 +595,9 @@ skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo
     }
     if (!st) {
         annotate(recs, &b, o, gv, keep, &s);
-        put_metrics(metrics, &s, &b, o, t);
+        if (o->mode == SKPO_ADV_PRIME) st = prime_annotate(recs, &b, o, &s, err);
     }
+    if (!st) put_metrics(metrics, &s, &b, o, t);
     for (size_t k = 0; k < b.ng; k++) { free(gv[k].r); free(gv[k].len); free(gv[k].adv); }
     free(gv);
     free(rho);

@@ -17,6 +17,11 @@
  *   dapo    grpo plus dynamic sampling: groups whose rewards are all equal are
  *           dropped (keep[i] = 0).
  *   spo     one `full` record per pid, A = R - V_prev(pid), batch-normalised.
+ *   prime   `full` records grouped by pid (K each, K >= 2) with `prm_logp` and
+ *           `ref_logp` (skpo-score) and `correct` (the 0/1 outcome):
+ *           per-token advantages `adv_tok` (skpo_adv_prime below); `adv` gets
+ *           their mean (for viewers; skpo-update uses adv_tok). The tracker is
+ *           updated as in grpo.
  * Degenerate groups (all rewards equal) get A = 0. Batches of one record get
  * A = 0 after batch normalisation (the std is undefined).
  * The tracker (tracker.h) is updated once per prompt observation after all
@@ -45,6 +50,7 @@ typedef enum skpo_adv_mode {
     SKPO_ADV_DRGRPO,
     SKPO_ADV_DAPO,
     SKPO_ADV_SPO,
+    SKPO_ADV_PRIME,
 } skpo_adv_mode;
 
 // "skpo" ... "spo" -> mode; returns 0 on success, -1 for an unknown name.
@@ -61,6 +67,27 @@ int skpo_adv_group(const double *r, size_t n, int use_std, double eps, double *a
 void skpo_adv_batch_norm(double *a, size_t n, double eps);
 // Unbiased standard deviation (0 for n < 2).
 double skpo_adv_std(const double *a, size_t n);
+
+// PRIME (Cui et al. 2025; verl recipe/prime compute_rloo_advantage_return) for
+// nseq responses in consecutive groups of k (k >= 2) of one batch; response i has
+// len[i] >= 1 tokens with PRM log-probs prm[i], reference log-probs ref[i] and
+// outcome acc[i] (0 or 1):
+//   r_it = beta (prm_it - ref_it) for t < len_i - 1, r_i,last = 0 (token granularity);
+//   batch_norm: r_it /= max over the batch of |sum_{s >= t} r_is| + 1e-6;
+//   leave-one-out in the group, m_j = mean_t r_jt:
+//     p_it = r_it k/(k-1) - sum_j m_j/(k-1),  o_i = acc_i k/(k-1) - sum_j acc_j/(k-1);
+//   x_it = coef_process p_it + coef_outcome o_i [t = last];  G_it = sum_{s >= t} x_is;
+//   adv_it = (G_it - mean) / sqrt(var + 1e-8), mean and unbiased var over every token.
+// adv[i] receives len[i] values.
+typedef struct skpo_prime_opts {
+    double beta;           // implicit reward beta (beta_train 0.05)
+    double coef_process;   // reward_dpo_coef (5)
+    double coef_outcome;   // reward_gt_coef (5)
+    int batch_norm;        // prime_norm = batch_norm (1) or none (0)
+} skpo_prime_opts;
+void skpo_prime_opts_default(skpo_prime_opts *o);
+skpo_status skpo_adv_prime(const float *const *prm, const float *const *ref, const size_t *len, const double *acc,
+                           size_t nseq, size_t k, const skpo_prime_opts *o, float **adv, skpo_err *err);
 
 // --- a whole step ------------------------------------------------------------------
 
@@ -93,6 +120,7 @@ typedef struct skpo_adv_opts {
     // `seg_div` (skpo-sample --rescore measured it under the sampling weights);
     // a missing one is an error naming the record. No model needed here.
     int div_from_records;
+    skpo_prime_opts prime;      // prime mode
 } skpo_adv_opts;
 
 void skpo_adv_opts_default(skpo_adv_opts *o);

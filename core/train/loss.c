@@ -22,9 +22,10 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     c->sapo_tau_pos = 1.0;
     c->sapo_tau_neg = 1.05;
     c->shape_gamma = 0.1;
+    c->prm_beta = 0.05;
 }
 
-static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo", "shape"};
+static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo", "shape", "prm-ce"};
 #define NKINDS 6
 static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
 static const char *phase_names[] = {"up", "down", "full"};
@@ -76,6 +77,8 @@ skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
     if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
         return skpo_err_set(err, SKPO_ERANGE, "SAPO temperatures %g / %g must be positive", c->sapo_tau_pos,
                             c->sapo_tau_neg);
+    if (!(c->prm_beta > 0 && isfinite(c->prm_beta)))
+        return skpo_err_set(err, SKPO_ERANGE, "PRM beta %g must be positive", c->prm_beta);
     return SKPO_OK;
 }
 
@@ -180,6 +183,18 @@ static double gspo_seq_logratio(const skpo_loss_seq *s, int *inside) {
     return *inside ? m : GSPO_LOGRATIO_MAX;
 }
 
+// PRM-CE: the sequence's BCE l = softplus(z) - y z of z = beta sum_t (logp_t - ref_t)
+// (softplus written so that it neither overflows nor loses digits for large |z|)
+// and dl/dlogp_t = beta (sigmoid(z) - y), the same for every token.
+static void prm_ce_seq(const skpo_loss_cfg *c, const skpo_loss_seq *s, double *l, double *g) {
+    double q = 0;
+    for (int t = 0; t < s->n; t++) q += (double)s->logp[t] - (double)s->ref[t];
+    double z = c->prm_beta * q;
+    double sg = z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z));
+    *l = fmax(z, 0) + log1p(exp(-fabs(z))) - s->label * z;
+    *g = c->prm_beta * (sg - s->label);
+}
+
 // k3 of verl's low_var_kl and its derivative with respect to logp.
 static void k3_term(double ref, double logp, double *kl, double *g) {
     double k = ref - logp;
@@ -199,8 +214,8 @@ static void k3_term(double ref, double logp, double *kl, double *g) {
 skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
                                float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err) {
     SKPO_ASSERT(s->n >= 0 && s->logp && dlogp);
-    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || pl->kind == SKPO_LOSS_SHAPE || s->old);
-    SKPO_ASSERT(c->kl_coef == 0 || s->ref);
+    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || pl->kind == SKPO_LOSS_SHAPE || pl->kind == SKPO_LOSS_PRM_CE || s->old);
+    SKPO_ASSERT((c->kl_coef == 0 && pl->kind != SKPO_LOSS_PRM_CE) || s->ref);
     SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
     skpo_loss_stats add = {0};
     double w = s->weight * s->scale;
@@ -216,10 +231,20 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
                                     (double)s->old[t]);
         gspo_d = gspo_seq_logratio(s, &gspo_inside);
     }
+    double prm_l = 0, prm_g = 0;   // PRM-CE: the sequence term every token carries
+    if (pl->kind == SKPO_LOSS_PRM_CE) {
+        for (int t = 0; t < s->n; t++)
+            if (!isfinite(s->logp[t]) || !isfinite(s->ref[t]))
+                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (ref %g)", t, (double)s->logp[t],
+                                    (double)s->ref[t]);
+        if (!(s->label == 0 || s->label == 1))
+            return skpo_err_set(err, SKPO_ERANGE, "PRM label %g is not 0 or 1", s->label);
+        prm_ce_seq(c, s, &prm_l, &prm_g);
+    }
     for (int t = 0; t < s->n; t++) {
         double lp = s->logp[t];
         if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
-        double isw = s->is_weight ? s->is_weight[t] : 1.0;
+        double isw = s->is_weight && pl->kind != SKPO_LOSS_PRM_CE ? s->is_weight[t] : 1.0;
         if (isw == 0) {   // masked by the mismatch correction: not part of the loss
             dlogp[t] = 0;
             if (dent) dent[t] = 0;
@@ -230,17 +255,21 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
             o.loss = -lp, o.grad = -1;
         } else if (pl->kind == SKPO_LOSS_SHAPE) {
             o = shape_token(c, s->adv, lp);
+        } else if (pl->kind == SKPO_LOSS_PRM_CE) {
+            o.loss = prm_l, o.grad = s->n * prm_g;
         } else {
             double old = s->old[t];
             if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
             double d = lp - old;
             int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
             if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
+            double A = s->adv_tok ? (double)s->adv_tok[t] : s->adv;
+            if (!isfinite(A)) return skpo_err_set(err, SKPO_ENUMERIC, "advantage of token %d is %g", t, A);
             switch (pl->kind) {
-            case SKPO_LOSS_PPO: o = ppo_token(pl, s->adv, d, inside); break;
-            case SKPO_LOSS_GSPO: o = ppo_token(&gspo_pl, s->adv, gspo_d, gspo_inside); break;
-            case SKPO_LOSS_SAPO: o = sapo_token(c, s->adv, d, inside); break;
-            default: o = cispo_token(pl, s->adv, d, lp); break;
+            case SKPO_LOSS_PPO: o = ppo_token(pl, A, d, inside); break;
+            case SKPO_LOSS_GSPO: o = ppo_token(&gspo_pl, A, gspo_d, gspo_inside); break;
+            case SKPO_LOSS_SAPO: o = sapo_token(c, A, d, inside); break;
+            default: o = cispo_token(pl, A, d, lp); break;
             }
             add.approx_kl -= d;
         }

@@ -28,6 +28,17 @@
  *          another prompt, so no ratio to pi_old exists). dloss/dlogp = -A gamma p / (p + gamma)^2:
  *          unlikely correct tokens get the largest push. Not a phase form: skpo-update
  *          applies it to the records marked `refine` (record.h F_REFINE) whatever the phase's form.
+ *   PRM-CE the implicit PRM's loss (PRIME, Cui et al. 2025; verl recipe/prime
+ *          compute_ce_dpo_loss_rm): the model being trained is the PRM pi_phi,
+ *          z = prm_beta * sum_t (logp_t - ref_t) (ref: the frozen reference), and the
+ *          sequence loss is the binary cross-entropy of sigmoid(z) against the
+ *          0/1 label y: l = softplus(z) - y z, dl/dlogp_t = prm_beta (sigmoid(z) - y).
+ *          Every token carries l (as GSPO's tokens carry the sequence term) with
+ *          gradient n dl/dlogp_t, so seq-mean-token-mean gives the mean BCE over
+ *          sequences, verl's reduction. Reads no old log-probs, no advantage and
+ *          no mismatch weight; KL and entropy terms are added as for any form.
+ * Per-token advantages (PRIME): when skpo_loss_seq.adv_tok is set, token t uses
+ * A_t = adv_tok[t] in place of the record's one A (every policy form).
  * Optional terms added to every token (both off by default, docs/algorithm.md 2):
  *   kl_coef * k3(ref, logp)  with verl's low_var_kl clamps: k = clamp(ref - logp,
  *                            -20, 20), k3 = clamp(exp(k) - k - 1, -10, 10);
@@ -57,6 +68,7 @@ typedef enum skpo_loss_kind {
     SKPO_LOSS_GSPO = 3,
     SKPO_LOSS_SAPO = 4,
     SKPO_LOSS_SHAPE = 5,   // per record (refinements), never a phase's form
+    SKPO_LOSS_PRM_CE = 6,
 } skpo_loss_kind;
 
 typedef enum skpo_loss_agg {
@@ -87,6 +99,7 @@ typedef struct skpo_loss_cfg {
     double entropy_coef;   // 0 = off
     double sapo_tau_pos, sapo_tau_neg; // SAPO gate temperatures (A > 0, A <= 0); SAPO paper 1.0 / 1.05
     double shape_gamma;    // SHAPE: f(p) = p / (p + gamma); Critique-GRPO 0.1
+    double prm_beta;       // PRM-CE: beta of the implicit reward (PRIME's beta_train 0.05)
 } skpo_loss_cfg;
 
 // --- configuration ---------------------------------------------------------------
@@ -96,7 +109,7 @@ typedef struct skpo_loss_cfg {
 // have); down = CISPO [0.8, 1.28]; full (GRPO/DAPO/SPO baselines, run with
 // verl's vanilla loss) = PPO clip-higher [0.8, 1.28] dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
-// "ppo" | "cispo" | "sft" | "gspo" | "sapo" | "shape" -> kind; -1 if unknown.
+// "ppo" | "cispo" | "sft" | "gspo" | "sapo" | "shape" | "prm-ce" -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);
 const char *skpo_loss_kind_name(skpo_loss_kind k);
 // "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; -1 if unknown.
@@ -137,10 +150,12 @@ typedef struct skpo_loss_stats {
 typedef struct skpo_loss_seq {
     int n;                  // scored tokens
     const float *logp;      // (n) current policy
-    const float *old;       // (n) old policy (the ratio's denominator); unused by SFT and SHAPE
-    const float *ref;       // (n) reference; required iff kl_coef != 0
+    const float *old;       // (n) old policy (the ratio's denominator); unused by SFT, SHAPE and PRM-CE
+    const float *ref;       // (n) reference; required iff kl_coef != 0 or the form is PRM-CE
     const float *entropy;   // (n) nullable; required iff entropy_coef != 0
     double adv;
+    const float *adv_tok;   // (n) nullable: per-token advantages, used instead of adv
+    double label;           // PRM-CE: the 0/1 outcome label
     double scale;           // skpo_loss_agg_scale(...)
     double weight;          // the record's phase weight
     const float *is_weight; // (n) nullable: rollout/train mismatch weights (skpo_mismatch_weights);

@@ -46,8 +46,10 @@ typedef struct sample {
     int nkeep;                // tokens not masked by the mismatch correction
     skpo_mismatch_stats ms;   // rollout vs pi_old of this record
     const float *ref;         // (n - start) or NULL
+    const float *adv_tok;     // (n - start) record `adv_tok` (per-token advantages), NULL when absent
     double adv, weight;
     int refine;               // record marked `refine`: Critique-GRPO's shaped loss (loss.h SHAPE), no mismatch weight
+    double label;             // PRM-CE: the record's `correct` as 0/1
 } sample;
 
 struct skpo_batch {
@@ -85,6 +87,29 @@ static skpo_status sample_logps(const skpo_rec *r, const skpo_update_opts *o, si
     return SKPO_OK;
 }
 
+// The policy's advantage: `adv_tok` (one per token, PRIME) when present, else `adv`.
+static skpo_status sample_adv(const skpo_rec *r, size_t nt, sample *s, skpo_err *err) {
+    size_t na = 0;
+    s->adv_tok = skpo_rec_f32s(r, F_ADV_TOK, &na);
+    if (s->adv_tok) {
+        if (na != nt) return bad(err, s, "'adv_tok'", " length differs from 'tokens'");
+        for (size_t t = 0; t < na; t++)
+            if (!isfinite(s->adv_tok[t])) return bad(err, s, "'adv_tok' is not finite", "");
+        return SKPO_OK;
+    }
+    if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
+    if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
+    return SKPO_OK;
+}
+
+// The PRM's 0/1 outcome label: the verifier's `correct` (PRIME's acc).
+static skpo_status sample_label(const skpo_rec *r, sample *s, skpo_err *err) {
+    bool c;
+    if (!skpo_rec_bool(r, F_CORRECT, &c)) return bad(err, s, "missing field ", "'correct' (the prm-ce loss's label)");
+    s->label = c ? 1.0 : 0.0;
+    return SKPO_OK;
+}
+
 static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_update_opts *o, int phase, sample *s,
                                    skpo_err *err) {
     memset(s, 0, sizeof *s);
@@ -116,15 +141,16 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
     s->refine = refine;
     st = sample_logps(r, o, nt, s, err);
     if (st) return st;
-    if (!skpo_rec_float(r, F_ADV, &s->adv)) return bad(err, s, "missing field ", "'adv'");
-    if (!isfinite(s->adv)) return bad(err, s, "advantage is not finite", "");
+    int prm = o->loss.phase[phase].kind == SKPO_LOSS_PRM_CE;
+    st = prm ? sample_label(r, s, err) : sample_adv(r, nt, s, err);
+    if (st) return st;
     s->weight = 1;
     if (skpo_rec_get(r, F_WEIGHT) && (!skpo_rec_float(r, F_WEIGHT, &s->weight) || !isfinite(s->weight)))
         return bad(err, s, "'weight' is not a finite number", "");
     if (!isnan(o->phase_weight[phase])) s->weight = o->phase_weight[phase];
-    if (o->loss.kl_coef != 0) {
+    if (o->loss.kl_coef != 0 || prm) {
         s->ref = skpo_rec_f32s(r, F_REF_LOGP, &nr);
-        if (!s->ref) return bad(err, s, "missing field ", "'ref_logp' (needed by --kl-coef)");
+        if (!s->ref) return bad(err, s, "missing field ", prm ? "'ref_logp' (needed by the prm-ce loss)" : "'ref_logp' (needed by --kl-coef)");
         if (nr != nt) return bad(err, s, "'ref_logp' length differs from 'tokens'", "");
     }
     return SKPO_OK;
@@ -386,7 +412,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
         int nt = s->n - s->start;
         skpo_loss_seq ls = {
             .n = nt, .logp = lp + off, .old = sample_old(s, o), .is_weight = s->isw, .ref = s->ref,
-            .entropy = ent + off, .adv = s->adv, .weight = s->weight,
+            .entropy = ent + off, .adv = s->adv, .adv_tok = s->adv_tok, .label = s->label, .weight = s->weight,
             .scale = skpo_loss_agg_scale(lc, s->phase, &cnt[s->phase], s->nkeep),
         };
         double before = m->phase[s->phase].loss;

@@ -19,6 +19,9 @@
               mini-batch gradient), final.<p> (weights after both AdamW updates);
               metadata holds losses and grad norms (see MODEL_ARGS for the flags)
 
+  prime_loss.json  the same format for PRIME: the implicit PRM's prm-ce loss and
+              per-token advantages (adv_tok) in the PPO and CISPO forms
+
 Run from the repository root:  python3 tests/ref/make_update_fixtures.py
 The formulas are written out here on purpose (not imported from verl) and
 follow verl core_algos.py: compute_policy_loss_vanilla, compute_policy_loss_cispo,
@@ -47,7 +50,11 @@ def ppo_token(logp, old, A, lo, hi, dual):
     low = clipped & (r < 1)
     high = clipped & (r > 1)
     dualm = torch.zeros_like(low)
-    if dual > 0 and A < 0:
+    if torch.is_tensor(A) and dual > 0:  # per-token advantages (PRIME's adv_tok): the dual clip where A_t < 0
+        l3 = -A * dual
+        dualm = (A < 0) & torch.gt(c1, l3)
+        c1 = torch.where(A < 0, torch.minimum(c1, l3), c1)
+    elif dual > 0 and A < 0:
         l3 = -A * dual
         dualm = torch.gt(c1, l3)
         c1 = torch.minimum(c1, l3 * torch.ones_like(c1))
@@ -80,6 +87,15 @@ def sapo_token(logp, old, A, tau_pos, tau_neg):
     g = torch.sigmoid(tau * (r - 1))
     w = 4 * g * (1 - g)
     return -A * (4.0 / tau) * g, (w < 0.5) & (r < 1), (w < 0.5) & (r > 1), torch.zeros_like(r, dtype=torch.bool), -d
+
+
+def prm_ce_seq(logp, ref, label, beta):
+    """PRIME's implicit PRM loss (verl recipe/prime compute_ce_dpo_loss_rm): BCE of
+    sigmoid(beta sum_t (logp - ref)) against the 0/1 label; every token carries it."""
+    z = beta * (logp - ref).sum()
+    l = torch.nn.functional.binary_cross_entropy(torch.sigmoid(z), torch.tensor(float(label), dtype=z.dtype))
+    none = torch.zeros(len(logp), dtype=torch.bool)
+    return l * torch.ones_like(logp), none, none, none, torch.zeros_like(logp)
 
 
 def k3(ref, logp):
@@ -133,7 +149,7 @@ def shape_token(logp, A, gamma):
 
 
 def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspec=None, tau=(1.0, 1.05), noise=0.35,
-              mismatch=None, refine=(), gamma=0.1):
+              mismatch=None, refine=(), gamma=0.1, prm_beta=0.05):
     seqs = []
     for (ph, n, adv, w) in seqspec:
         old = -torch.rand(n, dtype=torch.float32) * 3 - 0.05
@@ -147,6 +163,8 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         if n > 5:  # one token far off in each direction
             rollout[3] = old[3] - 1.6
             rollout[4] = old[4] + 1.2
+        if isinstance(adv, list):  # per-token advantages (adv_tok)
+            adv = torch.tensor(adv, dtype=torch.float32).double()
         seqs.append(dict(phase=ph, adv=adv, weight=w, logp=logp.float(), old=old.float(), ref=ref.float(),
                          ent=entv.float(), rollout=rollout.float()))
     mstats = dict(tokens=0.0, k3=0.0, abs_dlogp=0.0, max_abs_dlogp=0.0, truncated=0.0, masked=0.0)
@@ -185,6 +203,8 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
             tl, low, high, dm, akl = gspo_seq(s["lp"], old, s["adv"], lo, hi)
         elif kind == "sapo":
             tl, low, high, dm, akl = sapo_token(s["lp"], old, s["adv"], tau[0], tau[1])
+        elif kind == "prm-ce":  # the spec's advantage sign is the label
+            tl, low, high, dm, akl = prm_ce_seq(s["lp"], s["ref"].double(), 1 if s["adv"] > 0 else 0, prm_beta)
         else:
             tl, low, high, dm, akl = cispo_token(s["lp"], old, s["adv"], lo, hi)
         keep = s["isw"] != 0
@@ -207,14 +227,18 @@ def loss_case(name, phases, agg, norm=3072.0, kl=0.0, ent=0.0, sft=False, seqspe
         stats["approx_kl"][p] += float((akl.detach() * keep).sum()) if kind != "sft" and not s["refine"] else 0.0
         stats["entropy"][p] += float((s["ent"] * keep).sum())
     objective.backward()
-    out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft), sapo_tau=list(tau),
+    out = dict(name=name, agg=agg, agg_norm=norm, kl_coef=kl, entropy_coef=ent, sft=int(sft), sapo_tau=list(tau), prm_beta=prm_beta,
                **(dict(shape_gamma=gamma) if refine else {}),
                phases=[dict(kind=k, eps_low=lo, eps_high=hi, dual=d) for (k, lo, hi, d) in phases],
                objective=float(objective.detach()), phase_loss=ph_loss, **stats, seqs=[])
     if mismatch:
         out["mismatch"] = dict(mismatch, **mstats)
     for s in seqs:
-        out["seqs"].append(dict(phase=s["phase"], adv=s["adv"], weight=s["weight"], logp=f32list(s["logp"]),
+        tok = torch.is_tensor(s["adv"])
+        extra = dict(adv_tok=f32list(s["adv"])) if tok else {}
+        if phases[s["phase"]][0] == "prm-ce":
+            extra["label"] = 1 if s["adv"] > 0 else 0
+        out["seqs"].append(dict(phase=s["phase"], adv=0.0 if tok else s["adv"], weight=s["weight"], logp=f32list(s["logp"]), **extra,
                                 old=f32list(s["old"]), ref=f32list(s["ref"]), ent=f32list(s["ent"]),
                                 rollout=f32list(s["rollout"]), isw=[float(x) for x in s["isw"].tolist()],
                                 dlogp=[float(x) for x in s["lp"].grad.tolist()],
@@ -273,6 +297,28 @@ def loss_fixtures():
         loss_case("critique_refinement_negative_gamma_0_5", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0),
                                                              ("ppo", 0.2, 0.2, 3.0)], "token-mean",
                   seqspec=FULL + [(2, 7, -0.5, 1.0), (2, 5, 1.5, 1.0)], refine=(4, 5), gamma=0.5),
+    ]
+    return dict(cases=cases)
+
+
+# PRIME (docs/baselines.md): the implicit PRM's loss and per-token advantages, in their
+# own file so that loss.json keeps its draws. Labels: the sign of the spec's advantage.
+PRM_FULL = [(2, 5, 1.0, 1.0), (2, 3, -1.0, 1.0), (2, 7, 1.0, 1.0), (2, 4, -1.0, 1.0)]
+TOK_FULL = [(2, 4, [0.9, -0.4, 1.7, -2.2], 1.0), (2, 6, [-1.1, -0.3, 0.2, 0.8, -0.05, 1.4], 1.0),
+            (2, 3, [0.0, 0.5, -0.5], 1.0)]
+
+
+def prime_fixtures():
+    torch.manual_seed(2502)
+    cases = [
+        loss_case("prm_ce_seq_mean_beta_0_05", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("prm-ce", 0.2, 0.2, 0.0)],
+                  "seq-mean-token-mean", seqspec=PRM_FULL, noise=2.0),
+        loss_case("prm_ce_token_mean_beta_0_5_kl", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("prm-ce", 0.2, 0.2, 0.0)],
+                  "token-mean", seqspec=PRM_FULL, kl=0.1, prm_beta=0.5, noise=2.0),
+        loss_case("adv_tok_ppo_dual_clip", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("ppo", 0.2, 0.2, 3.0)],
+                  "token-mean", seqspec=TOK_FULL + FULL),
+        loss_case("adv_tok_cispo_seq_mean", [("ppo", 0.2, 0.2, 3.0), ("cispo", 0.2, 0.28, 0.0), ("cispo", 0.2, 0.28, 0.0)],
+                  "seq-mean-token-mean", seqspec=TOK_FULL),
     ]
     return dict(cases=cases)
 
@@ -475,6 +521,8 @@ if __name__ == "__main__":
     only = sys.argv[1:]  # e.g. `loss`: regenerate just loss.json
     if not only or "loss" in only:
         dump("loss.json", loss_fixtures())
+    if not only or "prime" in only:
+        dump("prime_loss.json", prime_fixtures())
     if not only or "adamw" in only:
         dump("adamw.json", adamw_fixtures())
     if not only or "model" in only:

@@ -16,6 +16,18 @@ t() {
 skip() { echo "SKIP $1: $2"; }
 # fails with a message unless "$1" (a command string) exits with code $2
 expect_exit() { want=$1; shift; "$@"; rc=$?; [ "$rc" = "$want" ] || { echo "exit $rc, want $want: $*" >&2; return 1; }; }
+# tiny_rl_fixture NAME TOOL...: for the one-step pipeline tests (t_baselines, t_prime):
+# skip NAME unless every TOOL is built; else $TMP/train.msgpack.zst (24 synth problems),
+# $TMP/model (the demo config, random weights) and $PARITY, a reward command that gives
+# +1 (correct) when the first response token is even (a random model can satisfy it).
+tiny_rl_fixture() {
+  name=$1; shift
+  need_tools "$name" "$@"
+  export OMP_NUM_THREADS=1
+  PARITY=$(parity_reward 'down|full|self')
+  export PARITY
+  pipeline_fixtures 24 "$name"
+}
 # same_json_lines A B [RTOL]: the two files of JSON lines are equal as text except
 # that each number may differ by RTOL (1e-6 relative; absolute below 1e-6). Pinned
 # floats from float32 forwards differ in the last digit between CPUs, because

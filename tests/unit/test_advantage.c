@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "model/model.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,6 +345,133 @@ static void dapo_drops_groups_whose_rewards_are_all_equal(void) {
     adv_done(recs, n, &m, t);
 }
 
+// PRIME by hand (beta 1, both coefficients 1, no batch norm, k = 2):
+//   response a (correct): prm - ref = 0.2, 0.4, 0.6 -> r = 0.2, 0.4, 0 (the last token's is 0)
+//   response b (wrong):   prm - ref = -0.3, 0.5    -> r = -0.3, 0
+//   means 0.2 and -0.15, group sum 0.05: p = 2 r - 0.05 = a 0.35, 0.75, -0.05; b -0.65, -0.05
+//   outcomes 2 acc - 1 = +1 / -1 on the last token: x = a 0.35, 0.75, 0.95; b -0.65, -1.05
+//   returns a 2.05, 1.70, 0.95; b -1.70, -1.05; mean 0.39, unbiased var 2.80675
+//   whitened: a 0.990846, 0.781933, 0.334261; b -1.247511, -0.859529
+static void prime_combines_leave_one_out_process_and_outcome_returns(void) {
+    float pa[3] = {-1.0f, -1.0f, -1.0f}, ra[3] = {-1.2f, -1.4f, -1.6f}, pb[2] = {-2.0f, -1.0f}, rb[2] = {-1.7f, -1.5f};
+    const float *prm[2] = {pa, pb}, *ref[2] = {ra, rb};
+    size_t len[2] = {3, 2};
+    double acc[2] = {1, 0};
+    float aa[3], ab[2], *adv[2] = {aa, ab};
+    skpo_prime_opts o = {.beta = 1, .coef_process = 1, .coef_outcome = 1, .batch_norm = 0};
+    skpo_err e = {{0}};
+    CHECK_MSG(skpo_adv_prime(prm, ref, len, acc, 2, 2, &o, adv, &e) == SKPO_OK, "%s", e.msg);
+    static const double want[5] = {0.990846139, 0.781932797, 0.334261348, -1.247511103, -0.859529181};
+    for (int t = 0; t < 3; t++) CHECK_NEAR(aa[t], want[t], 2e-6);
+    for (int t = 0; t < 2; t++) CHECK_NEAR(ab[t], want[3 + t], 2e-6);
+    // batch norm divides the process rewards by the largest |return| (0.6 here, response
+    // a's first token): with the outcome term off the whitened result cannot tell
+    float na[3], nb[2], *adv2[2] = {na, nb};
+    o.coef_outcome = 0;
+    CHECK(skpo_adv_prime(prm, ref, len, acc, 2, 2, &o, adv, &e) == SKPO_OK);
+    o.batch_norm = 1;
+    CHECK(skpo_adv_prime(prm, ref, len, acc, 2, 2, &o, adv2, &e) == SKPO_OK);
+    for (int t = 0; t < 3; t++) CHECK_NEAR(na[t], aa[t], 1e-5);
+    // ... but it weighs them against the outcomes: r / 0.6 = 0.333, 0.667 makes a's
+    // first return 1/0.6 + 1 - ... ; checked against PyTorch in prime_matches_pytorch
+    o.coef_outcome = 1;
+    CHECK(skpo_adv_prime(prm, ref, len, acc, 2, 2, &o, adv2, &e) == SKPO_OK);
+    CHECK(fabs(na[0] - want[0]) > 1e-3);
+    acc[1] = 0.5;
+    CHECK(skpo_adv_prime(prm, ref, len, acc, 2, 2, &o, adv, &e) == SKPO_ERANGE);
+    acc[1] = 0;
+    CHECK(skpo_adv_prime(prm, ref, len, acc, 2, 1, &o, adv, &e) == SKPO_EFORMAT);
+}
+
+// PyTorch reference (tests/fixtures/adv/prime.json from tests/ref/make_prime_fixtures.py:
+// verl recipe/prime compute_rloo_advantage_return and the PRM's token scores, written out).
+static void prime_matches_pytorch(void) {
+    json_error_t je;
+    json_t *root = json_load_file("tests/fixtures/adv/prime.json", 0, &je);
+    CHECK_MSG(root != NULL, "%s", je.text);
+    if (!root) return;
+    json_t *cases = json_object_get(root, "cases");
+    CHECK(json_array_size(cases) >= 3);
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *cs = json_array_get(cases, c), *seqs = json_object_get(cs, "seqs");
+        size_t n = json_array_size(seqs), k = (size_t)json_integer_value(json_object_get(cs, "k"));
+        skpo_prime_opts o = {.beta = json_number_value(json_object_get(cs, "beta")),
+                             .coef_process = json_number_value(json_object_get(cs, "coef_process")),
+                             .coef_outcome = json_number_value(json_object_get(cs, "coef_outcome")),
+                             .batch_norm = (int)json_integer_value(json_object_get(cs, "batch_norm"))};
+        float **prm = calloc(n, sizeof *prm), **ref = calloc(n, sizeof *ref), **adv = calloc(n, sizeof *adv);
+        size_t *len = calloc(n, sizeof *len);
+        double *acc = calloc(n, sizeof *acc);
+        for (size_t i = 0; i < n; i++) {
+            json_t *s = json_array_get(seqs, i), *jp = json_object_get(s, "prm"), *jr = json_object_get(s, "ref");
+            len[i] = json_array_size(jp);
+            prm[i] = calloc(len[i], sizeof **prm), ref[i] = calloc(len[i], sizeof **ref), adv[i] = calloc(len[i], sizeof **adv);
+            for (size_t t = 0; t < len[i]; t++) {
+                prm[i][t] = (float)json_number_value(json_array_get(jp, t));
+                ref[i][t] = (float)json_number_value(json_array_get(jr, t));
+            }
+            acc[i] = json_number_value(json_object_get(s, "acc"));
+        }
+        skpo_err e = {{0}};
+        CHECK_MSG(skpo_adv_prime((const float *const *)prm, (const float *const *)ref, len, acc, n, k, &o, adv, &e) ==
+                      SKPO_OK, "%s", e.msg);
+        for (size_t i = 0; i < n; i++) {
+            json_t *w = json_object_get(json_array_get(seqs, i), "adv");
+            for (size_t t = 0; t < len[i]; t++) {
+                double want = json_number_value(json_array_get(w, t));
+                CHECK_MSG(fabs(adv[i][t] - want) <= 1e-5 * (1 + fabs(want)), "%s seq %zu token %zu: %.9g want %.9g",
+                          json_string_value(json_object_get(cs, "name")), i, t, adv[i][t], want);
+            }
+            free(prm[i]), free(ref[i]), free(adv[i]);
+        }
+        free(prm), free(ref), free(adv), free(len), free(acc);
+    }
+    json_decref(root);
+}
+
+// A whole prime step: two prompts of 2 responses, records interleaved; adv_tok is written
+// on every full record (one per token), adv is its mean, and the outcome drives the sign.
+static void prime_step_writes_token_advantages_on_every_response(void) {
+    skpo_rec recs[4], m;
+    unsigned char keep[4];
+    skpo_err err = {{0}};
+    static const char *pid[4] = {"p1", "p2", "p1", "p2"};
+    for (int i = 0; i < 4; i++) {
+        char uid[16];
+        snprintf(uid, sizeof uid, "f%d", i);
+        mk(&recs[i], SKPO_KIND_FULL, uid, pid[i], NULL, i < 2 ? 1 : -1, 3 + i);
+        float lp[8], rf[8];
+        for (int t = 0; t < 8; t++) lp[t] = -1.0f - 0.1f * (float)(t + i), rf[t] = -1.2f;
+        skpo_rec_set_f32s(&recs[i], F_PRM_LOGP, lp, (size_t)(3 + i));
+        skpo_rec_set_f32s(&recs[i], F_REF_LOGP, rf, (size_t)(3 + i));
+    }
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    CHECK(skpo_adv_mode_parse("prime", &o.mode) == 0 && o.mode == SKPO_ADV_PRIME);
+    o.group = 2;
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(&m);
+    CHECK_MSG(skpo_adv_step(recs, 4, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        size_t na = 0;
+        const float *a = skpo_rec_f32s(&recs[i], F_ADV_TOK, &na);
+        CHECK(a && na == (size_t)(3 + i) && keep[i]);
+        double mean = 0;
+        for (size_t j = 0; a && j < na; j++) mean += a[j];
+        CHECK_NEAR(fget(&recs[i], F_ADV), mean / (double)na, 1e-6);
+        CHECK(i < 2 ? a[0] > 0 : a[0] < 0);   // correct responses lead, wrong ones trail
+    }
+    skpo_rec_free(&m);
+    // without the PRM's log-probs the step names the record
+    skpo_rec_del(&recs[3], F_PRM_LOGP);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, 4, &o, t, keep, &m, &err) == SKPO_EFORMAT);
+    CHECK(strstr(err.msg, "'f3'") != NULL);
+    skpo_rec_free(&m);
+    for (int i = 0; i < 4; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+}
+
 static void spo_takes_one_response_per_prompt_with_the_tracker_baseline(void) {
     skpo_rec recs[2], m;
     unsigned char keep[2];
@@ -422,6 +550,9 @@ int main(void) {
     RUN(down_record_without_its_up_record_is_an_error);
     RUN(dapo_drops_groups_whose_rewards_are_all_equal);
     RUN(spo_takes_one_response_per_prompt_with_the_tracker_baseline);
+    RUN(prime_combines_leave_one_out_process_and_outcome_returns);
+    RUN(prime_matches_pytorch);
+    RUN(prime_step_writes_token_advantages_on_every_response);
     RUN(model_divergence_is_mean_abs_logprob_gap);
     return TEST_SUMMARY();
 }

@@ -29,6 +29,7 @@ static void check_case(json_t *c) {
     cfg.agg_norm = num(c, "agg_norm");
     cfg.kl_coef = num(c, "kl_coef");
     cfg.entropy_coef = num(c, "entropy_coef");
+    if (json_object_get(c, "prm_beta")) cfg.prm_beta = num(c, "prm_beta");
     int sft = (int)json_integer_value(json_object_get(c, "sft"));
     if (json_object_get(c, "shape_gamma")) cfg.shape_gamma = num(c, "shape_gamma");
     json_t *tau = json_object_get(c, "sapo_tau");
@@ -95,7 +96,11 @@ static void check_case(json_t *c) {
         float *ref = farr(json_object_get(s, "ref"), &n), *ent = farr(json_object_get(s, "ent"), &n);
         float *want = farr(json_object_get(s, "dlogp"), &n), *wantd = farr(json_object_get(s, "dent"), &n);
         float *g = calloc((size_t)n + 1, sizeof *g), *gd = calloc((size_t)n + 1, sizeof *gd);
+        int na = 0;
+        float *atok = json_object_get(s, "adv_tok") ? farr(json_object_get(s, "adv_tok"), &na) : NULL;
+        CHECK(!atok || na == n);
         skpo_loss_seq ls = {.n = n, .logp = lp, .old = old, .ref = ref, .entropy = ent, .adv = num(s, "adv"),
+                            .adv_tok = atok, .label = num(s, "label"),
                             .scale = skpo_loss_agg_scale(&cfg, p, &cnt[p], kept[i]), .weight = sft ? 1.0 : num(s, "weight"),
                             .is_weight = isw[i]};
         double before = st[p].loss;
@@ -108,7 +113,7 @@ static void check_case(json_t *c) {
             CHECK_MSG(fabs(gd[t] - wantd[t]) <= 1e-7, "%s seq %zu token %d: dent %.9g want %.9g", name, i, t, gd[t],
                       wantd[t]);
         }
-        free(lp), free(old), free(ref), free(ent), free(want), free(wantd), free(g), free(gd), free(isw[i]);
+        free(lp), free(old), free(ref), free(ent), free(want), free(wantd), free(g), free(gd), free(isw[i]), free(atok);
     }
     free(isw), free(kept);
     CHECK_MSG(fabs(objective - num(c, "objective")) <= 1e-6 * (1 + fabs(num(c, "objective"))),
@@ -125,23 +130,88 @@ static void check_case(json_t *c) {
     }
 }
 
-static void losses_and_gradients_match_pytorch(void) {
+// Every case of a fixture file; at least `min` cases, two of them named a*, two b*
+// and, unless c is NULL, two c*.
+static void check_file(const char *file, size_t min, const char *a, const char *b, const char *c) {
     json_error_t je;
-    json_t *root = json_load_file(FIX "loss.json", 0, &je);
+    json_t *root = json_load_file(file, 0, &je);
     CHECK_MSG(root != NULL, "%s", je.text);
     if (!root) return;
     json_t *cases = json_object_get(root, "cases");
-    CHECK(json_array_size(cases) >= 12);
-    int gspo = 0, sapo = 0, critique = 0;
+    CHECK(json_array_size(cases) >= min);
+    int na = 0, nb = 0, nc = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         const char *nm = json_string_value(json_object_get(json_array_get(cases, i), "name"));
-        gspo += strncmp(nm, "gspo", 4) == 0;
-        sapo += strncmp(nm, "sapo", 4) == 0;
-        critique += strncmp(nm, "critique", 8) == 0;
+        na += strncmp(nm, a, strlen(a)) == 0;
+        nb += strncmp(nm, b, strlen(b)) == 0;
+        nc += c && strncmp(nm, c, strlen(c)) == 0;
+        check_case(json_array_get(cases, i));
     }
-    CHECK(gspo >= 2 && sapo >= 2 && critique >= 2);
-    for (size_t i = 0; i < json_array_size(cases); i++) check_case(json_array_get(cases, i));
+    CHECK_MSG(na >= 2 && nb >= 2 && (!c || nc >= 2), "%s: %d %s, %d %s and %d %s cases", file, na, a, nb, b, nc,
+              c ? c : "-");
     json_decref(root);
+}
+
+static void losses_and_gradients_match_pytorch(void) { check_file(FIX "loss.json", 12, "gspo", "sapo", "critique"); }
+
+// PRIME's cases (prime_loss.json): the implicit PRM's prm-ce loss and per-token advantages.
+static void prm_ce_and_token_advantages_match_pytorch(void) { check_file(FIX "prime_loss.json", 4, "prm_ce", "adv_tok", NULL); }
+
+// prm-ce by hand: logp - ref = +0.5 on both tokens, beta 0.05: z = 0.05, sigma(z) =
+// 0.5124973964842103; label 1: l = -log sigma(z) = 0.6684596480132863 and each token's
+// gradient (scale 1/2 = seq-mean-token-mean of one sequence of 2) is
+// 2 * 0.5 * 0.05 * (sigma - 1) = -0.0243751301757895; label 0: l = 0.7184596480132863,
+// gradient +0.0256248698242105. No old log-probs are read.
+static void prm_ce_is_the_sequence_bce_of_the_implicit_reward(void) {
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    CHECK_NEAR(c.prm_beta, 0.05, 0);
+    float lp[2] = {-1.0f, -2.0f}, ref[2] = {-1.5f, -2.5f}, g[2];
+    skpo_phase_loss pl = {SKPO_LOSS_PRM_CE, 0.2, 0.2, 0};
+    skpo_err e = {0};
+    skpo_loss_stats st = {0};
+    skpo_loss_seq q = {.n = 2, .logp = lp, .ref = ref, .label = 1, .scale = 0.5, .weight = 1.0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &q, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(st.loss, 0.6684596480132863, 1e-12);
+    CHECK_NEAR(g[0], -0.0243751301757895, 1e-9);
+    CHECK_NEAR(g[1], g[0], 0);
+    CHECK(st.clip_low == 0 && st.clip_high == 0 && st.approx_kl == 0);
+    skpo_loss_stats st0 = {0};
+    q.label = 0;
+    CHECK(skpo_loss_seq_eval(&c, &pl, &q, g, NULL, &st0, &e) == SKPO_OK);
+    CHECK_NEAR(st0.loss, 0.7184596480132863, 1e-12);
+    CHECK_NEAR(g[0], 0.0256248698242105, 1e-9);
+    // a saturated PRM stays finite: z = 0.05 * 4000 = 200, label 0: l = 200, gradient n beta scale
+    float far[2] = {1000.0f, 1000.0f}, zero[2] = {-1000.0f, -1000.0f};
+    skpo_loss_seq sat = {.n = 2, .logp = far, .ref = zero, .label = 0, .scale = 0.5, .weight = 1.0};
+    skpo_loss_stats st2 = {0};
+    CHECK(skpo_loss_seq_eval(&c, &pl, &sat, g, NULL, &st2, &e) == SKPO_OK);
+    CHECK_NEAR(st2.loss, 200.0, 1e-9);
+    CHECK_NEAR(g[0], 0.05, 1e-9);
+    q.label = 0.5;   // the label is an outcome, 0 or 1
+    CHECK(skpo_loss_seq_eval(&c, &pl, &q, g, NULL, &st0, &e) == SKPO_ERANGE);
+    c.prm_beta = 0;
+    CHECK(skpo_loss_cfg_check(&c, &e) == SKPO_ERANGE);
+    CHECK(skpo_loss_kind_parse("prm-ce") == SKPO_LOSS_PRM_CE);
+}
+
+// Per-token advantages replace the record's one A token by token: at ratio 1 the
+// PPO gradient of token t is -A_t * scale; `adv` is ignored then.
+static void token_advantages_replace_the_sequence_advantage(void) {
+    skpo_loss_cfg c;
+    skpo_loss_cfg_default(&c);
+    float lp[3] = {-1, -2, -3}, at[3] = {1.5f, -0.5f, 0}, g[3];
+    skpo_err e = {0};
+    skpo_loss_stats st = {0};
+    skpo_loss_seq q = {.n = 3, .logp = lp, .old = lp, .adv = 100, .adv_tok = at, .scale = 0.5, .weight = 1};
+    CHECK(skpo_loss_seq_eval(&c, &c.phase[SKPO_PHASE_FULL], &q, g, NULL, &st, &e) == SKPO_OK);
+    CHECK_NEAR(g[0], -0.75, 1e-7);
+    CHECK_NEAR(g[1], 0.25, 1e-7);
+    CHECK_NEAR(g[2], 0, 0);
+    CHECK_NEAR(st.loss, 0.5 * (-1.5 + 0.5 + 0), 1e-7);
+    at[1] = NAN;
+    CHECK(skpo_loss_seq_eval(&c, &c.phase[SKPO_PHASE_FULL], &q, g, NULL, &st, &e) == SKPO_ENUMERIC);
+    CHECK(strstr(e.msg, "token 1") != NULL);
 }
 
 static void ppo_clips_low_for_negative_and_high_for_positive_advantage(void) {
@@ -465,6 +535,9 @@ int main(void) {
     RUN(off_gives_unit_weights_but_still_measures);
     RUN(weights_scale_the_policy_term_and_zero_masks_the_token);
     RUN(losses_and_gradients_match_pytorch);
+    RUN(prm_ce_and_token_advantages_match_pytorch);
+    RUN(prm_ce_is_the_sequence_bce_of_the_implicit_reward);
+    RUN(token_advantages_replace_the_sequence_advantage);
     RUN(ppo_clips_low_for_negative_and_high_for_positive_advantage);
     RUN(dual_clip_caps_negative_advantage_loss);
     RUN(cispo_keeps_capped_gradient_for_clipped_tokens);

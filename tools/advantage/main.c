@@ -18,8 +18,9 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "--mode skpo|grpo|drgrpo|dapo|spo --state DIR [--rescored] [--step N] [--group G]\n"
+    "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
+    "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
     "       [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
@@ -31,7 +32,8 @@ static const char about[] =
     "Tracker options given on the command line replace those stored in the state.";
 
 typedef struct args {
-    const char *mode, *state, *metrics, *input, *model, *reward_up;
+    const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm;
+    skpo_prime_opts prime;
     long step, group;
     double w_up, w_down, tau, rho_min, rho_max, eps, len_init;
     int norm_down, summary, rescored;
@@ -39,9 +41,10 @@ typedef struct args {
 
 static void parse(int argc, char **argv, args *a) {
     *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
-                .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN};
+                .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch"};
+    skpo_prime_opts_default(&a->prime);
     const skpo_opt opts[] = {
-        SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo or spo"),
+        SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo, spo or prime"),
         SKPO_OPT_STR("state", 0, &a->state, "DIR", "tracker state folder (created on first use)"),
         SKPO_OPT_FLAG("rescored", 0, &a->rescored, "rho from the records' `seg_div` (skpo-sample --rescore)"),
         SKPO_OPT_STR("model", 0, &a->model, "DIR", "removed: the sampler measures D (skpo-sample --rescore)"),
@@ -58,6 +61,10 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_FLAG("summary", 0, &a->summary, "print the metrics as one key=value line on stderr"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "also append the metrics record to FILE"),
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
+        SKPO_OPT_DOUBLE("prime-beta", 0, &a->prime.beta, 1e-12, 1e12, "X", "prime: implicit reward beta log(pi_prm/pi_ref) (0.05)"),
+        SKPO_OPT_DOUBLE("prime-coef-process", 0, &a->prime.coef_process, 0, 1e12, "X", "prime: weight of the process rewards' RLOO (5)"),
+        SKPO_OPT_DOUBLE("prime-coef-outcome", 0, &a->prime.coef_outcome, 0, 1e12, "X", "prime: weight of the outcomes' RLOO (5)"),
+        SKPO_OPT_STR("prime-norm", 0, &a->prime_norm, "batch|none", "prime: process rewards over the batch's largest |return| (batch)"),
         {0},
     };
     a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
@@ -154,6 +161,10 @@ int main(int argc, char **argv) {
     if (!strcmp(a.reward_up, "self")) o.reward_up_self = 1;
     else if (strcmp(a.reward_up, "mc")) skpo_cli_usage_error(synopsis, "--reward-up: '%s' is not mc or self", a.reward_up);
     if (o.reward_up_self && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--reward-up self goes with --mode skpo");
+    o.prime = a.prime;
+    if (!strcmp(a.prime_norm, "none")) o.prime.batch_norm = 0;
+    else if (strcmp(a.prime_norm, "batch")) skpo_cli_usage_error(synopsis, "--prime-norm: '%s' is not batch or none", a.prime_norm);
+    if (o.mode == SKPO_ADV_PRIME && o.group < 2) skpo_cli_usage_error(synopsis, "--mode prime needs --group >= 2 (leave-one-out)");
     skpo_tracker *t = load_tracker(&a);
     skpo_err err = {{0}};
     o.div_from_records = a.rescored;

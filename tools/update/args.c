@@ -12,7 +12,7 @@
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
-    "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
+    "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo|prm-ce]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
     "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N] [--offload]";
 
@@ -30,7 +30,7 @@ static const char *ABOUT =
 static int kind_or_die(const char *flag, const char *v) {
     int k = skpo_loss_kind_parse(v);
     if (k < 0 || k == SKPO_LOSS_SFT || k == SKPO_LOSS_SHAPE)
-        skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not ppo, cispo, gspo or sapo", flag, v);
+        skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not ppo, cispo, gspo, sapo or prm-ce", flag, v);
     return k;
 }
 
@@ -108,6 +108,7 @@ static skpo_opt *rows_objective(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw
         SKPO_OPT_DOUBLE("entropy-coef", 0, &a->u.loss.entropy_coef, 0, B, "X", "entropy bonus (0 = off)"),
         SKPO_OPT_DOUBLE("sapo-tau-pos", 0, &a->u.loss.sapo_tau_pos, 1e-9, B, "T", "SAPO gate temperature for A > 0 (1.0)"),
         SKPO_OPT_DOUBLE("sapo-tau-neg", 0, &a->u.loss.sapo_tau_neg, 1e-9, B, "T", "SAPO gate temperature for A <= 0 (1.05)"),
+        SKPO_OPT_DOUBLE("prm-beta", 0, &a->u.loss.prm_beta, 1e-9, B, "X", "prm-ce: beta of the implicit PRM reward (0.05, PRIME)"),
         SKPO_OPT_DOUBLE("refine-gamma", 0, &a->u.loss.shape_gamma, 1e-9, B, "X",
                         "records with refine=true (Critique-GRPO) take loss -A p/(p+X), no ratio (0.1)"),
     };
