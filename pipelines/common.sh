@@ -62,8 +62,11 @@ stage_sample_segment() {
     --cut "${CUT:-adaptive}" --select "${SELECT:-median}" $([ "${REWARD_UP:-mc}" = self ] && echo --self) \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"} \
-    ${RHO_RESCORE:+--rescore} "$@"
+    ${RHO_RESCORE:+--rescore} ${SHARE_WEIGHTS:+--export-weights "$(weights_ipc)"} "$@"
 }
+# weights_ipc: with SHARE_WEIGHTS, the handle file through which this shard's
+# sampler lends its device weights to its splice (one weights load per GPU).
+weights_ipc() { echo "$TMPD/weights.${SHARD_I:-0}.ipc"; }
 # stage_sample_n K [FLAGS]: K whole responses for every prompt of the step's draw (draw_prompts).
 stage_sample_n() {
   skpo-sample --model "$CK" --prompts "$TMPD/prompts.msgpack.zst" --n "$1" \
@@ -72,7 +75,7 @@ stage_sample_n() {
 }
 stage_splice() {
   skpo-splice --model "$CK" --group "$G" --layout "${LAYOUT:-skip}" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
-    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"}
+    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"} ${SHARE_WEIGHTS:+--import-weights "$(weights_ipc)"}
 }
 # stage_reward [flags]: the flags (DAPO's --overlong) go to skpo-reward only; a
 # swapped-in REWARD_CMD runs as given (it owns its shaping) and a note says so.
@@ -185,7 +188,7 @@ sample_shards() {
 shard_segments() { sample_shards "$1" stage_sample_segment; }
 # one_shard I N FN ARGS...: shard I of N of the sampling stage on stdout (shard.sh runs it).
 one_shard() {
-  local i=$1 n=$2 fn=$3 L=$TMPD/logs; shift 3
+  local i=$1 n=$2 fn=$3 L=$TMPD/logs SHARD_I=$1; shift 3
   if [ "$fn" = stage_sample_segment ]; then
     timed sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err" | timed splice stage_splice 2>>"$L/splice.$i.err"
     check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
@@ -276,7 +279,7 @@ start_server() {
   launcher
   # exec: $! is the server (or its launcher) itself, so the client can watch it
   (export SKPO_SERVE_OWNER=$$; [ "${SKPO_FAULT_STAGE:-}" = server ] && export LD_PRELOAD=$SKPO_FAULT_SHIM
-   exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" \
+   exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" --step $((n + 1)) \
     ${THREADS:+--threads "$THREADS"} $([ "$n" = 0 ] && echo --fresh-optimizer)) </dev/null >>"$1/logs/serve.err" 2>&1 &
   echo $! >"$S/pid"
   while [ ! -f "$S/ready" ]; do
