@@ -97,3 +97,27 @@ if ${CC:-cc} -shared -fPIC -O1 -o "$SHIM" "$TOP/tests/fault/killshim.c" -ldl 2>/
 else
   skip "a killed sampling shard" "cannot build tests/fault/killshim.c"
 fi
+
+# SHARE_WEIGHTS=1 (one weights load per GPU) on CPU: the sampler writes a `none`
+# handle (nothing to lend: both tools read the checkpoint through the page
+# cache), the splice loads the checkpoint itself, and the step's rollouts are
+# those of a run without the key, sharded or not. The CUDA mapping never ran here.
+run "$TMP/share-1" ALGO=skpo SHARE_WEIGHTS=1
+run "$TMP/share-2" ALGO=skpo SHARE_WEIGHTS=1 RANKS=2
+same3() { same "$1" "$2" && same "$1" "$3"; }
+t "SHARE_WEIGHTS=1 on CPU: the same SKPO rollouts as without it, 1 and 2 shards" same3 "$TMP/skpo-1" "$TMP/share-1" "$TMP/share-2"
+t "skpo-sample --export-weights on CPU writes a none handle saying why; skpo-splice --import-weights then loads the checkpoint" sh -c '
+  skpo-synth --count 4 --max-operand 9 --tokenizer "$1/tokenizer" >"$0/p.zst" &&
+  skpo-sample --model "$0/model" --prompts "$0/p.zst" --segment --group 2 --prompts-per-step 2 --max-tokens 4 --threads 1 --seed 5 \
+      --export-weights "$0/w.ipc" 2>"$0/s.err" | skpo-splice --model "$0/model" --group 2 --max-tokens 4 --threads 1 --seed 5 \
+      --import-weights "$0/w.ipc" 2>"$0/sp.err" | skpo-cat | grep -v "\"kind\":\"meta\"" >"$0/shared.jsonl" &&
+  grep -q "^none the cpu backend has no device weights to share" "$0/w.ipc" &&
+  skpo-sample --model "$0/model" --prompts "$0/p.zst" --segment --group 2 --prompts-per-step 2 --max-tokens 4 --threads 1 --seed 5 2>/dev/null |
+    skpo-splice --model "$0/model" --group 2 --max-tokens 4 --threads 1 --seed 5 2>/dev/null | skpo-cat | grep -v "\"kind\":\"meta\"" >"$0/plain.jsonl" &&
+  [ -s "$0/plain.jsonl" ] && cmp "$0/shared.jsonl" "$0/plain.jsonl" || { cat "$0/w.ipc" "$0/s.err" "$0/sp.err"; exit 1; }' "$TMP" "$D"
+t "skpo-sample --export-weights into a file (no reader to hold the weights for) writes a none handle" sh -c '
+  skpo-sample --model "$0/model" --prompts "$0/p.zst" --n 1 --max-tokens 2 --threads 1 --export-weights "$0/f.ipc" >"$0/f.zst" 2>"$0/f.err" &&
+  grep -q "^none the sampler.s output is not a pipe" "$0/f.ipc" || { cat "$0/f.ipc" "$0/f.err"; exit 1; }' "$TMP"
+t "skpo-splice --import-weights of a malformed handle file on a GPU-less machine still loads and runs (CPU: never waits)" sh -c '
+  echo garbage >"$0/bad.ipc" && skpo-sample --model "$0/model" --prompts "$0/p.zst" --segment --group 2 --prompts-per-step 1 --max-tokens 3 --threads 1 2>/dev/null |
+  skpo-splice --model "$0/model" --group 2 --max-tokens 3 --threads 1 --import-weights "$0/bad.ipc" 2>"$0/bad.err" | skpo-cat --count | grep -q "^[1-9]"' "$TMP"
