@@ -44,7 +44,7 @@ skpo_status skpo_weights_identity(const char *dir, char out[48], skpo_err *err) 
         names[n++] = skpo_xstrdup(e->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
+    if (n) qsort(names, n, sizeof *names, cmp_str);
     uint64_t h = fnv(14695981039346656037ull, real, strlen(real) + 1);
     skpo_status s = SKPO_OK;
     for (size_t i = 0; i < n; i++) {
