@@ -6,6 +6,7 @@
 //                                the best wall and the best CPU (user+sys) seconds
 // Records look like down records of a math rollout: 256 prompt ids, 1024
 // response ids and log-probs, ~3 KB of text, ids, reward and advantage.
+#include "base/rng.h"
 #include "record/record.h"
 
 #include <fcntl.h>
@@ -48,12 +49,7 @@ static void time_cmd(int k, char **cmd) {
     printf("%.4f %.4f\n", best_wall, best_cpu);
 }
 
-static uint64_t next(uint64_t *s) { // splitmix64
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t next(uint64_t *s) { return skpo_splitmix64(s); }
 
 static void make(skpo_rec *r, long i, uint64_t *s, int32_t *ids, float *lp, char *text) {
     static const char *words[] = {"the", "sum", "of", "roots", "is", "\\frac{3}{4}", "therefore", "we", "get",

@@ -271,7 +271,9 @@ serve_step() {
   cat "$d/$STEP.done" >&2
 }
 # start_server RUN: skpo-update --serve from the last committed (durable) step,
-# under the launcher; waits until it has loaded. Exports SKPO_SERVE_DIR.
+# under the launcher; waits until it has loaded. Exports SKPO_SERVE_DIR. The
+# first step it serves is the run's (n + 1), never the starting model's own
+# trainer state: ckpt/0 may be an SFT output whose trainer_state.json says step 1.
 start_server() {
   local S="$1/serve" n; n=$(last_step "$1")
   rm -rf "$S"; mkdir -p "$S" "$1/logs"
@@ -280,7 +282,7 @@ start_server() {
   # exec: $! is the server (or its launcher) itself, so the client can watch it
   (export SKPO_SERVE_OWNER=$$; [ "${SKPO_FAULT_STAGE:-}" = server ] && export LD_PRELOAD=$SKPO_FAULT_SHIM
    exec "${LAUNCH[@]}" skpo-update --serve "$S" --model "$1/ckpt/$n" --step $((n + 1)) \
-    ${THREADS:+--threads "$THREADS"} $([ "$n" = 0 ] && echo --fresh-optimizer)) </dev/null >>"$1/logs/serve.err" 2>&1 &
+    ${THREADS:+--threads "$THREADS"} ${OFFLOAD:+--offload} $([ "$n" = 0 ] && echo --fresh-optimizer)) </dev/null >>"$1/logs/serve.err" 2>&1 &
   echo $! >"$S/pid"
   while [ ! -f "$S/ready" ]; do
     kill -0 "$(cat "$S/pid")" 2>/dev/null || { tail -n 8 "$1/logs/serve.err" >&2; die "the update server did not start (RUN/logs/serve.err)"; }

@@ -4,6 +4,7 @@
 #include "base/rng.h"
 
 #include "base/common.h"
+#include "base/strmap.h"
 
 #include <math.h>
 
@@ -12,6 +13,12 @@ uint64_t skpo_mix64(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
+}
+
+uint64_t skpo_splitmix64(uint64_t *state) {
+    uint64_t x = *state;
+    *state += 0x9e3779b97f4a7c15ULL;
+    return skpo_mix64(x); // mix64 adds the increment itself: the output is mix of the new state
 }
 
 void skpo_rng_seed(skpo_rng *r, uint64_t seed) {
@@ -64,10 +71,6 @@ int64_t skpo_rng_int(skpo_rng *r, int64_t lo, int64_t hi) {
 uint64_t skpo_seed_derive(uint64_t run_seed, const char *label, uint64_t index) {
     // FNV-1a over the label, then mixed with the seed and index; each input
     // passes through mix64 so nearby seeds/indices give unrelated streams.
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)(label ? label : ""); *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
+    uint64_t h = skpo_hash_str(label ? label : "");
     return skpo_mix64(skpo_mix64(run_seed) ^ skpo_mix64(h + 0x632be59bd9b4e019ULL) ^ skpo_mix64(~index));
 }

@@ -11,6 +11,10 @@
  * record stores the seed of the sequence that produced it (field `seed`), so
  * one sequence can be replayed alone from the record.
  *
+ * Weight initialisation (model.c, lora.c) and skpo-synth draw from a plain
+ * splitmix64 stream instead (skpo_splitmix64): the checkpoints of skpo-init
+ * and the demo's problems are made of its numbers, so it stays as it is.
+ *
  * Not here: the sampling itself (sampler.h takes the random number as an
  * argument and does not know about generators).
  */
@@ -33,8 +37,11 @@ double skpo_rng_normal(skpo_rng *r);
 // Uniform integer in [lo, hi] inclusive (lo <= hi), without modulo bias.
 int64_t skpo_rng_int(skpo_rng *r, int64_t lo, int64_t hi);
 
-// splitmix64 finaliser: a bijective mix of x.
+// splitmix64 finaliser: a bijective mix of x + the golden-ratio increment.
 uint64_t skpo_mix64(uint64_t x);
+// The splitmix64 generator (Steele, Lea, Flood 2014): *state advances by the
+// increment, the output is skpo_mix64 of the old state. Any state is valid.
+uint64_t skpo_splitmix64(uint64_t *state);
 // Seed of stream (run_seed, label, index): deterministic, independent of any
 // generator state; label may be NULL (treated as "").
 uint64_t skpo_seed_derive(uint64_t run_seed, const char *label, uint64_t index);

@@ -15,6 +15,7 @@
 #ifndef SKPO_CUDA_H
 #define SKPO_CUDA_H
 
+#include "base/bf16.h"
 #include "base/common.h"
 
 #include <stddef.h>
@@ -53,9 +54,8 @@ skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *err);
 // float32 <-> bf16 (round to nearest even), on the device
 skpo_status skpo_cuda_f32_to_bf16(skpo_cuda *c, skpo_bf16 *dst, const float *src, size_t n, skpo_err *err);
 skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *dst, const skpo_bf16 *src, size_t n, skpo_err *err);
-// host-side conversions (for tests and loading)
-void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n);
-void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n);
+// On the host: skpo_f32_to_bf16_host / skpo_bf16_to_f32_host of base/bf16.h
+// (the same rounding; device code converts with the cuda_bf16.h intrinsics).
 
 // --- forward ops (bf16 activations, fp32 math inside) -----------------------
 // y(T,N) = x(T,K) W(N,K)^T (+ bias(N) if non-NULL); beta=1 accumulates into y.

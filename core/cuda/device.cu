@@ -164,23 +164,6 @@ extern "C" skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *dst, const skp
     return SKPO_OK;
 }
 
-// Round to nearest even, NaN kept quiet: the same rule as the device intrinsic.
-extern "C" void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (skpo_bf16)((u >> 16) | 0x40);
-        else dst[i] = (skpo_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
-
-extern "C" void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-}
-
 // --- NCCL --------------------------------------------------------------------------
 
 struct skpo_nccl {

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "model/lora.h"
 #include "model/model_impl.h"
+#include "base/rng.h"
 
 #include "model/safetensors.h"
 
@@ -93,7 +94,8 @@ struct skpo_lora {
     size_t numel;
     char *base;            // base_model_name_or_path read from a folder
     void *pol;             // skpo_policy_of_lora's context
-    void *dev;             // lora_cuda.c's device copy (NULL until a CUDA pass)
+    void *dev;             // a backend's device copy (lora_cuda.c; NULL until a CUDA pass)
+    void (*dev_free)(void *dev); // how to free it (set with it)
 };
 
 static void dims(const skpo_config *mc, int t, int *K, int *O) {
@@ -167,15 +169,8 @@ void skpo_lora_free(skpo_lora *lo) {
     free(lo->grad);
     free(lo->base);
     free(lo->pol);
-    lora_cuda_free(lo->dev);
+    if (lo->dev_free) lo->dev_free(lo->dev);
     free(lo);
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 skpo_status skpo_lora_new(const skpo_config *mc, const skpo_lora_cfg *c, int trainable, skpo_lora **out,
@@ -190,7 +185,7 @@ skpo_status skpo_lora_new(const skpo_config *mc, const skpo_lora_cfg *c, int tra
         double bound = 1.0 / sqrt((double)A->shape[1]);
         uint64_t rng = c->seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         for (size_t j = 0; j < A->numel; j++) {
-            double u = (double)(splitmix64(&rng) >> 11) * (1.0 / 9007199254740992.0);
+            double u = (double)(skpo_splitmix64(&rng) >> 11) * (1.0 / 9007199254740992.0);
             A->data[j] = (float)((2 * u - 1) * bound);
         }
     }
@@ -398,7 +393,7 @@ skpo_status skpo_lora_save(const skpo_lora *lo, const char *dir, const char *bas
     return s;
 }
 
-// --- for lora_cuda.c (lora_impl.h) ---------------------------------------------------------
+// --- for the backends (model_impl.h) -------------------------------------------------------
 
 void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const float **B, float **dA, float **dB, int *K,
                   int *O) {
@@ -407,7 +402,12 @@ void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const floa
 }
 int lora_layers(const skpo_lora *lo) { return lo->L; }
 float lora_scale_f(const skpo_lora *lo) { return lo->scale; }
-void **lora_dev_slot(skpo_lora *lo) { return &lo->dev; }
+void *lora_dev_get(const skpo_lora *lo) { return lo->dev; }
+void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev)) {
+    SKPO_ASSERT(!lo->dev);
+    lo->dev = dev;
+    lo->dev_free = dev_free;
+}
 
 // --- the low-rank path ----------------------------------------------------------------------
 
@@ -466,7 +466,7 @@ skpo_status skpo_lora_merge(const skpo_lora *lo, skpo_model *m, skpo_err *err) {
         }
     skpo_param *p;
     skpo_model_params(m, &p);   // drops packed copies made from the old weights
-    return m->cuda ? skpo_model_sync_device(m, err) : SKPO_OK;
+    return skpo_model_sync_device(m, err); // a backend with a device copy refreshes it
 }
 
 skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err) {

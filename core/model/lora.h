@@ -111,23 +111,6 @@ void skpo_lora_fwd(const skpo_lora *lo, const skpo_ops *op, int l, int t, float 
 // bwd, given dy (N, O): dx (N, K) += s dy B A; dA, dB accumulate (when trainable).
 void skpo_lora_bwd(skpo_lora *lo, const skpo_ops *op, int l, int t, float *dx, const float *dy, const float *x, int N);
 
-// --- the CUDA path (core/lora_cuda.c; CUDA builds, else SKPO_EUNSUPPORTED) ------------
-// The model on cuda (model_cuda_train.c) keeps a device copy of the adapter:
-// A and s B in bf16 (uploaded from the host tensors before every training /
-// scoring pass), float32 device gradients, N x r scratch. Pointers are device
-// bf16 (skpo_bf16) activations of the pass.
-struct skpo_cuda;
-// Upload the adapter and size the scratch for N rows.
-skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo_err *err);
-// y (N, O) += s (x A^T) B^T.
-skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
-                               int N, skpo_err *err);
-// dx (N, K) += s dy B A; device dA, dB accumulate.
-skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
-                               const uint16_t *x, int N, skpo_err *err);
-// Host gradients += device gradients (which are then zeroed); after each backward.
-skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err);
-
 // --- loading a policy -----------------------------------------------------------------
 
 // Does dir hold an adapter (adapter_config.json)?

@@ -1,32 +1,24 @@
 /*
- * lora_cuda.c - the adapter's device copy for a model on CUDA (lora.h, "the
- * CUDA path"): cuBLAS GEMMs through cuda.h / cuda_train.h, no kernels of its
- * own. Per targeted projection, with u = x A^T (N, r) in bf16:
+ * lora_cuda.c - the adapter's device copy for a model on CUDA (the CUDA
+ * backend's half of LoRA, model_impl.h): cuBLAS GEMMs through cuda.h /
+ * cuda_train.h, no kernels of its own. Per targeted projection, with
+ * u = x A^T (N, r) in bf16:
  *   forward   y += u (s B)^T
  *   backward  u recomputed; du = dy (s B) (N, r); dx += du A;
  *             dA += du^T x; d(sB) += dy^T u, so dB = s d(sB) (applied when
  *             the gradients go to the host).
  * The optimizer stays on the host (the adapter is small): gradients go to the
  * host after every backward, weights come back before every pass.
- * In builds without CUDA every entry point fails with SKPO_EUNSUPPORTED.
+ * Only the CUDA backend (model_cuda_train.c) calls this file, so a CPU-only
+ * build compiles it to nothing: there is no CUDA LoRA to stub out. The
+ * adapter frees the device copy through the function stored with it
+ * (lora_dev_set), never by naming this file.
  */
 #include "model/model_impl.h"
 
 #include <stdlib.h>
-#include <string.h>
 
-#ifndef SKPO_HAVE_CUDA
-
-#define NOCUDA(err) skpo_err_set((err), SKPO_EUNSUPPORTED, "this build has no CUDA (rebuild with nvcc on the PATH)")
-void lora_cuda_free(void *dev) { (void)dev; }
-skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo_err *err) { return NOCUDA(err); }
-skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
-                               int N, skpo_err *err) { return NOCUDA(err); }
-skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
-                               const uint16_t *x, int N, skpo_err *err) { return NOCUDA(err); }
-skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err) { return NOCUDA(err); }
-
-#else
+#ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend, hence no CUDA LoRA
 #include "cuda/cuda_train.h"
 
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
@@ -43,7 +35,26 @@ typedef struct lora_dev {
     float *hg;                // (numel) host staging
 } lora_dev;
 
-void lora_cuda_free(void *p) {
+// One adapted module (l, t) as this file sees it: the host tensors of
+// lora_mod_get and where its A and then its s B sit in w / g.
+typedef struct dmod {
+    const float *A, *B;       // host (r, K), (O, r)
+    float *dA, *dB;           // host gradients, NULL when not trainable
+    int K, O;
+    size_t off, na, nb;       // offset in w / g; r K and r O elements
+} dmod;
+
+// Module i = l * NT + t; 0 when that target is not adapted.
+static int dmod_at(skpo_lora *lo, const lora_dev *d, int i, dmod *m) {
+    lora_mod_get(lo, i / SKPO_LORA_NT, i % SKPO_LORA_NT, &m->A, &m->B, &m->dA, &m->dB, &m->K, &m->O);
+    if (!m->A) return 0;
+    m->off = d->off[i];
+    m->na = (size_t)d->r * (size_t)m->K;
+    m->nb = (size_t)d->r * (size_t)m->O;
+    return 1;
+}
+
+static void lora_dev_free(void *p) {
     lora_dev *d = p;
     if (!d) return;
     skpo_cuda_dfree(d->w);
@@ -57,34 +68,26 @@ void lora_cuda_free(void *p) {
 }
 
 static skpo_status dev_of(skpo_lora *lo, skpo_cuda *cu, lora_dev **out, skpo_err *err) {
-    void **slot = lora_dev_slot(lo);
-    if (*slot) {
-        *out = *slot;
-        return SKPO_OK;
-    }
+    if ((*out = lora_dev_get(lo))) return SKPO_OK;
     lora_dev *d = skpo_xcalloc(1, sizeof *d);
     d->L = lora_layers(lo);
     d->r = skpo_lora_get_cfg(lo)->rank;
     d->off = skpo_xcalloc((size_t)d->L * SKPO_LORA_NT, sizeof *d->off);
-    for (int l = 0; l < d->L; l++)
-        for (int t = 0; t < SKPO_LORA_NT; t++) {
-            const float *A, *B;
-            float *dA, *dB;
-            int K, O;
-            lora_mod_get(lo, l, t, &A, &B, &dA, &dB, &K, &O);
-            d->off[l * SKPO_LORA_NT + t] = d->numel;
-            if (A) d->numel += (size_t)d->r * (size_t)(K + O);
-        }
+    for (int i = 0; i < d->L * SKPO_LORA_NT; i++) {
+        dmod m;
+        d->off[i] = d->numel; // dmod_at reads it: the module's own offset
+        if (dmod_at(lo, d, i, &m)) d->numel += m.na + m.nb;
+    }
     d->hw = skpo_xmalloc(d->numel * sizeof *d->hw);
     d->hg = skpo_xmalloc(d->numel * sizeof *d->hg);
     skpo_status s = skpo_cuda_malloc(cu, (void **)&d->w, d->numel * 2, "LoRA adapter", err);
     if (!s) s = skpo_cuda_malloc(cu, (void **)&d->g, d->numel * 4, "LoRA gradients", err);
     if (!s) s = skpo_cuda_memset0(cu, d->g, d->numel * 4, err);
     if (s) {
-        lora_cuda_free(d);
+        lora_dev_free(d);
         return s;
     }
-    *slot = d;
+    lora_dev_set(lo, d, lora_dev_free);
     *out = d;
     return SKPO_OK;
 }
@@ -93,18 +96,13 @@ skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo
     lora_dev *d;
     TRY(dev_of(lo, cu, &d, err));
     float s = lora_scale_f(lo);
-    for (int l = 0; l < d->L; l++)
-        for (int t = 0; t < SKPO_LORA_NT; t++) {
-            const float *A, *B;
-            float *dA, *dB;
-            int K, O;
-            lora_mod_get(lo, l, t, &A, &B, &dA, &dB, &K, &O);
-            if (!A) continue;
-            size_t o = d->off[l * SKPO_LORA_NT + t], na = (size_t)d->r * K, nb = (size_t)d->r * O;
-            skpo_f32_to_bf16_host(d->hw + o, A, na);
-            for (size_t i = 0; i < nb; i++) d->hg[i] = s * B[i];   // hg as scratch for s B
-            skpo_f32_to_bf16_host(d->hw + o + na, d->hg, nb);
-        }
+    dmod m;
+    for (int i = 0; i < d->L * SKPO_LORA_NT; i++) {
+        if (!dmod_at(lo, d, i, &m)) continue;
+        skpo_f32_to_bf16_host(d->hw + m.off, m.A, m.na);
+        for (size_t j = 0; j < m.nb; j++) d->hg[j] = s * m.B[j];   // hg as scratch for s B
+        skpo_f32_to_bf16_host(d->hw + m.off + m.na, d->hg, m.nb);
+    }
     TRY(skpo_cuda_h2d(cu, d->w, d->hw, d->numel * 2, err));
     if (N > d->cap) {
         skpo_cuda_dfree(d->u);
@@ -118,68 +116,63 @@ skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo
     return SKPO_OK;
 }
 
-// Module (l, t) on the device: A, sB, dA, d(sB); 0 when not adapted.
-static int mod(skpo_lora *lo, lora_dev *d, int l, int t, skpo_bf16 **A, skpo_bf16 **sB, float **gA, float **gB, int *K,
-               int *O) {
-    const float *hA, *hB;
-    float *dA, *dB;
-    lora_mod_get(lo, l, t, &hA, &hB, &dA, &dB, K, O);
-    if (!hA) return 0;
-    size_t o = d->off[l * SKPO_LORA_NT + t], na = (size_t)d->r * *K;
-    *A = d->w + o, *sB = d->w + o + na, *gA = d->g + o, *gB = d->g + o + na;
-    return 1;
-}
+// Module (l, t) on the device for a pass over N rows: A, sB, dA, d(sB) and
+// its K, O; *on = 0 when it is not adapted (or N is 0): nothing to do.
+typedef struct dpass {
+    lora_dev *d;
+    skpo_bf16 *A, *sB;
+    float *gA, *gB;
+    int K, O, on;
+} dpass;
 
-static skpo_status ready(skpo_lora *lo, int N, lora_dev **d, skpo_err *err) {
-    *d = *lora_dev_slot(lo);
-    if (!*d || N > (*d)->cap)
+static skpo_status pass_of(skpo_lora *lo, int l, int t, int N, dpass *p, skpo_err *err) {
+    lora_dev *d = lora_dev_get(lo);
+    if (!d || N > d->cap)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "LoRA on cuda: skpo_lora_cuda_sync not called for %d rows", N);
+    dmod m;
+    p->d = d;
+    p->on = N > 0 && dmod_at(lo, d, l * SKPO_LORA_NT + t, &m);
+    if (!p->on) return SKPO_OK;
+    p->A = d->w + m.off, p->sB = d->w + m.off + m.na, p->gA = d->g + m.off, p->gB = d->g + m.off + m.na;
+    p->K = m.K, p->O = m.O;
     return SKPO_OK;
 }
 
 skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
                                int N, skpo_err *err) {
-    lora_dev *d;
-    skpo_bf16 *A, *sB;
-    float *gA, *gB;
-    int K, O;
-    TRY(ready(lo, N, &d, err));
-    if (N <= 0 || !mod(lo, d, l, t, &A, &sB, &gA, &gB, &K, &O)) return SKPO_OK;
-    TRY(skpo_cuda_linear(cu, d->u, x, A, NULL, N, K, d->r, 0.f, err));     // u = x A^T
-    return skpo_cuda_linear(cu, y, d->u, sB, NULL, N, d->r, O, 1.f, err);  // y += u (sB)^T
+    dpass p;
+    TRY(pass_of(lo, l, t, N, &p, err));
+    if (!p.on) return SKPO_OK;
+    int r = p.d->r;
+    TRY(skpo_cuda_linear(cu, p.d->u, x, p.A, NULL, N, p.K, r, 0.f, err));     // u = x A^T
+    return skpo_cuda_linear(cu, y, p.d->u, p.sB, NULL, N, r, p.O, 1.f, err);  // y += u (sB)^T
 }
 
 skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
                                const uint16_t *x, int N, skpo_err *err) {
-    lora_dev *d;
-    skpo_bf16 *A, *sB;
-    float *gA, *gB;
-    int K, O;
-    TRY(ready(lo, N, &d, err));
-    if (N <= 0 || !mod(lo, d, l, t, &A, &sB, &gA, &gB, &K, &O)) return SKPO_OK;
-    TRY(skpo_cuda_linear(cu, d->u, x, A, NULL, N, K, d->r, 0.f, err));                 // u recomputed
-    TRY(skpo_cuda_linear_backward(cu, d->du, gB, NULL, dy, d->u, sB, N, d->r, O, err)); // du = dy sB; d(sB) += dy^T u
-    TRY(skpo_cuda_linear_backward(cu, NULL, gA, NULL, d->du, x, A, N, K, d->r, err));   // dA += du^T x
-    return skpo_cuda_linear_dx(cu, dx, d->du, A, N, K, d->r, 1.f, err);                 // dx += du A
+    dpass p;
+    TRY(pass_of(lo, l, t, N, &p, err));
+    if (!p.on) return SKPO_OK;
+    int r = p.d->r;
+    skpo_bf16 *u = p.d->u, *du = p.d->du;
+    TRY(skpo_cuda_linear(cu, u, x, p.A, NULL, N, p.K, r, 0.f, err));                  // u recomputed
+    TRY(skpo_cuda_linear_backward(cu, du, p.gB, NULL, dy, u, p.sB, N, r, p.O, err));  // du = dy sB; d(sB) += dy^T u
+    TRY(skpo_cuda_linear_backward(cu, NULL, p.gA, NULL, du, x, p.A, N, p.K, r, err)); // dA += du^T x
+    return skpo_cuda_linear_dx(cu, dx, du, p.A, N, p.K, r, 1.f, err);                 // dx += du A
 }
 
 skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err) {
-    lora_dev *d = *lora_dev_slot(lo);
+    lora_dev *d = lora_dev_get(lo);
     if (!d) return SKPO_OK;
     TRY(skpo_cuda_d2h(cu, d->hg, d->g, d->numel * 4, err));
     TRY(skpo_cuda_memset0(cu, d->g, d->numel * 4, err));
     float s = lora_scale_f(lo);
-    for (int l = 0; l < d->L; l++)
-        for (int t = 0; t < SKPO_LORA_NT; t++) {
-            const float *A, *B;
-            float *dA, *dB;
-            int K, O;
-            lora_mod_get(lo, l, t, &A, &B, &dA, &dB, &K, &O);
-            if (!A || !dA) continue;
-            size_t o = d->off[l * SKPO_LORA_NT + t], na = (size_t)d->r * K, nb = (size_t)d->r * O;
-            for (size_t i = 0; i < na; i++) dA[i] += d->hg[o + i];
-            for (size_t i = 0; i < nb; i++) dB[i] += s * d->hg[o + na + i];
-        }
+    dmod m;
+    for (int i = 0; i < d->L * SKPO_LORA_NT; i++) {
+        if (!dmod_at(lo, d, i, &m) || !m.dA) continue;
+        for (size_t j = 0; j < m.na; j++) m.dA[j] += d->hg[m.off + j];
+        for (size_t j = 0; j < m.nb; j++) m.dB[j] += s * d->hg[m.off + m.na + j];
+    }
     return SKPO_OK;
 }
 #endif

@@ -7,6 +7,7 @@
  * (m->mem, float32) always exists: it is what load fills and save writes.
  */
 #include "model/model_impl.h"
+#include "base/rng.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -245,14 +246,8 @@ skpo_status skpo_model_load_shared(const char *dir, const char *path, const skpo
 }
 
 // splitmix64: a tiny, well-mixed generator; state passed explicitly.
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+// Uniform in (0, 1) (never 0: log(u1) below) from rng.h's splitmix64 stream.
+static double uniform01(uint64_t *s) { return ((skpo_splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *o, uint64_t seed, double std,
                                    skpo_model **out, skpo_err *err) {
@@ -268,7 +263,7 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
 #pragma omp parallel for schedule(static)
         for (size_t c0 = 0; c0 < p->numel; c0 += CHUNK) {
             uint64_t rng = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull + c0;
-            splitmix64(&rng);
+            skpo_splitmix64(&rng);
             size_t c1 = c0 + CHUNK < p->numel ? c0 + CHUNK : p->numel;
             for (size_t j = c0; j < c1; j += 2) {
                 double u1 = uniform01(&rng), u2 = uniform01(&rng), r = sqrt(-2 * log(u1));
@@ -285,11 +280,8 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
     return SKPO_OK;
 }
 
-skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
-    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
-    skpo_status cs = m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK; // a device holds the current weights
-    if (cs) return cs;
-    skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams, sizeof *t);
+static skpo_st_wtensor *wtensors_of(const skpo_model *m) {
+    skpo_st_wtensor *t = skpo_xcalloc((size_t)m->nparams + 1, sizeof *t);
     for (int i = 0; i < m->nparams; i++) {
         const skpo_param *p = &m->params[i];
         t[i].name = p->name;
@@ -298,14 +290,44 @@ skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dty
         t[i].shape[0] = p->shape[0];
         t[i].shape[1] = p->shape[1];
     }
+    return t;
+}
+
+static skpo_status save_config(const skpo_model *m, const char *dir, skpo_dtype dtype, skpo_err *err) {
+    char *cp = skpo_path_join(dir, "config.json");
+    skpo_status s = skpo_config_save(&m->c, cp, dtype == SKPO_DT_BF16 ? "bfloat16" : "float32", err);
+    free(cp);
+    return s;
+}
+
+skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err) {
+    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
+    skpo_status cs = m->be->sync_to_host ? m->be->sync_to_host(m, err) : SKPO_OK; // a device holds the current weights
+    if (cs) return cs;
+    skpo_st_wtensor *t = wtensors_of(m);
     skpo_status s = skpo_st_write_dir(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32,
                                       shard_bytes, err);
     free(t);
-    if (s) return s;
-    char *cp = skpo_path_join(dir, "config.json");
-    s = skpo_config_save(&m->c, cp, dtype == SKPO_DT_BF16 ? "bfloat16" : "float32", err);
-    free(cp);
+    return s ? s : save_config(m, dir, dtype, err);
+}
+
+skpo_status skpo_model_save_part(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int part,
+                                 int nparts, skpo_err *err) {
+    if (dtype == SKPO_DT_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "saving float16 checkpoints is not supported");
+    skpo_st_wtensor *t = wtensors_of(m);
+    skpo_status s = skpo_st_write_shard(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32, owner,
+                                        part, nparts, err);
+    free(t);
     return s;
+}
+
+skpo_status skpo_model_save_index(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int nparts,
+                                  skpo_err *err) {
+    skpo_st_wtensor *t = wtensors_of(m);
+    skpo_status s = skpo_st_write_index(dir, t, m->nparams, dtype == SKPO_DT_BF16 ? SKPO_ST_BF16 : SKPO_ST_F32, owner,
+                                        nparts, err);
+    free(t);
+    return s ? s : save_config(m, dir, dtype, err);
 }
 
 // --- the calls that run on the backend ---------------------------------------------------------
@@ -363,6 +385,15 @@ skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err) {
 skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err) {
     return m->be->sync_from_host ? m->be->sync_from_host(m, err) : SKPO_OK;
 }
+
+skpo_status skpo_model_sync_host_range(skpo_model *m, size_t a, size_t b, skpo_err *err) {
+    SKPO_ASSERT(a <= b && b <= m->numel);
+    if (m->be->sync_to_host_range) return m->be->sync_to_host_range(m, a, b, err);
+    return skpo_model_sync_host(m, err);
+}
+
+skpo_status skpo_model_offload(skpo_model *m, skpo_err *err) { return m->be->offload ? m->be->offload(m, err) : SKPO_OK; }
+skpo_status skpo_model_reload(skpo_model *m, skpo_err *err) { return m->be->reload ? m->be->reload(m, err) : SKPO_OK; }
 
 skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
     if (!m->be->grad_sumsq) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");

@@ -49,6 +49,14 @@ skpo_dtype skpo_model_src_dtype(const skpo_model *m);
 // Write config.json + model.safetensors (sharded above shard_bytes, 0 = 4 GiB)
 // into an existing directory, with HF tensor names.
 skpo_status skpo_model_save(const skpo_model *m, const char *dir, skpo_dtype dtype, size_t shard_bytes, skpo_err *err);
+// A checkpoint written by several processes at once: part k of nparts writes
+// the parameters i with owner[i] == k as the Hugging Face shard
+// model-<k+1>-of-<nparts>.safetensors (from the host parameters: sync a
+// device model first); then one of them writes the index and config.json.
+skpo_status skpo_model_save_part(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int part,
+                                 int nparts, skpo_err *err);
+skpo_status skpo_model_save_index(const skpo_model *m, const char *dir, skpo_dtype dtype, const int *owner, int nparts,
+                                  skpo_err *err);
 
 // --- inference over a paged KV cache ------------------------------------------------
 
@@ -144,6 +152,19 @@ skpo_status skpo_model_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err 
 // them back. Both are no-ops on a CPU model.
 skpo_status skpo_model_sync_host(skpo_model *m, skpo_err *err);
 skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err);
+// skpo_model_sync_host for the flat elements [a, b) of the parameters only
+// (a rank that writes its slice of a checkpoint downloads just that slice).
+skpo_status skpo_model_sync_host_range(skpo_model *m, size_t a, size_t b, skpo_err *err);
+// Between updates (verl's offload pattern): a trainable CUDA model frees its
+// fp32 masters and gradients on the device (8 of its 10 bytes per parameter;
+// the bf16 weights and the activation arena stay). The device optimizer
+// keeps the masters' values: call skpo_optim_offload first, and after
+// skpo_model_reload (fresh buffers, gradients zero, masters undefined)
+// skpo_optim_reload with the new skpo_model_dev_params, which writes them
+// back. While offloaded, training calls and sync_host fail. No-ops on a CPU
+// model.
+skpo_status skpo_model_offload(skpo_model *m, skpo_err *err);
+skpo_status skpo_model_reload(skpo_model *m, skpo_err *err);
 // Sum of squares (double) of the device gradient buffer; SKPO_EUNSUPPORTED
 // for a model without device gradients.
 skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);

@@ -102,6 +102,7 @@ static skpo_status download_bf16(skpo_cuda *cu, float *dst, const skpo_bf16 *src
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
     model_cuda *mc = m->cuda;
     SKPO_ASSERT(mc);
+    if (mc->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model's masters are offloaded: reload them first");
     skpo_status s;
     if (mc->master) {  // the master is the truth; the bf16 copy is derived from it on the device
         if ((s = skpo_cuda_h2d(mc->cu, mc->master, m->mem, m->numel * sizeof(float), err))) return s;
@@ -115,12 +116,17 @@ skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
 }
 
 skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err) {
+    return model_cuda_sync_to_host_range(m, 0, m->numel, err);
+}
+
+skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t b, skpo_err *err) {
     model_cuda *mc = m->cuda;
-    SKPO_ASSERT(mc);
+    SKPO_ASSERT(mc && a <= b && b <= m->numel);
     skpo_status s = skpo_cuda_sync(mc->cu, err);
-    if (s) return s;
-    if (mc->master) return skpo_cuda_d2h(mc->cu, m->mem, mc->master, m->numel * sizeof(float), err);
-    return download_bf16(mc->cu, m->mem, mc->w, m->numel, err);
+    if (s || a == b) return s;
+    if (mc->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model's masters are offloaded: reload them first");
+    if (mc->master) return skpo_cuda_d2h(mc->cu, m->mem + a, mc->master + a, (b - a) * sizeof(float), err);
+    return download_bf16(mc->cu, m->mem + a, mc->w + a, b - a, err);
 }
 
 static void infer_free(model_cuda *mc);
@@ -611,6 +617,9 @@ const model_backend model_backend_cuda = {
     .close = model_cuda_close,
     .sync_to_host = model_cuda_sync_to_host,
     .sync_from_host = model_cuda_sync_from_host,
+    .sync_to_host_range = model_cuda_sync_to_host_range,
+    .offload = model_cuda_offload,
+    .reload = model_cuda_reload,
     .kv_new = model_cuda_kv_new,
     .step = model_cuda_step,
     .step_dev = cuda_step_dev,

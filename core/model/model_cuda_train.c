@@ -13,6 +13,7 @@
 
 #ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
 
+#include "cuda/cuda_infer.h"
 #include "cuda/cuda_train.h"
 
 #include <math.h>
@@ -85,6 +86,39 @@ skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err 
 skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
     if (!m->cuda->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
     return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
+}
+
+// Master and grad freed: at 7B 61 GB of device memory a sampler can use until
+// the next update. The device optimizer keeps the masters' values (its
+// offload took them first; its reload writes them back).
+skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    if (mc->offloaded || !mc->master) return SKPO_OK;
+    skpo_status st = skpo_cuda_sync(mc->cu, err);
+    if (st) return st;
+    skpo_cuda_dfree(mc->master);
+    skpo_cuda_dfree(mc->grad);
+    mc->master = mc->grad = NULL;
+    mc->offloaded = 1;
+    return SKPO_OK;
+}
+
+skpo_status model_cuda_reload(skpo_model *m, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    if (!mc->offloaded) return SKPO_OK;
+    size_t bytes = m->numel * sizeof(float);
+    skpo_status st = skpo_cuda_malloc(mc->cu, (void **)&mc->master, bytes, "fp32 master weights", err);
+    if (!st) st = skpo_cuda_malloc(mc->cu, (void **)&mc->grad, bytes, "fp32 gradients", err);
+    if (!st) st = skpo_cuda_memset0(mc->cu, mc->grad, bytes, err);
+    if (!st) st = skpo_cuda_sync(mc->cu, err);
+    if (st) {
+        skpo_cuda_dfree(mc->master);
+        skpo_cuda_dfree(mc->grad);
+        mc->master = mc->grad = NULL;
+        return st;
+    }
+    mc->offloaded = 0;
+    return SKPO_OK;
 }
 
 // --- the arena ------------------------------------------------------------------------------
@@ -310,6 +344,8 @@ skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, f
 
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
+    if (m->cuda->offloaded)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward: the masters are offloaded to the host (reload them first)");
     if (!m->cuda->grad && !m->lora) // LoRA trains the adapter of a frozen base
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     return forward(m, seqs, nseq, temperature, 1, logp, entropy, err);

@@ -103,6 +103,11 @@ typedef struct model_backend {
     // Device -> m->mem (save, the CPU reference) and m->mem -> device (resume).
     skpo_status (*sync_to_host)(const skpo_model *m, skpo_err *err);             // (nullable: m->mem is current)
     skpo_status (*sync_from_host)(skpo_model *m, skpo_err *err);                 // (nullable)
+    // Device -> m->mem for elements [a, b) only (a rank saving its slice).
+    skpo_status (*sync_to_host_range)(const skpo_model *m, size_t a, size_t b, skpo_err *err);  // (nullable: m->mem is current)
+    // Trainable state off the device between updates and back (model.h skpo_model_offload).
+    skpo_status (*offload)(skpo_model *m, skpo_err *err);                        // (nullable: nothing to move)
+    skpo_status (*reload)(skpo_model *m, skpo_err *err);                         // (nullable)
     // --- inference (model.h: skpo_model_kv_new, skpo_model_step, skpo_model_step_dev)
     skpo_kv *(*kv_new)(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err);
     skpo_status (*step)(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
@@ -185,6 +190,7 @@ typedef struct model_cuda {
     skpo_cuda *cu;            // context on the chosen device (its stream is the model's stream)
     skpo_bf16 *w;             // every parameter in bf16, same element offsets as the host m->mem
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
+    int offloaded;            // master and grad are freed (skpo_model_offload); the optimizer keeps the masters' values
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
     int w_shared;             // w is mapped from another process's export (CUDA IPC): unmapped, not freed
     void *train;              // owned by model_cuda_train.c: saved activations, scratch
@@ -216,6 +222,7 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
 void model_cuda_close(skpo_model *m);
 // Device -> m->mem: fp32 master when trainable, else the bf16 weights widened.
 skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err);
+skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t b, skpo_err *err);
 // m->mem -> device (bf16 weights, and the fp32 master when trainable).
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err);
 // The model's device context (kernels from cuda.h take it); NULL on CPU.
@@ -250,6 +257,8 @@ skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err);
 void model_cuda_set_recompute(skpo_model *m, int on);
 skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err);
 skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
+skpo_status model_cuda_offload(skpo_model *m, skpo_err *err);
+skpo_status model_cuda_reload(skpo_model *m, skpo_err *err);
 
 // --- LoRA: what lora_cuda.c needs to see of an adapter (lora.c) ---------------------
 // Module (l, t): A (r, K), B (O, r) host float32, grads (NULL when not trainable); A NULL when not adapted.
@@ -257,8 +266,26 @@ void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const floa
                   int *O);
 int lora_layers(const skpo_lora *lo);
 float lora_scale_f(const skpo_lora *lo);
-// Where lora_cuda.c keeps its device state (freed by lora_cuda_free with the adapter).
-void **lora_dev_slot(skpo_lora *lo);
-void lora_cuda_free(void *dev);
+// A backend's device copy of the adapter (NULL until set), and the function
+// that frees it with the adapter: lora.c never names the backend that made it.
+void *lora_dev_get(const skpo_lora *lo);
+void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev));
+
+// --- LoRA on the CUDA backend (lora_cuda.c; called by model_cuda_train.c only) --------------
+// The model on cuda keeps a device copy of the adapter: A and s B in bf16
+// (uploaded from the host tensors before every training / scoring pass),
+// float32 device gradients, N x r scratch. Pointers are device bf16
+// (skpo_bf16) activations of the pass.
+struct skpo_cuda;
+// Upload the adapter and size the scratch for N rows.
+skpo_status skpo_lora_cuda_sync(skpo_lora *lo, struct skpo_cuda *cu, int N, skpo_err *err);
+// y (N, O) += s (x A^T) B^T.
+skpo_status skpo_lora_cuda_fwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *y, const uint16_t *x,
+                               int N, skpo_err *err);
+// dx (N, K) += s dy B A; device dA, dB accumulate.
+skpo_status skpo_lora_cuda_bwd(skpo_lora *lo, struct skpo_cuda *cu, int l, int t, uint16_t *dx, const uint16_t *dy,
+                               const uint16_t *x, int N, skpo_err *err);
+// Host gradients += device gradients (which are then zeroed); after each backward.
+skpo_status skpo_lora_cuda_grads_to_host(skpo_lora *lo, struct skpo_cuda *cu, skpo_err *err);
 
 #endif

@@ -29,21 +29,6 @@ struct skpo_st {
 
 // --- conversions -------------------------------------------------------------------
 
-float skpo_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t skpo_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // keep NaN a (quiet) NaN
-    u += 0x7fffu + ((u >> 16) & 1);                                           // round to nearest even
-    return (uint16_t)(u >> 16);
-}
-
 float skpo_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     if (exp == 0) {
@@ -385,14 +370,20 @@ skpo_status skpo_st_write_file(const char *path, const skpo_st_wtensor *t, int n
     return skpo_afile_commit(&af, err);
 }
 
-static skpo_status write_index(const char *dir, const skpo_st_wtensor *t, int n, const int *shard_of, int nshards,
-                               size_t total, skpo_err *err) {
+static void shard_name(char *fn, size_t cap, int k, int nshards) {
+    snprintf(fn, cap, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+}
+
+skpo_status skpo_st_write_index(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, const int *shard_of,
+                                int nshards, skpo_err *err) {
     json_t *j = json_object(), *meta = json_object(), *wm = json_object();
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += wt_numel(&t[i]) * (size_t)dtype_size(dtype);
     json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
     json_object_set_new(j, "metadata", meta);
     for (int i = 0; i < n; i++) {
         char fn[64];
-        snprintf(fn, sizeof fn, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, nshards);
+        shard_name(fn, sizeof fn, shard_of[i], nshards);
         json_object_set_new(wm, t[i].name, json_string(fn));
     }
     json_object_set_new(j, "weight_map", wm);
@@ -405,6 +396,25 @@ static skpo_status write_index(const char *dir, const skpo_st_wtensor *t, int n,
     return st;
 }
 
+skpo_status skpo_st_write_shard(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, const int *shard_of,
+                                int k, int nshards, skpo_err *err) {
+    if (dtype == SKPO_ST_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "writing F16 checkpoints is not supported");
+    skpo_st_wtensor *mine = skpo_xcalloc((size_t)n + 1, sizeof *mine);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (shard_of[i] == k) mine[m++] = t[i];
+    skpo_status s = SKPO_OK;
+    if (m > 0) {
+        char fn[64];
+        shard_name(fn, sizeof fn, k, nshards);
+        char *p = skpo_path_join(dir, fn);
+        s = skpo_st_write_file(p, mine, m, dtype, err);
+        free(p);
+    }
+    free(mine);
+    return s;
+}
+
 static void remove_if_exists(const char *dir, const char *name) {
     char *p = skpo_path_join(dir, name);
     unlink(p);
@@ -415,7 +425,6 @@ skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, 
                               size_t shard_bytes, skpo_err *err) {
     if (dtype == SKPO_ST_F16) return skpo_err_set(err, SKPO_EUNSUPPORTED, "writing F16 checkpoints is not supported");
     if (!shard_bytes) shard_bytes = (size_t)4 << 30;
-    size_t total = 0;
     int *shard_of = skpo_xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int nshards = 1;
     size_t cur = 0;
@@ -427,7 +436,6 @@ skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, 
         }
         shard_of[i] = nshards - 1;
         cur += nb;
-        total += nb;
     }
     skpo_status s = SKPO_OK;
     if (nshards == 1) {
@@ -436,17 +444,8 @@ skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, 
         free(p);
         if (!s) remove_if_exists(dir, "model.safetensors.index.json");
     } else {
-        for (int k = 0, i = 0; k < nshards && !s; k++) {
-            int j = i;
-            while (j < n && shard_of[j] == k) j++;
-            char fn[64];
-            snprintf(fn, sizeof fn, "model-%05d-of-%05d.safetensors", k + 1, nshards);
-            char *p = skpo_path_join(dir, fn);
-            s = skpo_st_write_file(p, t + i, j - i, dtype, err);
-            free(p);
-            i = j;
-        }
-        if (!s) s = write_index(dir, t, n, shard_of, nshards, total, err);
+        for (int k = 0; k < nshards && !s; k++) s = skpo_st_write_shard(dir, t, n, dtype, shard_of, k, nshards, err);
+        if (!s) s = skpo_st_write_index(dir, t, n, dtype, shard_of, nshards, err);
         if (!s) remove_if_exists(dir, "model.safetensors");
     }
     free(shard_of);

@@ -19,6 +19,7 @@
 #ifndef SKPO_SAFETENSORS_H
 #define SKPO_SAFETENSORS_H
 
+#include "base/bf16.h" // skpo_f32_to_bf16 / skpo_bf16_to_f32: the dtype BF16
 #include "base/common.h"
 
 #include <stdint.h>
@@ -75,13 +76,21 @@ typedef struct skpo_st_wtensor {
 skpo_status skpo_st_write_dir(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype,
                               size_t shard_bytes, skpo_err *err);
 
+// The pieces of skpo_st_write_dir, for writers that split a checkpoint among
+// processes (every rank its shard, in parallel): shard k of nshards holds the
+// tensors i with shard_of[i] == k, in order, as model-<k+1>-of-<nshards>
+// (nothing is written for a shard that holds no tensor); the index maps every
+// tensor to its shard and records total_size, as Hugging Face writes it.
+skpo_status skpo_st_write_shard(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, const int *shard_of,
+                                int k, int nshards, skpo_err *err);
+skpo_status skpo_st_write_index(const char *dir, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, const int *shard_of,
+                                int nshards, skpo_err *err);
+
 // One file at path (atomically), every tensor in dtype (adapters: adapter_model.safetensors).
 skpo_status skpo_st_write_file(const char *path, const skpo_st_wtensor *t, int n, skpo_st_dtype dtype, skpo_err *err);
 
 // --- conversions ------------------------------------------------------------------
 
-float skpo_bf16_to_f32(uint16_t h);
-uint16_t skpo_f32_to_bf16(float f);
 float skpo_f16_to_f32(uint16_t h);
 const char *skpo_st_dtype_name(skpo_st_dtype d);
 

@@ -6,6 +6,7 @@
  * written into them until every check passed), then computed, then annotated.
  */
 #include "rl/advantage.h"
+#include "base/strmap.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -125,36 +126,6 @@ skpo_status skpo_adv_model_divergence(void *ctx, const skpo_tracker_seg *segs, s
     return st;
 }
 
-// --- a string -> group index map (keys borrowed from the records) -----------------
-
-typedef struct strmap {
-    const char **key;
-    size_t *val;
-    size_t cap; // power of two
-} strmap;
-
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static void strmap_init(strmap *m, size_t n) {
-    m->cap = 16;
-    while (m->cap < 2 * n + 2) m->cap *= 2;
-    m->key = skpo_xcalloc(m->cap, sizeof *m->key);
-    m->val = skpo_xcalloc(m->cap, sizeof *m->val);
-}
-
-static void strmap_free(strmap *m) { free(m->key); free(m->val); }
-
-// Slot of key: m->key[slot] is NULL when absent (then the slot is where it goes).
-static size_t strmap_slot(const strmap *m, const char *key) {
-    size_t j = hash_str(key) & (m->cap - 1);
-    while (m->key[j] && strcmp(m->key[j], key) != 0) j = (j + 1) & (m->cap - 1);
-    return j;
-}
-
 // --- indexing: groups of records -----------------------------------------------------
 
 // A group: its head record (the up record in skpo mode, -1 otherwise), members,
@@ -168,27 +139,27 @@ typedef struct group {
 
 typedef struct batch {
     group *g; size_t ng, cap;
-    strmap idx;
+    skpo_strmap idx;    // gid or pid (borrowed from the records) -> index into g
 } batch;
 
 static void batch_free(batch *b) {
     for (size_t i = 0; i < b->ng; i++) free(b->g[i].mem);
     free(b->g);
-    strmap_free(&b->idx);
+    skpo_strmap_free(&b->idx);
 }
 
 // The group called name, created when absent.
 static group *batch_group(batch *b, const char *name) {
-    size_t s = strmap_slot(&b->idx, name);
-    if (b->idx.key[s]) return &b->g[b->idx.val[s]];
+    int added;
+    size_t gi = *skpo_strmap_add(&b->idx, name, b->ng, &added);
+    if (!added) return &b->g[gi];
     skpo_xgrow((void **)&b->g, &b->cap, b->ng + 1, sizeof *b->g);
     group *g = &b->g[b->ng];
     memset(g, 0, sizeof *g);
     g->name = name;
     g->head = -1;
     g->self = -1;
-    b->idx.key[s] = name;
-    b->idx.val[s] = b->ng++;
+    b->ng++;
     return g;
 }
 
@@ -241,20 +212,20 @@ static skpo_status index_skpo(skpo_rec *recs, size_t n, batch *b, skpo_err *err)
     for (size_t i = 0; i < n; i++) {
         if (!skpo_rec_is_kind(&recs[i], SKPO_KIND_DOWN)) continue;
         if ((st = need_str(&recs[i], F_GID, &s, err))) return st;
-        size_t slot = strmap_slot(&b->idx, s);
-        if (!b->idx.key[slot])
+        const size_t *gi = skpo_strmap_get(&b->idx, s);
+        if (!gi)
             return skpo_err_set(err, SKPO_EFORMAT, "down record '%s' names group '%s' but no up record has that uid",
                                 uid_of(&recs[i]), s);
-        group_add(&b->g[b->idx.val[slot]], (long)i);
+        group_add(&b->g[*gi], (long)i);
     }
     for (size_t i = 0; i < n; i++) {
         if (!skpo_rec_is_kind(&recs[i], SKPO_KIND_SELF)) continue;
         if ((st = need_str(&recs[i], F_GID, &s, err))) return st;
-        size_t slot = strmap_slot(&b->idx, s);
-        if (!b->idx.key[slot])
+        const size_t *gi = skpo_strmap_get(&b->idx, s);
+        if (!gi)
             return skpo_err_set(err, SKPO_EFORMAT, "self record '%s' names group '%s' but no up record has that uid",
                                 uid_of(&recs[i]), s);
-        group *g = &b->g[b->idx.val[slot]];
+        group *g = &b->g[*gi];
         if (g->self >= 0) return skpo_err_set(err, SKPO_EFORMAT, "two self records for up record '%s'", g->name);
         g->self = (long)i;
     }
@@ -549,7 +520,6 @@ skpo_status skpo_adv_step(skpo_rec *recs, size_t n, const skpo_adv_opts *o, skpo
     SKPO_ASSERT(o->group >= 1);
     batch b;
     memset(&b, 0, sizeof b);
-    strmap_init(&b.idx, n);
     memset(keep, 1, n);
     step_stats s;
     memset(&s, 0, sizeof s);

@@ -1,10 +1,11 @@
 /*
  * tracker.c - per-prompt SPO/SKPO tracker state: an insertion-ordered array of
- * entries plus an open-addressing hash on pid, and its on-disk form as a record
+ * entries plus a map from pid to its index (base/strmap.h), and its on-disk form as a record
  * stream (see tracker.h for the math and the folder layout).
  * Not here: the divergence D (needs a model) and advantages (advantage.c).
  */
 #include "rl/tracker.h"
+#include "base/strmap.h"
 #include "record/record.h"
 
 #include <dirent.h>
@@ -29,14 +30,13 @@ struct skpo_tracker {
     int64_t step;
     entry *e;
     size_t n, cap;
-    size_t *slot;   // (nslot) index + 1 into e, 0 = empty
-    size_t nslot;   // power of two, kept > 2 n
+    skpo_strmap idx; // pid (borrowed from e[i].pid, which never moves) -> i
 };
 
 #define STATE_PREFIX "state-"
 #define STATE_SUFFIX ".msgpack.zst"
 
-// --- params, hash ------------------------------------------------------------------
+// --- params, index ----------------------------------------------------------------
 
 void skpo_tracker_params_default(skpo_tracker_params *p) {
     p->rho_min = 0.875;
@@ -46,46 +46,22 @@ void skpo_tracker_params_default(skpo_tracker_params *p) {
     p->len_init = 1024.0;
 }
 
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static void rehash(skpo_tracker *t, size_t nslot) {
-    free(t->slot);
-    t->slot = skpo_xcalloc(nslot, sizeof *t->slot);
-    t->nslot = nslot;
-    for (size_t i = 0; i < t->n; i++) {
-        size_t j = hash_str(t->e[i].pid) & (nslot - 1);
-        while (t->slot[j]) j = (j + 1) & (nslot - 1);
-        t->slot[j] = i + 1;
-    }
-}
-
 static entry *find(const skpo_tracker *t, const char *pid) {
     SKPO_ASSERT(pid != NULL);
-    size_t j = hash_str(pid) & (t->nslot - 1);
-    for (; t->slot[j]; j = (j + 1) & (t->nslot - 1)) {
-        entry *e = &t->e[t->slot[j] - 1];
-        if (strcmp(e->pid, pid) == 0) return e;
-    }
-    return NULL;
+    const size_t *i = skpo_strmap_get(&t->idx, pid);
+    return i ? &t->e[*i] : NULL;
 }
 
 // The entry of pid, created unseen (V 0, N 0, L len_init) when absent.
 static entry *find_or_add(skpo_tracker *t, const char *pid) {
     entry *e = find(t, pid);
     if (e) return e;
-    if (2 * (t->n + 1) >= t->nslot) rehash(t, t->nslot * 2);
     skpo_xgrow((void **)&t->e, &t->cap, t->n + 1, sizeof *t->e);
-    e = &t->e[t->n++];
+    e = &t->e[t->n];
     memset(e, 0, sizeof *e);
     e->pid = skpo_xstrdup(pid);
     e->L = t->p.len_init;
-    size_t j = hash_str(pid) & (t->nslot - 1);
-    while (t->slot[j]) j = (j + 1) & (t->nslot - 1);
-    t->slot[j] = t->n;
+    skpo_strmap_add(&t->idx, e->pid, t->n++, NULL);
     return e;
 }
 
@@ -119,7 +95,6 @@ skpo_tracker *skpo_tracker_new(const skpo_tracker_params *p) {
     skpo_tracker *t = skpo_xcalloc(1, sizeof *t);
     if (p) t->p = *p;
     else skpo_tracker_params_default(&t->p);
-    rehash(t, 64);
     return t;
 }
 
@@ -130,7 +105,7 @@ void skpo_tracker_free(skpo_tracker *t) {
         free(t->e[i].pid);
     }
     free(t->e);
-    free(t->slot);
+    skpo_strmap_free(&t->idx);
     free(t);
 }
 

@@ -123,11 +123,13 @@ static const char *dtype_name(skpo_dtype d) {
     return d == SKPO_DT_BF16 ? "bfloat16" : d == SKPO_DT_F16 ? "float16" : "float32";
 }
 
+// shards > 0: the optimizer state is in that many per-rank files (optim.index.json).
 static skpo_status write_state(const char *dir, const skpo_trainer_state *st, skpo_dtype dtype, double lr,
-                               const char *parent, int weights_only, skpo_err *err) {
+                               const char *parent, int weights_only, int shards, skpo_err *err) {
     json_t *j = json_pack("{sssIsIsssf}", "format", SKPO_TRAINER_FORMAT, "step", (json_int_t)st->step,
                           "optimizer_updates", (json_int_t)st->optimizer_updates, "dtype", dtype_name(dtype), "lr", lr);
     if (weights_only) json_object_set_new(j, "optimizer_state", json_false());
+    if (shards > 0) json_object_set_new(j, "optimizer_shards", json_integer(shards));
     if (parent) json_object_set_new(j, "parent", json_string(parent));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -182,8 +184,46 @@ skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_mode
         s = skpo_optim_save(o, p, dtype != SKPO_DT_F32, op, err);
         free(op);
     }
-    if (!s && st) s = write_state(tmp, st, dtype, lr, src_dir, !o, err);
+    if (!s && st) s = write_state(tmp, st, dtype, lr, src_dir, !o, 0, err);
     return tmp_finish(s, base, tmp, err);
+}
+
+// --- a checkpoint written by several ranks -------------------------------------------
+
+skpo_status skpo_checkpoint_parts_begin(const char *out, char **tmp, skpo_err *err) {
+    char *base;
+    skpo_status s = tmp_begin(out, &base, tmp, err);
+    free(base);
+    if (s) {
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return s;
+}
+
+skpo_status skpo_checkpoint_save_part(const char *tmp, skpo_model *m, skpo_dtype dtype, const int *owner, int part,
+                                      int nparts, skpo_err *err) {
+    skpo_param *p;
+    int np = skpo_model_params(m, &p);
+    skpo_status s = SKPO_OK;
+    size_t off = 0;
+    // Only this part's tensors leave the device (the flat layout is the params' order).
+    for (int i = 0; i < np && !s; off += p[i].numel, i++)
+        if (owner[i] == part) s = skpo_model_sync_host_range(m, off, off + p[i].numel, err);
+    if (!s) s = skpo_model_save_part(m, tmp, dtype, owner, part, nparts, err);
+    return s;
+}
+
+skpo_status skpo_checkpoint_parts_commit(skpo_status s, const char *out, const char *tmp, const char *src_dir,
+                                         skpo_model *m, skpo_dtype dtype, const int *owner, int nparts,
+                                         const skpo_trainer_state *st, int optimizer_shards, double lr, skpo_err *err) {
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--;
+    char *base = skpo_xstrndup(out, len), *t = skpo_xstrdup(tmp);
+    if (!s) s = skpo_model_save_index(m, t, dtype, owner, nparts, err);
+    if (!s && src_dir) s = copy_side_files(src_dir, t, err);
+    if (!s && st) s = write_state(t, st, dtype, lr, src_dir, optimizer_shards == 0, optimizer_shards, err);
+    return tmp_finish(s, base, t, err);
 }
 
 skpo_status skpo_checkpoint_save_adapter(const char *out, const char *src_dir, const char *base_model, skpo_lora *lo,
@@ -200,6 +240,6 @@ skpo_status skpo_checkpoint_save_adapter(const char *out, const char *src_dir, c
         s = skpo_optim_save(o, p, 0, op, err);   // adapters are float32: no master copy
         free(op);
     }
-    if (!s) s = write_state(tmp, st, SKPO_DT_F32, lr, src_dir, 0, err);
+    if (!s) s = write_state(tmp, st, SKPO_DT_F32, lr, src_dir, 0, 0, err);
     return tmp_finish(s, base, tmp, err);
 }

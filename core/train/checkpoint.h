@@ -6,7 +6,8 @@
  *   config.json, model.safetensors (or shards + index)   the policy, in the dtype
  *                                                        of the checkpoint it came from
  *   tokenizer files, generation_config.json, chat template  copied from the source
- *   optim.safetensors    AdamW moments (+ float32 master weights when the
+ *   optim.safetensors    AdamW moments (several ranks: optim-<r>-of-<N>.safetensors
+ *                        + optim.index.json, one per rank, tools/update/shard.c) (+ float32 master weights when the
  *                        weights are stored narrower), see optim.h
  *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
  *                         "optimizer_updates": T, "dtype": "...", "lr": ...,
@@ -66,6 +67,23 @@ int skpo_checkpoint_has_optim(const char *dir);
 skpo_status skpo_checkpoint_save(const char *out, const char *src_dir, skpo_model *m, skpo_dtype dtype,
                                  const skpo_optim *o, const skpo_trainer_state *st, double lr, skpo_err *err);
 // (o and st may be NULL: a plain HF checkpoint, e.g. a merged adapter.)
+
+// A checkpoint written by N ranks in parallel (the update server on several
+// ranks; same layout, the weights as Hugging Face shards): one rank calls
+// parts_begin ("<out>.tmp.<its pid>", created empty) and tells the others
+// the folder; every rank k calls save_part (its tensors, owner[i] == k, from
+// the device when the model is there: only those are downloaded) and writes
+// its optimizer shard, if any, into it; once all succeeded, the first rank
+// calls parts_commit with s = the agreed status: index, config.json,
+// tokenizer files, trainer_state.json ("optimizer_shards": optimizer_shards,
+// or "optimizer_state": false when 0), then the same fsync and swap as
+// skpo_checkpoint_save. With s != SKPO_OK it only removes the folder.
+skpo_status skpo_checkpoint_parts_begin(const char *out, char **tmp, skpo_err *err);
+skpo_status skpo_checkpoint_save_part(const char *tmp, skpo_model *m, skpo_dtype dtype, const int *owner, int part,
+                                      int nparts, skpo_err *err);
+skpo_status skpo_checkpoint_parts_commit(skpo_status s, const char *out, const char *tmp, const char *src_dir,
+                                         skpo_model *m, skpo_dtype dtype, const int *owner, int nparts,
+                                         const skpo_trainer_state *st, int optimizer_shards, double lr, skpo_err *err);
 
 // A LoRA checkpoint: the PEFT adapter folder (lora.h) with base_model as its
 // base_model_name_or_path, tokenizer-side files from src_dir, optim.safetensors

@@ -5,6 +5,7 @@
  */
 #include "train/optim.h"
 #include "train/optim_dev.h"
+#include "base/bf16.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -73,6 +74,46 @@ void skpo_optim_free(skpo_optim *o) {
     free(o->v);
     free(o);
 }
+
+// --- ranges, offload ---------------------------------------------------------------
+
+void skpo_optim_zero_range(size_t total, int r, int n, size_t *a, size_t *b) {
+    size_t q = total / (size_t)n / 4 * 4;
+    *a = (size_t)r * q;
+    *b = r == n - 1 ? total : *a + q;
+}
+
+skpo_status skpo_optim_copy_range(const skpo_optim *o, size_t a, size_t b, float **m, float **v, skpo_err *err) {
+    SKPO_ASSERT(a <= b);
+    *m = skpo_xmalloc((b - a) * 4 + 4);
+    *v = skpo_xmalloc((b - a) * 4 + 4);
+    skpo_status st = SKPO_OK;
+    if (o->dev) {
+        st = optim_dev_copy_range(o, a, b, *m, *v, err);
+    } else {
+        size_t off = 0;
+        for (int i = 0; i < o->n; off += o->numel[i], i++) {
+            size_t x = off > a ? off : a, y = off + o->numel[i] < b ? off + o->numel[i] : b;
+            if (x >= y) continue;
+            memcpy(*m + (x - a), o->m[i] + (x - off), (y - x) * 4);
+            memcpy(*v + (x - a), o->v[i] + (x - off), (y - x) * 4);
+        }
+        if (b > off) st = skpo_err_set(err, SKPO_ERANGE, "optimizer range ends at %zu, past its %zu parameters", b, off);
+    }
+    if (st) {
+        free(*m), free(*v);
+        *m = *v = NULL;
+    }
+    return st;
+}
+
+skpo_status skpo_optim_offload(skpo_optim *o, skpo_err *err) { return o->dev ? optim_dev_offload(o, err) : SKPO_OK; }
+
+skpo_status skpo_optim_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err) {
+    return o->dev ? optim_dev_reload(o, d, err) : SKPO_OK;
+}
+
+int skpo_optim_offloaded(const skpo_optim *o) { return o->dev && optim_dev_offloaded(o); }
 
 // --- update -------------------------------------------------------------------------
 
@@ -221,12 +262,7 @@ skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int s
 static float round_to(float x, skpo_dtype dt) {
     if (dt == SKPO_DT_F16) return (float)(_Float16)x;
     if (dt != SKPO_DT_BF16 || isnan(x)) return x;
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
+    return skpo_bf16_round(x);
 }
 
 typedef struct st_file {

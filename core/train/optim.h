@@ -123,6 +123,33 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
 // on rank 0 (the rank that saves). A no-op on a host optimizer.
 skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err);
 
+// The flat parameter space is the parameters in order (param i covers
+// [sum of numel before it, + numel), as skpo_dev_params lays them out).
+// Copy this rank's moments of flat [a, b) into new host buffers *m and *v
+// (b - a floats each, owned by the caller): a host optimizer from its arrays,
+// a device optimizer from the GPU, which must hold that range (ZeRO-1 rank r:
+// [r S, r S + S) and, on the last rank, the tail up to the end; see
+// skpo_optim_zero_range). Not a collective: each rank copies what it holds,
+// so every rank can write its own shard of the state in parallel.
+skpo_status skpo_optim_copy_range(const skpo_optim *o, size_t a, size_t b, float **m, float **v, skpo_err *err);
+// The flat range rank r of n writes in a sharded state file: ZeRO-1's slice
+// (S = total / n rounded down to a multiple of 4; the last rank also takes the
+// remainder), which is exactly what a ZeRO-1 device optimizer holds there.
+void skpo_optim_zero_range(size_t total, int r, int n, size_t *a, size_t *b);
+
+// Host offload of a device optimizer between updates (verl's pattern): this
+// rank's moments and the fp32 masters of the same elements (its ZeRO-1 slice
+// and the tail; everything without ZeRO) move to pinned host memory and the
+// moments' device buffers are freed; then skpo_model_offload frees the
+// model's masters and gradients. skpo_optim_reload (after skpo_model_reload,
+// d = its new buffers) uploads the moments and this rank's masters and, under
+// ZeRO-1, all-gathers the other ranks' masters (a collective). Bit-exact:
+// nothing is recomputed. No-ops on a host optimizer.
+skpo_status skpo_optim_offload(skpo_optim *o, skpo_err *err);
+skpo_status skpo_optim_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err);
+// Is the device optimizer offloaded?
+int skpo_optim_offloaded(const skpo_optim *o);
+
 // Load moments and t into o (created by skpo_optim_new for the same params).
 // Every parameter must be present with its size. When the file holds master
 // weights and each one rounds (to `dtype`) to the value now in params, the

@@ -26,12 +26,26 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
 
 skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) { return SKPO_OK; }
 
+skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float *m, float *v, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
+}
+skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
+}
+skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err) {
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
+}
+int optim_dev_offloaded(const skpo_optim *o) { return 0; }
+
 #else
+#include "cuda/cuda_infer.h"
 #include "cuda/cuda_train.h"
 
 // Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
 // [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)
-// (moments at shard) that every rank keeps whole.
+// (moments at shard) that every rank keeps whole. Offloaded: the moments and
+// the masters of the same elements are in the pinned hm / hv / hw (kept for
+// the next offload), m = v = NULL, and the model has freed its masters.
 struct skpo_optim_dev {
     skpo_dev_params d;
     skpo_comm *comm;
@@ -40,12 +54,17 @@ struct skpo_optim_dev {
     int *decay;
     size_t shard, lo, tail0;
     float *m, *v;
+    float *hm, *hv, *hw;
+    int offloaded;
 };
 
 void optim_dev_free(struct skpo_optim_dev *d) {
     if (!d) return;
     skpo_cuda_dfree(d->m);
     skpo_cuda_dfree(d->v);
+    skpo_cuda_host_free(d->hm);
+    skpo_cuda_host_free(d->hv);
+    skpo_cuda_host_free(d->hw);
     free(d->off);
     free(d->decay);
     free(d);
@@ -163,6 +182,7 @@ static skpo_status step_range(const skpo_optim *o, size_t a, size_t b, size_t mo
 
 skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
+    if (D->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the optimizer is offloaded to the host: reload it first");
     // The communicator may run on another stream than the model (the
     // shared-file bootstrap opens its own context): collectives start only
     // after the model's stream is idle.
@@ -215,6 +235,7 @@ static skpo_status gather_moments(skpo_optim *o, float *dm, float **host, skpo_e
 skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
     if (!D) return SKPO_OK;
+    if (D->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the optimizer is offloaded to the host: reload it first");
     skpo_status st = SKPO_OK;
     if (D->zero) {
         st = gather_moments(o, D->m, o->m, err);
@@ -231,4 +252,93 @@ skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) {
     }
     return st;
 }
+// Moments held here: [lo, lo + shard) at index 0, the tail [tail0, numel) at
+// shard (ZeRO-1's last rank: the two are adjacent).
+skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float *m, float *v, skpo_err *err) {
+    const struct skpo_optim_dev *D = o->dev;
+    size_t seg[2][3] = {{D->lo, D->lo + D->shard, 0}, {D->tail0, D->d.numel, D->shard}}, got = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t x = seg[k][0] > a ? seg[k][0] : a, y = seg[k][1] < b ? seg[k][1] : b;
+        if (x >= y) continue;
+        size_t at = seg[k][2] + (x - seg[k][0]), bytes = (y - x) * 4;
+        skpo_status st = SKPO_OK;
+        if (D->offloaded) {
+            memcpy(m + (x - a), D->hm + at, bytes);
+            memcpy(v + (x - a), D->hv + at, bytes);
+        } else {
+            st = skpo_cuda_d2h(D->d.cu, m + (x - a), D->m + at, bytes, err);
+            if (!st) st = skpo_cuda_d2h(D->d.cu, v + (x - a), D->v + at, bytes, err);
+        }
+        if (st) return st;
+        got += y - x;
+    }
+    if (got != b - a)
+        return skpo_err_set(err, SKPO_ERANGE, "rank %d holds optimizer state [%zu, %zu) + [%zu, %zu), not all of [%zu, %zu)",
+                            D->comm->rank, D->lo, D->lo + D->shard, D->tail0, D->d.numel, a, b);
+    return SKPO_OK;
+}
+
+static size_t held(const struct skpo_optim_dev *D) { return D->shard + (D->d.numel - D->tail0); }
+
+// The masters this rank steps ([lo, lo + shard) and the tail) between the
+// device buffer and the pinned hw (to_host) or back.
+static skpo_status masters_copy(struct skpo_optim_dev *D, int to_host, skpo_err *err) {
+    size_t tail = D->d.numel - D->tail0;
+    float *w = D->d.master;
+    skpo_status st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw, w + D->lo, D->shard * 4, err)
+                             : skpo_cuda_h2d(D->d.cu, w + D->lo, D->hw, D->shard * 4, err);
+    if (!st && tail)
+        st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw + D->shard, w + D->tail0, tail * 4, err)
+                     : skpo_cuda_h2d(D->d.cu, w + D->tail0, D->hw + D->shard, tail * 4, err);
+    return st;
+}
+
+// Only this rank's slice of the (replicated) masters goes to the host: under
+// ZeRO-1 the reload all-gathers the rest from the other ranks over NCCL, as
+// every step does, so host memory and PCIe carry 12 P / N bytes per rank.
+skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    if (D->offloaded) return SKPO_OK;
+    size_t bytes = held(D) * 4;
+    skpo_status st = skpo_cuda_sync(D->d.cu, err);
+    if (!st && !D->hm) st = skpo_cuda_host_alloc((void **)&D->hm, bytes + 4, err);
+    if (!st && !D->hv) st = skpo_cuda_host_alloc((void **)&D->hv, bytes + 4, err);
+    if (!st && !D->hw) st = skpo_cuda_host_alloc((void **)&D->hw, bytes + 4, err);
+    if (!st) st = skpo_cuda_d2h(D->d.cu, D->hm, D->m, bytes, err);
+    if (!st) st = skpo_cuda_d2h(D->d.cu, D->hv, D->v, bytes, err);
+    if (!st) st = masters_copy(D, 1, err);
+    if (st) return st;
+    skpo_cuda_dfree(D->m);
+    skpo_cuda_dfree(D->v);
+    D->m = D->v = NULL;
+    D->offloaded = 1;
+    return SKPO_OK;
+}
+
+skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    if (!D->offloaded) return SKPO_OK;
+    if (d->numel != D->d.numel)
+        return skpo_err_set(err, SKPO_ERANGE, "device buffers hold %zu parameters, the optimizer %zu", d->numel, D->d.numel);
+    size_t bytes = held(D) * 4;
+    skpo_status st = skpo_cuda_malloc(d->cu, (void **)&D->m, bytes + 4, "AdamW first moments", err);
+    if (!st) st = skpo_cuda_malloc(d->cu, (void **)&D->v, bytes + 4, "AdamW second moments", err);
+    if (!st) st = skpo_cuda_h2d(d->cu, D->m, D->hm, bytes, err);
+    if (!st) st = skpo_cuda_h2d(d->cu, D->v, D->hv, bytes, err);
+    if (st) {
+        skpo_cuda_dfree(D->m);
+        skpo_cuda_dfree(D->v);
+        D->m = D->v = NULL;
+        return st;
+    }
+    D->d = *d;
+    D->offloaded = 0;
+    st = masters_copy(D, 0, err);
+    if (!st && D->zero) st = skpo_cuda_sync(D->d.cu, err);
+    if (!st && D->zero) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
+    if (!st) st = skpo_cuda_sync(D->d.cu, err);
+    return st;
+}
+
+int optim_dev_offloaded(const skpo_optim *o) { return o->dev->offloaded; }
 #endif

@@ -11,4 +11,10 @@ void optim_dev_free(struct skpo_optim_dev *d);
 // Reduce, clip and step on the device (o->dev set); o->t advances on success.
 skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err);
 
+// Device halves of skpo_optim_copy_range / _offload / _reload / _offloaded.
+skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float *m, float *v, skpo_err *err);
+skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err);
+skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err);
+int optim_dev_offloaded(const skpo_optim *o);
+
 #endif

@@ -4,6 +4,8 @@
  */
 #include "train/update.h"
 
+#include "base/strmap.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -58,41 +60,6 @@ struct skpo_batch {
 };
 
 // --- records -> samples -----------------------------------------------------------
-
-// A tiny string -> index map for prompt keys (open addressing, FNV-1a).
-typedef struct keymap {
-    const char **k;
-    int *v;
-    size_t cap, n;
-} keymap;
-
-static uint64_t fnv(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static int keymap_get_or_add(keymap *m, const char *key, int next) {
-    if (2 * (m->n + 1) > m->cap) {
-        keymap g = {0};
-        g.cap = m->cap ? 2 * m->cap : 64;
-        g.k = skpo_xcalloc(g.cap, sizeof *g.k);
-        g.v = skpo_xcalloc(g.cap, sizeof *g.v);
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->k[i]) keymap_get_or_add(&g, m->k[i], m->v[i]);
-        free(m->k);
-        free(m->v);
-        *m = g;
-    }
-    size_t i = fnv(key) & (m->cap - 1);
-    while (m->k[i] && strcmp(m->k[i], key)) i = (i + 1) & (m->cap - 1);
-    if (!m->k[i]) {
-        m->k[i] = key;
-        m->v[i] = next;
-        m->n++;
-    }
-    return m->v[i];
-}
 
 static skpo_status bad(skpo_err *err, const sample *s, const char *fmt, const char *what) {
     return skpo_err_set(err, SKPO_EFORMAT, "record '%s': %s%s", s->uid, fmt, what);
@@ -232,7 +199,7 @@ skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opt
     b->rank = rank;
     b->size = size;
     b->s = skpo_xcalloc(n ? n : 1, sizeof *b->s);
-    keymap km = {0};
+    skpo_strmap km = {0}; // prompt key (borrowed from recs) -> prompt index
     skpo_status st = SKPO_OK;
     for (size_t i = 0; i < n && !st; i++) {
         int ph = skpo_phase_of_kind(skpo_rec_str(&recs[i], F_KIND));
@@ -245,11 +212,11 @@ skpo_status skpo_batch_new(const skpo_rec *recs, size_t n, const skpo_update_opt
             st = bad(err, s, "no 'pid', 'gid' or 'uid' to group it by", "");
             break;
         }
-        s->prompt = keymap_get_or_add(&km, key, b->nprompts);
-        if (s->prompt == b->nprompts) b->nprompts++;
+        int added;
+        s->prompt = (int)*skpo_strmap_add(&km, key, (size_t)b->nprompts, &added);
+        b->nprompts += added;
     }
-    free(km.k);
-    free(km.v);
+    skpo_strmap_free(&km);
     if (st) {
         skpo_batch_free(b);
         return st;

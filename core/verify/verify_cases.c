@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 typedef struct jbuf { char *s; size_t n, cap; } jbuf;
 
@@ -21,13 +22,11 @@ static void jput(jbuf *b, const void *p, size_t k) {
     b->s[b->n] = 0;
 }
 
+// utf8proc_encode_char writes a surrogate (U+D800..U+DFFF) as its three
+// bytes, which put_cp's callers rely on; c is at most U+10FFFF here.
 static void put_cp(jbuf *b, uint32_t c) {
-    char o[4]; size_t k;
-    if (c < 0x80) { o[0] = (char)c; k = 1; }
-    else if (c < 0x800) { o[0] = (char)(0xC0 | (c >> 6)); o[1] = (char)(0x80 | (c & 0x3F)); k = 2; }
-    else if (c < 0x10000) { o[0] = (char)(0xE0 | (c >> 12)); o[1] = (char)(0x80 | ((c >> 6) & 0x3F)); o[2] = (char)(0x80 | (c & 0x3F)); k = 3; }
-    else { o[0] = (char)(0xF0 | (c >> 18)); o[1] = (char)(0x80 | ((c >> 12) & 0x3F)); o[2] = (char)(0x80 | ((c >> 6) & 0x3F)); o[3] = (char)(0x80 | (c & 0x3F)); k = 4; }
-    jput(b, o, k);
+    utf8proc_uint8_t o[4];
+    jput(b, o, (size_t)utf8proc_encode_char((utf8proc_int32_t)c, o));
 }
 
 static int hex4(const char *p, uint32_t *v) {

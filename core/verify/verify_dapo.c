@@ -20,6 +20,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 typedef struct ustr { uint32_t *v; size_t n, cap; } ustr;
 
@@ -52,12 +53,8 @@ static void us_decode(ustr *s, const char *b, size_t len) {
 static size_t us_encode(const ustr *s, char *out, size_t cap) {
     size_t o = 0;
     for (size_t i = 0; i < s->n; i++) {
-        uint32_t c = s->v[i];
-        char b[4]; size_t k;
-        if (c < 0x80) { b[0] = (char)c; k = 1; }
-        else if (c < 0x800) { b[0] = (char)(0xC0 | (c >> 6)); b[1] = (char)(0x80 | (c & 0x3F)); k = 2; }
-        else if (c < 0x10000) { b[0] = (char)(0xE0 | (c >> 12)); b[1] = (char)(0x80 | ((c >> 6) & 0x3F)); b[2] = (char)(0x80 | (c & 0x3F)); k = 3; }
-        else { b[0] = (char)(0xF0 | (c >> 18)); b[1] = (char)(0x80 | ((c >> 12) & 0x3F)); b[2] = (char)(0x80 | ((c >> 6) & 0x3F)); b[3] = (char)(0x80 | (c & 0x3F)); k = 4; }
+        utf8proc_uint8_t b[4];
+        size_t k = (size_t)utf8proc_encode_char((utf8proc_int32_t)s->v[i], b); // v holds code points < 0x110000
         if (o + k + 1 > cap) break;
         memcpy(out + o, b, k);
         o += k;

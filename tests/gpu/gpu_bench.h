@@ -12,6 +12,7 @@
 #ifndef SKPO_GPU_BENCH_H
 #define SKPO_GPU_BENCH_H
 
+#include "base/bf16.h"
 #include "base/common.h"
 #include "base/config.h"
 #include "model/model.h"
@@ -153,9 +154,7 @@ static void bench_fill_bf16(void *dev, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         float f = (float)((s >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        h[i] = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+        h[i] = skpo_f32_to_bf16(f);
     }
     bench_h2d(dev, h, n * 2);
     free(h);

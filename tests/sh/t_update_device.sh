@@ -32,3 +32,8 @@ t "--recompute on the cpu is refused (exit 1)" sh -c "
   grep -q 'need --device cuda' '$TMP/err4' && [ ! -e '$TMP/w' ]"
 t "--device cpu trains as before" sh -c "
   skpo-update --model '$M' --out '$TMP/ok' --device cpu $A <'$R' 2>/dev/null && [ -f '$TMP/ok/model.safetensors' ]"
+t "--offload without --serve is a usage error (exit 2)" sh -c "
+  skpo-update --model '$M' --out '$TMP/o1' --offload $A <'$R' 2>'$TMP/err5'; [ \$? -eq 2 ] && grep -q 'offload is a --serve option' '$TMP/err5' && [ ! -e '$TMP/o1' ]"
+t "--serve --offload on the cpu fails with one line before loading anything" sh -c "
+  skpo-update --serve '$TMP/srv' --model '$M' --device cpu --offload 2>'$TMP/err6'; [ \$? -eq 1 ] &&
+  [ \$(wc -l <'$TMP/err6') -eq 1 ] && grep -q 'offload needs --device cuda' '$TMP/err6' && [ ! -e '$TMP/srv/ready' ]"

@@ -71,22 +71,9 @@ skpo_status skpo_cuda_pci_id(skpo_cuda *c, char *out, int len, skpo_err *err) {
     return SKPO_OK;
 }
 
-void skpo_f32_to_bf16_host(skpo_bf16 *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (skpo_bf16)((u >> 16) | 0x40);
-        else dst[i] = (skpo_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
-void skpo_bf16_to_f32_host(float *dst, const skpo_bf16 *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-}
-static float fk_ld(const skpo_bf16 *p, size_t i) { float f; skpo_bf16_to_f32_host(&f, p + i, 1); return f; }
-static void fk_st(skpo_bf16 *p, size_t i, float v) { skpo_f32_to_bf16_host(p + i, &v, 1); }
+// bf16 storage rounds as base/bf16.h does (the library's one conversion).
+static float fk_ld(const skpo_bf16 *p, size_t i) { return skpo_bf16_to_f32(p[i]); }
+static void fk_st(skpo_bf16 *p, size_t i, float v) { p[i] = skpo_f32_to_bf16(v); }
 
 skpo_status skpo_cuda_f32_to_bf16(skpo_cuda *c, skpo_bf16 *d, const float *s, size_t n, skpo_err *e) {
     skpo_f32_to_bf16_host(d, s, n);

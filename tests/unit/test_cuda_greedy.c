@@ -20,6 +20,7 @@
 // build, so the GPU comparison is decided by the kernels, not by rounding.
 // Without a GPU the GPU tests print a visible SKIP line.
 #include "harness.h"
+#include "base/bf16.h"
 #include "base/common.h"
 #include "base/config.h"
 #include "gen/generate.h"
@@ -44,14 +45,6 @@ static const char *const CFG =
     "\"tie_word_embeddings\":true,\"torch_dtype\":\"float32\"}";
 static const int32_t PROMPTS[NP][PLEN] = {{1, 5, 9, 2, 7, 3}, {30, 4, 4, 11, 8, 20}};
 
-static float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static skpo_model *cpu_model(uint64_t seed) {
     skpo_config c;
     skpo_err e = {0};
@@ -62,7 +55,7 @@ static skpo_model *cpu_model(uint64_t seed) {
     skpo_param *p;
     int n = skpo_model_params(m, &p);
     for (int i = 0; i < n; i++)
-        for (size_t j = 0; j < p[i].numel; j++) p[i].data[j] = bf16_round(p[i].data[j]);
+        for (size_t j = 0; j < p[i].numel; j++) p[i].data[j] = skpo_bf16_round(p[i].data[j]);
     return m;
 }
 

@@ -746,6 +746,47 @@ static void optimizer_state_round_trips_through_the_device(void) {
     skpo_model_free(g);
 }
 
+// --offload: between two steps the fp32 masters, gradients and moments go to
+// host memory (their device buffers freed) and come back: the second step
+// gives the same weights and moments, bit for bit, as a run that kept them.
+static void offload_between_steps_continues_bit_exactly(void) {
+    NEED_GPU();
+    skpo_model *g = load(FIXM, SKPO_DEV_CUDA), *h = load(FIXM, SKPO_DEV_CUDA);
+    CHECK(g && h);
+    if (!g || !h) goto out;
+    skpo_optim *og = new_optim(g), *oh = new_optim(h);
+    skpo_comm *lc;
+    skpo_err e = {0};
+    skpo_comm_init(SKPO_COMM_LOCAL, &lc, &e);
+    CHECK(run_step(g, og, lc, 0, NULL) && run_step(h, oh, lc, 0, NULL));
+    skpo_dev_params d;
+    // The optimizer first: it keeps the masters' values the model then frees.
+    CHECK_MSG(skpo_optim_offload(og, &e) == SKPO_OK && skpo_model_offload(g, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_optim_offloaded(og) && skpo_model_dev_params(g, &d, &e) != SKPO_OK);
+    CHECK(!run_step(g, og, lc, 0, NULL));   // training while offloaded is refused, nothing changes
+    CHECK_MSG(skpo_model_reload(g, &e) == SKPO_OK && skpo_model_dev_params(g, &d, &e) == SKPO_OK &&
+              skpo_optim_reload(og, &d, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(!skpo_optim_offloaded(og));
+    CHECK(run_step(g, og, lc, 0, NULL) && run_step(h, oh, lc, 0, NULL));
+    CHECK(og->t == 4 && oh->t == 4);   // two steps of two mini-batches each: the refused one counted none
+    size_t n, n2;
+    CHECK(skpo_model_sync_host(g, &e) == SKPO_OK);
+    float *wg = weights(g, &n);
+    CHECK(skpo_model_sync_host(h, &e) == SKPO_OK);
+    float *wh = weights(h, &n2);
+    CHECK_MSG(n == n2 && !memcmp(wg, wh, n * 4), "weights after an offloaded step differ");
+    float *mg, *vg, *mh, *vh;
+    CHECK(skpo_optim_copy_range(og, 0, n, &mg, &vg, &e) == SKPO_OK && skpo_optim_copy_range(oh, 0, n, &mh, &vh, &e) == SKPO_OK);
+    CHECK_MSG(!memcmp(mg, mh, n * 4) && !memcmp(vg, vh, n * 4), "moments after an offloaded step differ");
+    free(mg), free(vg), free(mh), free(vh), free(wg), free(wh);
+    skpo_optim_free(og);
+    skpo_optim_free(oh);
+    skpo_comm_free(lc);
+out:
+    skpo_model_free(g);
+    skpo_model_free(h);
+}
+
 #ifdef SKPO_FAKE_CUDA
 // --- ZeRO-1 over several ranks (fake backend only) ---------------------------------------
 // NR threads play NR ranks; their communicator (named "nccl", as the device
@@ -836,11 +877,13 @@ static skpo_param ZP[4] = {{"a.weight", NULL, NULL, 8, 2, {2, 4}}, {"a.bias", NU
 #define ZN 23
 
 typedef struct zrank {
-    int rank, zero;
+    int rank, zero, offload;   // offload: moments to host memory between the two steps
     skpo_comm comm;
     float master[ZN], grad[ZN];
     skpo_bf16 w[ZN];
     float m0[ZN], v0[ZN];   // rank 0: the gathered moments
+    float rm[ZN], rv[ZN];   // this rank's skpo_optim_zero_range of them, copied by the rank itself
+    size_t ra, rb;
     double norm[2];
     skpo_status st;
 } zrank;
@@ -872,6 +915,20 @@ static void zrun(zrank *z, int nranks_in_grad) {
             z->grad[i] = g;
         }
         z->st = skpo_optim_step(o, ZP, 4, 1e-2, &z->norm[step], &e);
+        if (!z->st && z->offload && step == 0) {
+            z->st = skpo_optim_offload(o, &e);
+            // The model frees its masters while offloaded: their values must come
+            // back from this rank's host copy and (ZeRO-1) the other ranks' slices.
+            for (int i = 0; i < ZN; i++) z->master[i] = NAN;
+            if (!z->st) z->st = skpo_optim_reload(o, &d, &e);
+        }
+    }
+    if (!z->st && z->zero) {   // what this rank writes of a sharded state file: its ZeRO slice
+        float *m = NULL, *v = NULL;
+        skpo_optim_zero_range(ZN, z->rank, z->comm.size, &z->ra, &z->rb);
+        z->st = skpo_optim_copy_range(o, z->ra, z->rb, &m, &v, &e);
+        if (!z->st) memcpy(z->rm + z->ra, m, (z->rb - z->ra) * 4), memcpy(z->rv + z->ra, v, (z->rb - z->ra) * 4);
+        free(m), free(v);
     }
     if (!z->st) z->st = skpo_optim_from_device(o, &e);
     if (!z->st && z->rank == 0)
@@ -887,19 +944,23 @@ static void *zthread(void *p) {
     return NULL;
 }
 
-static void zero_sharded_step_equals_one_rank_with_summed_gradients(int zero) {
+static void zranks(zrank *z, int zero, int offload) {
     fc_shared S;
     pthread_barrier_init(&S.bar, NULL, NR);
-    static zrank z[NR], ref;
     pthread_t th[NR];
     for (int r = 0; r < NR; r++) {
         memset(&z[r], 0, sizeof z[r]);
-        z[r].rank = r, z[r].zero = zero;
+        z[r].rank = r, z[r].zero = zero, z[r].offload = offload;
         z[r].comm = (skpo_comm){&fc_ops, r, NR, 0, &S};
         pthread_create(&th[r], NULL, zthread, &z[r]);
     }
     for (int r = 0; r < NR; r++) pthread_join(th[r], NULL);
     pthread_barrier_destroy(&S.bar);
+}
+
+static void zero_sharded_step_equals_one_rank_with_summed_gradients(int zero) {
+    static zrank z[NR], ref;
+    zranks(z, zero, 0);
     memset(&ref, 0, sizeof ref);
     skpo_comm *lc;
     skpo_err e = {0};
@@ -921,6 +982,27 @@ static void zero_sharded_step_equals_one_rank_with_summed_gradients(int zero) {
     for (int i = 0; i < ZN; i++)
         wm = fmax(wm, fmax(fabs((double)z[0].m0[i] - ref.m0[i]), fabs((double)z[0].v0[i] - ref.v0[i])));
     CHECK_MSG(wm <= 1e-6, "gathered moments differ by %g", wm);
+    // The slices the ranks copy themselves tile the state and are the gathered moments.
+    for (int r = 0; zero && r < NR; r++) {
+        CHECK(z[r].ra == (r ? z[r - 1].rb : 0) && (r < NR - 1 || z[r].rb == ZN));
+        size_t k = z[r].ra, len = z[r].rb - z[r].ra;
+        CHECK_MSG(!memcmp(z[r].rm + k, z[0].m0 + k, len * 4) && !memcmp(z[r].rv + k, z[0].v0 + k, len * 4),
+                  "rank %d's own slice differs from the gathered moments", r);
+    }
+}
+
+// ZeRO-1 ranks that offload their moments between the steps end exactly where
+// ranks that kept them on the device do.
+static void zero1_ranks_offloaded_between_steps_equal_resident_ones_bit_for_bit(void) {
+    static zrank a[NR], b[NR];
+    zranks(a, 1, 1);
+    zranks(b, 1, 0);
+    for (int r = 0; r < NR; r++) {
+        CHECK(a[r].st == SKPO_OK && b[r].st == SKPO_OK);
+        CHECK_MSG(!memcmp(a[r].master, b[r].master, sizeof a[r].master) && !memcmp(a[r].rm, b[r].rm, sizeof a[r].rm) &&
+                  !memcmp(a[r].rv, b[r].rv, sizeof a[r].rv), "rank %d differs after an offload", r);
+    }
+    CHECK(!memcmp(a[0].m0, b[0].m0, sizeof a[0].m0) && !memcmp(a[0].v0, b[0].v0, sizeof a[0].v0));
 }
 
 static void zero1_over_3_ranks_equals_one_rank(void) { zero_sharded_step_equals_one_rank_with_summed_gradients(1); }
@@ -939,9 +1021,11 @@ int main(void) {
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);
+    RUN(offload_between_steps_continues_bit_exactly);
 #ifdef SKPO_FAKE_CUDA
     RUN(zero1_over_3_ranks_equals_one_rank);
     RUN(allreduce_over_3_ranks_equals_one_rank);
+    RUN(zero1_ranks_offloaded_between_steps_equal_resident_ones_bit_for_bit);
 #endif
     return TEST_SUMMARY();
 }

@@ -1,6 +1,6 @@
 // test_cuda_train_fake.c - test_cuda_train.c's GPU-vs-CPU comparisons, run in
 // CPU builds against fake_cuda.h + fake_cuda_train.h (host-memory kernels with
-// bf16 storage) and core/model/model_cuda.c, model_cuda_train.c, optim_dev.c compiled
+// bf16 storage) and core/model/model_cuda.c, model_cuda_train.c, lora_cuda.c, optim_dev.c compiled
 // with SKPO_HAVE_CUDA: the host side of device training (parameter offsets,
 // the activation arena, scored-row chunks of the lm_head (shrunk here to 4096
 // logits so every test runs many), recomputation, the device optimizer and its
@@ -14,6 +14,7 @@
 #include "fake_cuda_train.h"
 #include "../../core/model/model_cuda.c"
 #include "../../core/model/model_cuda_train.c"
+#include "../../core/model/lora_cuda.c"         // the CUDA backend's LoRA (a CPU build has none)
 #include "../../core/train/optim_dev.c"
 #include "../../core/model/backends.c"          // a backend list that has the CUDA backend
 #include "test_cuda_train.c"

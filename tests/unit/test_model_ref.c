@@ -322,6 +322,52 @@ static void saved_checkpoints_reload_identically(void) {
     fixture_close(&f);
 }
 
+static int same_weights(skpo_model *a, skpo_model *b) {
+    skpo_param *pa, *pb;
+    int np = skpo_model_params(a, &pa);
+    if (skpo_model_params(b, &pb) != np) return 0;
+    for (int i = 0; i < np; i++)
+        if (strcmp(pa[i].name, pb[i].name) || pa[i].numel != pb[i].numel || memcmp(pa[i].data, pb[i].data, pa[i].numel * 4))
+            return 0;
+    return 1;
+}
+
+// Several writers (the update server's ranks) each write their shard of one
+// checkpoint, in any deal of the tensors, and one writes the index: the folder
+// loads as the same weights. And a sharded checkpoint that transformers'
+// save_pretrained wrote (tests/ref/make_sharded_fixture.py) loads as the
+// single-file original, tensor for tensor.
+static void checkpoints_written_in_parts_and_hf_sharded_ones_load_identically(void) {
+    fixture f;
+    if (!fixture_open(&f, "qwen2_untied", 0)) { CHECK(0); return; }
+    char d[] = "/tmp/skpo_parts_XXXXXX";
+    CHECK(mkdtemp(d) != NULL);
+    skpo_err err = {0};
+    skpo_param *p;
+    int np = skpo_model_params(f.m, &p), *owner = calloc((size_t)np, sizeof *owner);
+    for (int i = 0; i < np; i++) owner[i] = (i * 7) % 3;   // interleaved: no part is a contiguous run
+    for (int k = 2; k >= 0; k--) CHECK(skpo_model_save_part(f.m, d, SKPO_DT_F32, owner, k, 3, &err) == SKPO_OK);
+    CHECK(skpo_model_save_index(f.m, d, SKPO_DT_F32, owner, 3, &err) == SKPO_OK);
+    char fn[256];
+    snprintf(fn, sizeof fn, "%s/model-00003-of-00003.safetensors", d);
+    CHECK(skpo_path_exists(fn));
+    skpo_model *m2 = NULL, *m3 = NULL;
+    skpo_model_opts o = {0};
+    CHECK_MSG(skpo_model_load(d, &o, &m2, &err) == SKPO_OK, "%s", err.msg);
+    CHECK(m2 && same_weights(f.m, m2));
+    char *hf = fix_dir("qwen2_hf_sharded");
+    snprintf(fn, sizeof fn, "%s/model.safetensors.index.json", hf);
+    CHECK(skpo_path_exists(fn));
+    CHECK_MSG(skpo_model_load(hf, &o, &m3, &err) == SKPO_OK, "%s", err.msg);
+    CHECK(m3 && same_weights(f.m, m3));
+    skpo_model_free(m2);
+    skpo_model_free(m3);
+    free(hf);
+    free(owner);
+    skpo_rm_rf(d, &err);
+    fixture_close(&f);
+}
+
 // A sequence's logits are bit-identical whether it is stepped alone or in a
 // batch with others (prefill and decode), so sampling does not depend on
 // batch composition.
@@ -370,6 +416,7 @@ int main(void) {
     RUN(batched_step_is_bit_identical_to_single_sequence_steps);
     RUN(forked_prefix_decodes_like_unshared_sequences);
     RUN(saved_checkpoints_reload_identically);
+    RUN(checkpoints_written_in_parts_and_hf_sharded_ones_load_identically);
     RUN(step_past_cache_or_positions_fails_without_appending);
     RUN(gradients_match_hf_qwen2_bf16_tied);
     RUN(gradients_match_hf_qwen2_untied);

@@ -2,6 +2,7 @@
 // torch.optim.AdamW + clip_grad_norm_ (tests/fixtures/update/adamw.json), the
 // state file round trip, master weights and the non-finite guard.
 #include "harness.h"
+#include "base/bf16.h"
 #include "train/optim.h"
 
 #include <jansson.h>
@@ -156,15 +157,6 @@ static void state_round_trip_continues_bit_identically(void) {
     free(dir);
 }
 
-static float bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 static void master_weights_restore_fp32_only_when_checkpoint_matches(void) {
     float w[3] = {0.123456f, -1.000123f, 7.654321f}, r[3], gr[3] = {0};
     skpo_param p = {"x", w, gr, 3, 1, {3, 0}};
@@ -175,13 +167,13 @@ static void master_weights_restore_fp32_only_when_checkpoint_matches(void) {
     char *dir = tmpdir(), *path = skpo_path_join(dir, "optim.safetensors");
     CHECK(skpo_optim_save(o, &p, 1, path, &e) == SKPO_OK);
     // What a bf16 checkpoint of w loads as:
-    for (int i = 0; i < 3; i++) r[i] = bf16(w[i]);
+    for (int i = 0; i < 3; i++) r[i] = skpo_bf16_round(w[i]);
     skpo_param q = {"x", r, gr, 3, 1, {3, 0}};
     int used = 0;
     CHECK(skpo_optim_load(o, &q, SKPO_DT_BF16, path, &used, &e) == SKPO_OK);
     CHECK(used == 1 && !memcmp(r, w, sizeof w));
     // Weights edited since the save: masters are not used.
-    for (int i = 0; i < 3; i++) r[i] = bf16(w[i]);
+    for (int i = 0; i < 3; i++) r[i] = skpo_bf16_round(w[i]);
     r[1] = 5.0f;
     float keep[3];
     memcpy(keep, r, sizeof r);
@@ -216,6 +208,36 @@ static void state_of_another_model_is_rejected_by_name_and_size(void) {
     free(dir);
 }
 
+// A rank writing its shard copies flat ranges of the state that cut through
+// parameters; the ZeRO-1 ranges tile the whole state, in multiples of 4 but
+// the last, exactly as the device optimizer slices it (optim_dev.c).
+static void flat_ranges_copy_the_moments_across_parameter_boundaries(void) {
+    float a[5] = {1, 2, 3, 4, 5}, b[6] = {6, 7, 8, 9, 10, 11}, g[11];
+    for (int i = 0; i < 11; i++) g[i] = 0.1f * (float)(i + 1) * (i % 2 ? -1 : 1);
+    skpo_param p[2] = {{"p.a", a, g, 5, 1, {5, 0}}, {"p.b", b, g + 5, 6, 2, {2, 3}}};
+    skpo_adamw_cfg c;
+    skpo_adamw_cfg_default(&c);
+    skpo_err e = {0};
+    skpo_optim *o = skpo_optim_new(&c, p, 2);
+    CHECK(skpo_optim_step(o, p, 2, 1e-2, NULL, &e) == SKPO_OK);
+    float *m, *v;
+    CHECK(skpo_optim_copy_range(o, 3, 9, &m, &v, &e) == SKPO_OK);
+    for (int k = 3; k < 9; k++) {
+        float wm = k < 5 ? o->m[0][k] : o->m[1][k - 5], wv = k < 5 ? o->v[0][k] : o->v[1][k - 5];
+        CHECK_MSG(m[k - 3] == wm && v[k - 3] == wv && wm != 0, "element %d", k);
+    }
+    free(m), free(v);
+    CHECK(skpo_optim_copy_range(o, 8, 12, &m, &v, &e) == SKPO_ERANGE && m == NULL);
+    size_t end = 0;
+    for (int r = 0; r < 3; r++) {
+        size_t x, y;
+        skpo_optim_zero_range(37, r, 3, &x, &y);
+        CHECK(x == end && (r == 2 ? y == 37 : y - x == 12));
+        end = y;
+    }
+    skpo_optim_free(o);
+}
+
 int main(void) {
     RUN(adamw_with_warmup_and_clipping_matches_pytorch);
     RUN(warmup_is_linear_over_training_steps_then_constant);
@@ -223,5 +245,6 @@ int main(void) {
     RUN(state_round_trip_continues_bit_identically);
     RUN(master_weights_restore_fp32_only_when_checkpoint_matches);
     RUN(state_of_another_model_is_rejected_by_name_and_size);
+    RUN(flat_ranges_copy_the_moments_across_parameter_boundaries);
     return TEST_SUMMARY();
 }

@@ -72,6 +72,27 @@ static void bf16_write_rounds_to_nearest_even_and_reads_back(void) {
     rm_dir(d);
 }
 
+// A NaN whose payload is all in the dropped half would truncate to an
+// infinity; base/bf16.h sets the quiet bit instead. Infinities and the
+// largest finite values round as the rule says, and the array forms agree.
+static void bf16_keeps_nans_that_truncation_would_make_infinite(void) {
+    uint32_t bits[] = {0x7f800001u, 0xff800001u, 0x7fc00000u};
+    for (int i = 0; i < 3; i++) {
+        float f;
+        memcpy(&f, &bits[i], 4);
+        CHECK(isnan(skpo_bf16_to_f32(skpo_f32_to_bf16(f))));
+        CHECK(isnan(skpo_bf16_round(f)));
+    }
+    CHECK(skpo_f32_to_bf16(INFINITY) == 0x7f80 && skpo_f32_to_bf16(-INFINITY) == 0xff80);
+    CHECK(skpo_f32_to_bf16(3.4028235e38f) == 0x7f80); // FLT_MAX rounds up to +inf, as __float2bfloat16 does
+    float x[4] = {1.00390625f, -2.5f, NAN, 1e-40f}, y[4];
+    uint16_t h[4];
+    skpo_f32_to_bf16_host(h, x, 4);
+    skpo_bf16_to_f32_host(y, h, 4);
+    for (int i = 0; i < 4; i++) CHECK(h[i] == skpo_f32_to_bf16(x[i]));
+    CHECK(y[0] == 1.0f && y[1] == -2.5f && isnan(y[2]));
+}
+
 static void large_checkpoints_are_sharded_with_an_index(void) {
     char *d = tmpdir();
     float a[15], b[7], rb[7];
@@ -188,6 +209,7 @@ static void bad_headers_are_rejected(void) {
 int main(void) {
     RUN(f32_round_trip_is_exact);
     RUN(bf16_write_rounds_to_nearest_even_and_reads_back);
+    RUN(bf16_keeps_nans_that_truncation_would_make_infinite);
     RUN(large_checkpoints_are_sharded_with_an_index);
     RUN(truncated_file_names_file_and_tensor);
     RUN(bad_headers_are_rejected);

@@ -55,8 +55,6 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_DOUBLE("rho-max", 0, &a->rho_max, 1e-6, 1, "R", "upper clamp of rho (default 0.96)"),
         SKPO_OPT_DOUBLE("prio-eps", 0, &a->eps, 0, 1e6, "E", "prioritized-sampling weight floor (default 0.05)"),
         SKPO_OPT_DOUBLE("lq-init", 0, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"),
-        SKPO_OPT_ALIAS("eps", "prio-eps"),       // deprecated spellings (one release)
-        SKPO_OPT_ALIAS("len-init", "lq-init"),
         SKPO_OPT_FLAG("summary", 0, &a->summary, "print the metrics as one key=value line on stderr"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "also append the metrics record to FILE"),
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),

@@ -12,21 +12,10 @@
 #define SKPO_TOOL_ANALYZE_H
 
 #include "base/common.h"
+#include "base/strmap.h"
 #include "record/record.h"
 
 #include <stdint.h>
-
-// --- string -> index map (map.c) ---
-typedef struct strmap {
-    char **keys;      // (cap) NULL = empty slot
-    size_t *vals;     // (cap)
-    size_t n, cap;
-} strmap;
-
-// Index stored for key, or (size_t)-1 when absent.
-size_t strmap_get(const strmap *m, const char *key);
-void strmap_put(strmap *m, const char *key, size_t val);
-void strmap_free(strmap *m);
 
 // --- prefixes (read.c) ---
 typedef struct prefix {
@@ -43,7 +32,7 @@ typedef struct prefix {
 typedef struct prefixes {
     prefix *p;
     size_t n, cap;
-    strmap by_gid;
+    skpo_strmap by_gid;       // "label\x1fgid" -> index into p (SKPO_STRMAP_COPY: keys are built in a buffer)
 } prefixes;
 
 // Add every down record of path ("-" = stdin). Dies on a record without gid
@@ -67,7 +56,7 @@ typedef struct rows {
     int ncols;
     row *r;
     size_t n, cap;
-    strmap idx;                     // "label\x1fgroup\x1frel" -> row
+    skpo_strmap idx;                // "label\x1fgroup\x1frel" -> row (SKPO_STRMAP_COPY)
 } rows;
 
 // The row for (label, rel, group), created zeroed when new.

@@ -87,11 +87,11 @@ int main(int argc, char **argv) {
     int nks = parse_ks(ks_s, ks, 64);
     if (strcmp(what, "signs") && strcmp(what, "shortcut") && strcmp(what, "implicit"))
         skpo_cli_usage_error(synopsis, "'%s' is not signs, shortcut or implicit", what);
-    prefixes ps = {0};
+    prefixes ps = {.by_gid.copy = SKPO_STRMAP_COPY};
     if (npos == 1) prefixes_read(&ps, "-");
     for (int i = 1; i < npos; i++) prefixes_read(&ps, pos[i]);
     if (ps.n == 0) skpo_die("no down records of cut segments in the input");
-    rows t = {0};
+    rows t = {.idx.copy = SKPO_STRMAP_COPY};
     if (!strcmp(what, "signs")) analyze_signs(&ps, ks, nks, &t);
     else if (!strcmp(what, "shortcut")) analyze_shortcut(&ps, &t);
     else analyze_implicit(&ps, &t);

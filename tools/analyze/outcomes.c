@@ -72,12 +72,13 @@ typedef struct cell {          // one (problem, position)
 enum { I_CELLS, I_RATE, I_CENTER, I_Z, I_SEGS };
 
 void analyze_implicit(const prefixes *ps, rows *out) {
-    strmap labels = {0}, cells = {0};
+    skpo_strmap labels = {0}, cells; // labels borrows the prefixes' strings; cells' keys are built below
+    skpo_strmap_init(&cells, SKPO_STRMAP_COPY);
     const char **lname = NULL;
     size_t nl = 0, lcap = 0, nc = 0, ccap = 0;
     for (size_t i = 0; i < ps->n; i++)
-        if (strmap_get(&labels, ps->p[i].label) == (size_t)-1) {
-            strmap_put(&labels, ps->p[i].label, nl);
+        if (!skpo_strmap_get(&labels, ps->p[i].label)) {
+            skpo_strmap_add(&labels, ps->p[i].label, nl, NULL);
             skpo_xgrow((void **)&lname, &lcap, nl + 1, sizeof *lname);
             lname[nl++] = ps->p[i].label;
         }
@@ -88,14 +89,13 @@ void analyze_implicit(const prefixes *ps, rows *out) {
         char key[2048];
         if ((size_t)snprintf(key, sizeof key, "%s\x1f%.17g", p->pid, p->rel) >= sizeof key)
             skpo_die("pid '%.40s...' too long", p->pid);
-        size_t c = strmap_get(&cells, key);
-        if (c == (size_t)-1) {
+        int added;
+        size_t c = *skpo_strmap_add(&cells, key, nc, &added);
+        if (added) {
             skpo_xgrow((void **)&cs, &ccap, nc + 1, sizeof *cs);
-            cs[nc] = (cell){p->pid, p->rel, skpo_xcalloc(nl, sizeof(double)), skpo_xcalloc(nl, sizeof(int))};
-            strmap_put(&cells, key, nc);
-            c = nc++;
+            cs[nc++] = (cell){p->pid, p->rel, skpo_xcalloc(nl, sizeof(double)), skpo_xcalloc(nl, sizeof(int))};
         }
-        size_t l = strmap_get(&labels, p->label);
+        size_t l = *skpo_strmap_get(&labels, p->label);
         cs[c].sum[l] += mean_ok(p);
         cs[c].cnt[l]++;
     }
@@ -127,8 +127,8 @@ void analyze_implicit(const prefixes *ps, rows *out) {
     free(rate);
     free(cs);
     free(lname);
-    strmap_free(&labels);
-    strmap_free(&cells);
+    skpo_strmap_free(&labels);
+    skpo_strmap_free(&cells);
     out->what = "implicit";
     const char *cols[] = {"problems", "rate", "adv_center", "adv_z", "segments"};
     out->ncols = 5;

@@ -16,8 +16,8 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     char key[2048];
     if ((size_t)snprintf(key, sizeof key, "%s\x1f%s", label, gid) >= sizeof key)
         skpo_die("down record (%s): label and gid longer than %zu bytes", where, sizeof key);
-    size_t i = strmap_get(&ps->by_gid, key);
-    if (i != (size_t)-1) return &ps->p[i];
+    const size_t *i = skpo_strmap_get(&ps->by_gid, key);
+    if (i) return &ps->p[*i];
     double rel;
     if (!skpo_rec_float(r, "rel", &rel))
         skpo_die("down record of segment '%s' (%s) has no 'rel': cut the responses with skpo-cut before skpo-splice",
@@ -34,7 +34,7 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     bool c;
     p->src_ok = skpo_rec_bool(r, "src_correct", &c) ? c : -1;
     if (!skpo_rec_int(r, "seg", &p->seg)) p->seg = -1;
-    strmap_put(&ps->by_gid, key, ps->n);
+    skpo_strmap_add(&ps->by_gid, key, ps->n, NULL);
     ps->n++;
     return p;
 }
@@ -80,6 +80,6 @@ void prefixes_free(prefixes *ps) {
         free(p->ok); free(p->pred); free(p->len);
     }
     free(ps->p);
-    strmap_free(&ps->by_gid);
+    skpo_strmap_free(&ps->by_gid);
     memset(ps, 0, sizeof *ps);
 }

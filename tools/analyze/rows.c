@@ -14,15 +14,15 @@ row *rows_get(rows *t, const char *label, double rel, const char *group) {
     char key[2048];
     if ((size_t)snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", label, group, rel) >= sizeof key)
         skpo_die("label '%.40s...' too long for a table row", label);
-    size_t i = strmap_get(&t->idx, key);
-    if (i != (size_t)-1) return &t->r[i];
+    const size_t *i = skpo_strmap_get(&t->idx, key);
+    if (i) return &t->r[*i];
     skpo_xgrow((void **)&t->r, &t->cap, t->n + 1, sizeof *t->r);
     row *r = &t->r[t->n];
     memset(r, 0, sizeof *r);
     r->label = skpo_xstrdup(label);
     r->group = skpo_xstrdup(group);
     r->rel = rel;
-    strmap_put(&t->idx, key, t->n++);
+    skpo_strmap_add(&t->idx, key, t->n++, NULL);
     return r;
 }
 
@@ -36,11 +36,11 @@ static int row_cmp(const void *a, const void *b) {
 
 void rows_sort(rows *t) {
     if (t->n) qsort(t->r, t->n, sizeof *t->r, row_cmp);
-    strmap_free(&t->idx); // indices are stale now
+    skpo_strmap_free(&t->idx); // indices are stale now
 }
 
 void rows_free(rows *t) {
     for (size_t i = 0; i < t->n; i++) { free(t->r[i].label); free(t->r[i].group); }
     free(t->r);
-    strmap_free(&t->idx);
+    skpo_strmap_free(&t->idx);
 }

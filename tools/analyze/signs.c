@@ -107,7 +107,8 @@ static void one_group(const prefixes *ps, const sgroup *sg, const long *ks, int 
 }
 
 void analyze_signs(const prefixes *ps, const long *ks, int nks, rows *out) {
-    strmap idx = {0};
+    skpo_strmap idx;
+    skpo_strmap_init(&idx, SKPO_STRMAP_COPY);
     sgroup *gs = NULL;
     size_t ng = 0, cap = 0;
     for (size_t i = 0; i < ps->n; i++) {
@@ -115,12 +116,11 @@ void analyze_signs(const prefixes *ps, const long *ks, int nks, rows *out) {
         char key[2048];
         if ((size_t)snprintf(key, sizeof key, "%s\x1f%s\x1f%.17g", p->label, p->src_gid, p->rel) >= sizeof key)
             skpo_die("source group '%.40s...' too long", p->src_gid);
-        size_t g = strmap_get(&idx, key);
-        if (g == (size_t)-1) {
+        int added;
+        size_t g = *skpo_strmap_add(&idx, key, ng, &added);
+        if (added) {
             skpo_xgrow((void **)&gs, &cap, ng + 1, sizeof *gs);
-            memset(&gs[ng], 0, sizeof *gs);
-            strmap_put(&idx, key, ng);
-            g = ng++;
+            memset(&gs[ng++], 0, sizeof *gs);
         }
         sgroup *s = &gs[g];
         if (s->n == s->cap) {
@@ -132,7 +132,7 @@ void analyze_signs(const prefixes *ps, const long *ks, int nks, rows *out) {
     for (size_t g = 0; g < ng; g++) one_group(ps, &gs[g], ks, nks, out);
     for (size_t g = 0; g < ng; g++) free(gs[g].m);
     free(gs);
-    strmap_free(&idx);
+    skpo_strmap_free(&idx);
     // finalise: comparisons, fraction all right, sign accuracy, share without reference signal
     out->what = "signs";
     const char *cols[] = {"k", "comparisons", "correct", "sign_acc", "no_ref_signal", "adv_mae"};

@@ -25,6 +25,7 @@
  */
 #include "base/cli.h"
 #include "base/common.h"
+#include "base/strmap.h"
 #include "prep_ood.h"
 #include "record/record.h"
 #include "tokenizer/tokenizer.h"
@@ -61,8 +62,7 @@ typedef struct prep {
     skpo_writer *w;
     size_t written, overlong, dups;
     char *overlong_pids, *dup_pids; // first few, for the reports
-    char **seen;                    // open-addressing set of pids written
-    size_t seen_cap, seen_n;
+    skpo_strmap seen;               // pids written (the set is the keys; SKPO_STRMAP_COPY)
     uint64_t *texts;                // --dedup: set of 64-bit hashes of prompt texts (0 = empty)
     size_t texts_cap, texts_n, repeats;
 } prep;
@@ -185,30 +185,6 @@ static void note_pid(size_t *count, char **list, const char *pid) {
     sprintf(*list + n, "%s%s", n ? ", " : "", pid);
 }
 
-// Adds pid to the set; returns 0 if it was already there.
-static int pid_insert(prep *p, const char *pid) {
-    if ((p->seen_n + 1) * 2 > p->seen_cap) {
-        char **old = p->seen;
-        size_t oc = p->seen_cap;
-        p->seen_cap = oc ? oc * 2 : 1024;
-        p->seen = skpo_xcalloc(p->seen_cap, sizeof *p->seen);
-        p->seen_n = 0;
-        for (size_t i = 0; i < oc; i++)
-            if (old[i]) pid_insert(p, old[i]), free(old[i]);
-        free(old);
-    }
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = pid; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    for (size_t i = h & (p->seen_cap - 1);; i = (i + 1) & (p->seen_cap - 1)) {
-        if (!p->seen[i]) {
-            p->seen[i] = skpo_xstrdup(pid);
-            p->seen_n++;
-            return 1;
-        }
-        if (!strcmp(p->seen[i], pid)) return 0;
-    }
-}
-
 // --dedup: adds the hash of text to the set; returns 0 if it was there. 64-bit
 // hashes (FNV-1a, then mixed) make a false "repeat" in a few million prompts
 // vanishingly unlikely and keep memory at 16 bytes a prompt.
@@ -224,8 +200,7 @@ static int text_insert(prep *p, const char *text) {
                     if (!p->texts[j]) { p->texts[j] = old[i]; break; }
         free(old);
     }
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    uint64_t h = skpo_hash_str(text);
     h ^= h >> 29, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 32;
     h |= 1;
     for (size_t i = h & (p->texts_cap - 1);; i = (i + 1) & (p->texts_cap - 1)) {
@@ -342,7 +317,9 @@ static skpo_status prep_row(prep *p, const json_t *row, const char *source, size
     if (st == SKPO_OK && (long)n > p->max_tokens) note_pid(&p->overlong, &p->overlong_pids, pid);
     else if (st == SKPO_OK && p->dedup && !text_insert(p, text)) p->repeats++;
     else if (st == SKPO_OK) {
-        if (!pid_insert(p, pid)) note_pid(&p->dups, &p->dup_pids, pid);
+        int added;
+        skpo_strmap_add(&p->seen, pid, 0, &added);
+        if (!added) note_pid(&p->dups, &p->dup_pids, pid);
         skpo_rec r;
         skpo_rec_init(&r);
         skpo_rec_set_str(&r, F_KIND, SKPO_KIND_PROMPT);
@@ -395,7 +372,7 @@ static skpo_status prep_file(prep *p, const char *path, skpo_err *err) {
 }
 
 int main(int argc, char **argv) {
-    prep p = {.wording = "dapo", .max_tokens = 1024};
+    prep p = {.wording = "dapo", .max_tokens = 1024, .seen.copy = SKPO_STRMAP_COPY};
     const skpo_opt table[] = {
         SKPO_OPT_STR("tokenizer", 0, &p.dir, "DIR", "folder with tokenizer.json"),
         SKPO_OPT_STR("template", 0, &p.tmpl, "NAME", "chat template: qwen2.5, qwen2, qwen2.5-math, llama3, plain"),
@@ -448,8 +425,8 @@ int main(int argc, char **argv) {
     if (p.out_of_window)
         fprintf(stderr, "%s: skipped %zu LiveCodeBench problems outside the contest-date window\n", skpo_progname(), p.out_of_window);
     fprintf(stderr, "%s: wrote %zu prompt records\n", skpo_progname(), p.written);
-    for (size_t i = 0; i < p.seen_cap; i++) free(p.seen[i]);
-    free(p.seen), free(p.texts), free(p.overlong_pids), free(p.dup_pids);
+    skpo_strmap_free(&p.seen);
+    free(p.texts), free(p.overlong_pids), free(p.dup_pids);
     free(pos);
     skpo_tok_free(tok);
     if (!p.out) skpo_close_stdout_or_die();

@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
                 skpo_die("only about %zu distinct %s problems exist for these flags, %ld asked", seen.n, split, count);
             continue;
         }
-        emit(&p, o.split, (double)(synth_rand(&style_rng) >> 11) * 0x1p-53 < direct, outp);
+        emit(&p, o.split, (double)(skpo_splitmix64(&style_rng) >> 11) * 0x1p-53 < direct, outp);
     }
     free(seen.k);
     if (outp) synth_out_close(outp);

@@ -37,7 +37,7 @@ static void skip_connect(synth_out *o, const int32_t *sol, size_t n, int32_t **p
     size_t lo = (n + 5) / 6, hi = n / 2;
     if (lo < 1) lo = 1;
     if (hi < lo) hi = lo;
-    size_t t = lo + (size_t)(synth_rand(&o->skip_rng) % (hi - lo + 1));
+    size_t t = lo + (size_t)(skpo_splitmix64(&o->skip_rng) % (hi - lo + 1));
     int32_t *p = skpo_xmalloc((t + *np) * sizeof *p);
     memcpy(p, sol, t * sizeof *p);
     memcpy(p + t, *prompt, *np * sizeof *p);
@@ -78,7 +78,7 @@ void synth_out_put(synth_out *o, const char *id, const synth_problem *p, const c
     if (o->sft) {
         int32_t *sol = encode(o, solution, &ns);
         sol = skpo_xrealloc(sol, (ns + 1) * sizeof *sol);
-        if (o->skip > 0 && (double)(synth_rand(&o->skip_rng) >> 11) * 0x1p-53 < o->skip && ns >= 2)
+        if (o->skip > 0 && (double)(skpo_splitmix64(&o->skip_rng) >> 11) * 0x1p-53 < o->skip && ns >= 2)
             skip_connect(o, sol, ns, &prompt, &np, &r);
         sol[ns++] = o->eos;
         skpo_rec_set_i32s(&r, F_PROMPT, prompt, np);

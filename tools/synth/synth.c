@@ -3,6 +3,7 @@
  */
 #include "synth.h"
 #include "base/common.h"
+#include "base/strmap.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,29 +12,19 @@ static const char *const names[] = {"Tom", "Ann", "Sam", "Mia", "Bob", "Eva", "M
 static const char *const items[] = {"pens", "apples", "cards", "coins", "books", "cups", "eggs", "keys"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-uint64_t synth_rand(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 // Uniform in [lo, hi] (the modulo bias is below 2^-50 for our ranges).
 static long uniform(uint64_t *rng, long lo, long hi) {
-    return lo + (long)(synth_rand(rng) % (uint64_t)(hi - lo + 1));
+    return lo + (long)(skpo_splitmix64(rng) % (uint64_t)(hi - lo + 1));
 }
 
-static uint64_t fnv_mix(uint64_t h, uint64_t v) {
-    for (int i = 0; i < 8; i++) {
-        h ^= (v >> (8 * i)) & 0xff;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
+// The skeleton's hash grows by the 8 little-endian bytes of v (common.h
+// refuses big-endian hosts, so the bytes in memory are those).
+static uint64_t fnv_mix(uint64_t h, uint64_t v) { return skpo_hash_bytes(h, &v, sizeof v); }
 
 synth_split synth_split_of(uint64_t key) {
     uint64_t s = key;
-    return synth_rand(&s) % SYNTH_TEST_EVERY == 0 ? SYNTH_TEST : SYNTH_TRAIN;
+    return skpo_splitmix64(&s) % SYNTH_TEST_EVERY == 0 ? SYNTH_TEST : SYNTH_TRAIN;
 }
 
 // Pick an operation kind applicable to the current value; 0 if none is.
@@ -58,7 +49,7 @@ static int draw_once(const synth_opts *o, uint64_t *rng, synth_problem *p) {
     const char *name = names[uniform(rng, 0, COUNT(names) - 1)];
     const char *item = items[uniform(rng, 0, COUNT(items) - 1)];
     long cur = uniform(rng, 1, o->max_operand);
-    uint64_t key = fnv_mix(0xcbf29ce484222325ULL, (uint64_t)cur);
+    uint64_t key = fnv_mix(SKPO_HASH_INIT, (uint64_t)cur);
     snprintf(p->problem, SYNTH_TEXT_MAX, "%s has %ld %s", name, cur, item);
     p->solution[0] = 0;
     for (int i = 0; i < nops; i++) {

@@ -9,10 +9,14 @@
  * A problem's arithmetic skeleton (start value, operations, operands) decides
  * its split through a hash, so train and test never share a skeleton whatever
  * the seeds; the name and item words are decoration drawn independently.
+ * Every draw comes from base/rng.h's splitmix64 stream (skpo_splitmix64), the
+ * state passed by pointer; the skeleton hash is base/strmap.h's FNV-1a.
  * This is not a math benchmark: it exists so that learning is visible in minutes.
  */
 #ifndef SKPO_SYNTH_H
 #define SKPO_SYNTH_H
+
+#include "base/rng.h"
 
 #include <stdint.h>
 
@@ -42,7 +46,5 @@ typedef struct synth_problem {
 void synth_draw(const synth_opts *o, uint64_t *rng, synth_problem *p);
 // Which split a skeleton key belongs to.
 synth_split synth_split_of(uint64_t key);
-// splitmix64: the generator's random stream (state advanced in place).
-uint64_t synth_rand(uint64_t *state);
 
 #endif

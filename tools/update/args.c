@@ -13,7 +13,7 @@ static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
     "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
-    "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N]";
+    "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N] [--offload]";
 
 static const char *ABOUT =
     "Read one training step's records (kinds up, down, full with prompt, tokens, logp, adv,\n"
@@ -55,6 +55,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     skpo_opt opts[] = {
         SKPO_OPT_STR("serve", 0, &a->serve, "DIR", "stay up: load --model once, train each DIR/<step>.req (docs/update.md)"),
         SKPO_OPT_FLAG("weights-only", 0, &a->weights_only, "write no optimizer state in --out (a served step between durable saves)"),
+        SKPO_OPT_FLAG("offload", 0, &a->offload, "--serve on cuda: moments and fp32 masters to pinned host memory between steps"),
         SKPO_OPT_STR("model", 0, &a->model, "DIR", "checkpoint to update (HF folder; + optimizer state)"),
         SKPO_OPT_STR("out", 0, &a->out, "DIR", "checkpoint to write (replaced atomically)"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "append one metrics record per mini-batch"),
@@ -132,6 +133,7 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     if (a->serve && (a->out || npos))
         skpo_cli_usage_error(SYNOPSIS, "--serve takes --model only: --out and the records come with each request");
     if (npos > 1) skpo_cli_usage_error(SYNOPSIS, "at most one input FILE");
+    if (a->offload && !a->serve) skpo_cli_usage_error(SYNOPSIS, "--offload is a --serve option (a one-shot run frees the device when it exits)");
     a->input = npos ? pos[0] : "-";
     free(pos);
     if (a->lora_dropout != 0) skpo_cli_usage_error(SYNOPSIS, "--lora-dropout %g: only 0 is implemented", a->lora_dropout);

@@ -1,15 +1,23 @@
 /*
- * shard.c - a durable checkpoint's optimizer state written by every rank in
- * parallel (the update server on CPU ranks, whose AdamW state is replicated):
- * the parameters are dealt out to the N ranks (largest first to the least
- * loaded, ties by index: every rank and every reader computes the same deal),
- * rank r writes `optim-<r>-of-<N>.safetensors` (an ordinary skpo-adamw-1 file
- * holding just its parameters' moments and masters), and rank 0 writes
- * `optim.index.json` {"format": "skpo-adamw-shards-1", "shards": N, "t": T}
- * after all of them and notes "optimizer_shards": N in trainer_state.json. A
- * reader with any number of ranks loads every shard (upd_load: each rank reads
- * all of them, since every CPU rank holds the whole state).
- * The device optimizer (ZeRO-1) still gathers to rank 0's single file.
+ * shard.c - a checkpoint written by every rank of the update server in
+ * parallel (checkpoint.h, "written by N ranks"):
+ *   weights    the parameters are dealt out to the N ranks (largest first to
+ *              the least loaded, ties by index: every rank computes the same
+ *              deal); rank r writes its tensors as the Hugging Face shard
+ *              model-<r+1>-of-<N>.safetensors, rank 0 the index, so HF
+ *              loaders and skpo_model_load read the folder as it is.
+ *   optimizer  (durable steps) rank r writes the flat range
+ *              skpo_optim_zero_range(r, N) of the state, exactly the slice a
+ *              ZeRO-1 device optimizer holds on that rank (a CPU rank holds
+ *              everything and copies that slice): optim-<r>-of-<N>.safetensors,
+ *              an ordinary skpo-adamw-1 file whose tensors are the parameters
+ *              in the range, a parameter cut by the range's ends named
+ *              "<name>[i:j]" (its elements i..j-1); rank 0 then writes
+ *              optim.index.json {"format": "skpo-adamw-shards-2", "shards":
+ *              N, "t": T, "numel": P}. No rank gathers another's state.
+ * A reader with any number of ranks loads every shard into the host state
+ * (upd_load; to_device then keeps each rank's slice). The per-parameter deal
+ * of the state of earlier builds (skpo-adamw-shards-1) is still read.
  */
 #define _GNU_SOURCE
 #include "tool.h"
@@ -18,7 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHARD_FORMAT "skpo-adamw-shards-1"
+#define SHARD_FORMAT "skpo-adamw-shards-2"
+#define SHARD_FORMAT_DEAL "skpo-adamw-shards-1"   // per-parameter deal (read only)
 
 int upd_have_optim_shards(const char *dir) {
     char *p = skpo_path_join(dir, UPD_SHARD_INDEX);
@@ -109,36 +118,136 @@ static skpo_status write_json(const char *path, json_t *j, skpo_err *err) {
     return st;
 }
 
-skpo_status upd_save_optim_shards(skpo_comm *c, const char *dir, skpo_model *m, const skpo_optim *o, skpo_err *err) {
+// --- flat ranges ------------------------------------------------------------------
+
+// o and p restricted to flat [a, b): pieces of the parameters, their moments
+// at hm / hv + (x - a) when given (a writer's copied range), else inside o's
+// own arrays (a reader's). Cut parameters get names of their own (owned[k]).
+typedef struct rview {
+    view w;
+    char *owned;
+} rview;
+
+static void view_range(const skpo_optim *o, const skpo_param *p, int np, size_t a, size_t b, float *hm, float *hv,
+                       rview *v) {
+    memset(v, 0, sizeof *v);
+    v->w.o.cfg = o->cfg;
+    v->w.o.t = o->t;
+    size_t cap = (size_t)np + 1;
+    v->w.o.names = skpo_xcalloc(cap, sizeof *v->w.o.names);
+    v->w.o.numel = skpo_xcalloc(cap, sizeof *v->w.o.numel);
+    v->w.o.m = skpo_xcalloc(cap, sizeof *v->w.o.m);
+    v->w.o.v = skpo_xcalloc(cap, sizeof *v->w.o.v);
+    v->w.p = skpo_xcalloc(cap, sizeof *v->w.p);
+    v->owned = skpo_xcalloc(cap, 1);
+    size_t off = 0;
+    for (int i = 0; i < np; off += p[i].numel, i++) {
+        size_t x = off > a ? off : a, y = off + p[i].numel < b ? off + p[i].numel : b;
+        if (x >= y) continue;
+        int k = v->w.o.n++;
+        char *name = o->names[i];
+        if (y - x != p[i].numel) {
+            size_t len = strlen(name) + 48;
+            name = skpo_xmalloc(len);
+            snprintf(name, len, "%s[%zu:%zu]", o->names[i], x - off, y - off);
+            v->owned[k] = 1;
+        }
+        v->w.o.names[k] = name;
+        v->w.o.numel[k] = y - x;
+        v->w.o.m[k] = hm ? hm + (x - a) : o->m[i] + (x - off);
+        v->w.o.v[k] = hv ? hv + (x - a) : o->v[i] + (x - off);
+        v->w.p[k] = p[i];
+        v->w.p[k].name = name;
+        v->w.p[k].data = p[i].data + (x - off);
+        v->w.p[k].numel = y - x;
+    }
+}
+
+static void rview_free(rview *v) {
+    for (int k = 0; k < v->w.o.n; k++)
+        if (v->owned[k]) free(v->w.o.names[k]);
+    free(v->owned);
+    view_free(&v->w);
+}
+
+static size_t flat_total(const skpo_param *p, int np) {
+    size_t t = 0;
+    for (int i = 0; i < np; i++) t += p[i].numel;
+    return t;
+}
+
+// This rank's shard of the optimizer state into dir.
+static skpo_status save_optim_range(skpo_comm *c, const char *dir, skpo_model *m, const skpo_optim *o, skpo_err *err) {
     skpo_param *p;
     int np = skpo_model_params(m, &p);
-    SKPO_ASSERT(np == o->n && !o->dev);
-    int *owner = deal(p, np, c->size);
-    view v;
-    view_make(o, p, np, owner, c->rank, &v);
+    SKPO_ASSERT(np == o->n);
+    size_t a, b;
+    skpo_optim_zero_range(flat_total(p, np), c->rank, c->size, &a, &b);
+    int masters = skpo_model_src_dtype(m) != SKPO_DT_F32;
+    float *hm, *hv;
+    skpo_status st = skpo_optim_copy_range(o, a, b, &hm, &hv, err);
+    if (st) return st;
+    if (masters) st = skpo_model_sync_host_range(m, a, b, err);   // the range's fp32 masters (device: d2h)
+    rview v;
+    view_range(o, p, np, a, b, hm, hv, &v);
     char *path = shard_path(dir, c->rank, c->size);
-    skpo_status st = skpo_optim_save(&v.o, v.p, skpo_model_src_dtype(m) != SKPO_DT_F32, path, err);
+    if (!st) st = skpo_optim_save(&v.w.o, v.w.p, masters, path, err);
     free(path);
-    view_free(&v);
-    free(owner);
-    st = skpo_comm_agree(c, st, err);
-    if (st || c->rank != 0) return st;
-    char *ip = skpo_path_join(dir, UPD_SHARD_INDEX), *tp = skpo_path_join(dir, SKPO_TRAINER_FILE);
-    json_t *j = json_pack("{sssisI}", "format", SHARD_FORMAT, "shards", c->size, "t", (json_int_t)o->t);
-    st = write_json(ip, j, err);
-    json_decref(j);
-    json_error_t je;
-    json_t *ts = st ? NULL : json_load_file(tp, 0, &je);
-    if (!st && !ts) st = skpo_err_set(err, SKPO_EFORMAT, "'%s': %s", tp, je.text);
-    if (!st) {
-        json_object_del(ts, "optimizer_state");
-        json_object_set_new(ts, "optimizer_shards", json_integer(c->size));
-        st = write_json(tp, ts, err);
-    }
-    json_decref(ts);
-    free(ip);
-    free(tp);
+    rview_free(&v);
+    free(hm);
+    free(hv);
     return st;
+}
+
+static skpo_status write_optim_index(const char *dir, const skpo_optim *o, int n, size_t total, skpo_err *err) {
+    char *ip = skpo_path_join(dir, UPD_SHARD_INDEX);
+    json_t *j = json_pack("{sssisIsI}", "format", SHARD_FORMAT, "shards", n, "t", (json_int_t)o->t, "numel",
+                          (json_int_t)total);
+    skpo_status st = write_json(ip, j, err);
+    json_decref(j);
+    free(ip);
+    return st;
+}
+
+skpo_status upd_save_parallel(skpo_comm *c, const upd_args *s, skpo_model *m, const skpo_optim *o, int durable,
+                              const skpo_trainer_state *ts, double lr, skpo_err *err) {
+    char *tmp = NULL;
+    size_t len = 0;
+    skpo_status st = c->rank == 0 ? skpo_checkpoint_parts_begin(s->out, &tmp, err) : SKPO_OK;
+    if ((st = skpo_comm_agree(c, st, err))) return st;
+    if (c->rank == 0) len = strlen(tmp) + 1;
+    if ((st = skpo_comm_bcast_bytes(c, &tmp, &len, 0, err))) {
+        free(tmp);
+        return st;
+    }
+    skpo_param *p;
+    int np = skpo_model_params(m, &p);
+    int *owner = deal(p, np, c->size);
+    skpo_dtype dt = skpo_model_src_dtype(m);
+    st = skpo_checkpoint_save_part(tmp, m, dt, owner, c->rank, c->size, err);
+    if (!st && durable) st = save_optim_range(c, tmp, m, o, err);
+    st = skpo_comm_agree(c, st, err);
+    if (c->rank == 0) {
+        if (!st && durable) st = write_optim_index(tmp, o, c->size, flat_total(p, np), err);
+        st = skpo_checkpoint_parts_commit(st, s->out, tmp, s->model, m, dt, owner, c->size, ts, durable ? c->size : 0,
+                                          lr, err);
+    }
+    free(owner);
+    free(tmp);
+    return skpo_comm_agree(c, st, err);
+}
+
+// Shard r's view of o: the flat range (shards-2) or the deal (shards-1).
+static void shard_view(const int *owner, const skpo_optim *o, const skpo_param *p, int np, int r, int n, rview *v) {
+    if (owner) {
+        memset(v, 0, sizeof *v);
+        view_make(o, p, np, owner, r, &v->w);
+        v->owned = skpo_xcalloc((size_t)np + 1, 1);
+        return;
+    }
+    size_t a, b;
+    skpo_optim_zero_range(flat_total(p, np), r, n, &a, &b);
+    view_range(o, p, np, a, b, NULL, NULL, v);
 }
 
 skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
@@ -148,29 +257,33 @@ skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p,
     json_t *j = json_load_file(ip, 0, &je);
     skpo_status st = SKPO_OK;
     const char *fmt = json_string_value(json_object_get(j, "format"));
-    json_t *ns = json_object_get(j, "shards");
+    json_t *ns = json_object_get(j, "shards"), *nt = json_object_get(j, "numel");
+    int ranged = fmt && !strcmp(fmt, SHARD_FORMAT);
     if (!j) st = skpo_err_set(err, SKPO_EFORMAT, "'%s': %s", ip, je.text);
-    else if (!fmt || strcmp(fmt, SHARD_FORMAT) || !json_is_integer(ns) || json_integer_value(ns) < 1 ||
+    else if (!fmt || (!ranged && strcmp(fmt, SHARD_FORMAT_DEAL)) || !json_is_integer(ns) || json_integer_value(ns) < 1 ||
              json_integer_value(ns) > 1 << 20)
         st = skpo_err_set(err, SKPO_EFORMAT, "'%s' is not a %s index", ip, SHARD_FORMAT);
+    else if (ranged && (!json_is_integer(nt) || (size_t)json_integer_value(nt) != flat_total(p, np)))
+        st = skpo_err_set(err, SKPO_EFORMAT, "'%s' holds the state of %lld parameters, the model has %zu", ip,
+                          json_is_integer(nt) ? (long long)json_integer_value(nt) : -1LL, flat_total(p, np));
     int n = st ? 0 : (int)json_integer_value(ns);
     json_decref(j);
     free(ip);
-    int *owner = st ? NULL : deal(p, np, n);
+    int *owner = st || ranged ? NULL : deal(p, np, n);
     *used_master = 1;
     for (int r = 0; !st && r < n; r++) {
-        view v;
-        view_make(o, p, np, owner, r, &v);
+        rview v;
+        shard_view(owner, o, p, np, r, n, &v);
         char *path = shard_path(dir, r, n);
         int used = 0;
-        st = skpo_optim_load(&v.o, v.p, dtype, path, &used, err);
-        if (!st && r > 0 && v.o.t != o->t)
+        st = skpo_optim_load(&v.w.o, v.w.p, dtype, path, &used, err);
+        if (!st && r > 0 && v.w.o.t != o->t)
             st = skpo_err_set(err, SKPO_EFORMAT, "'%s' says %lld optimizer updates, shard 0 %lld", path,
-                              (long long)v.o.t, (long long)o->t);
-        if (!st) o->t = v.o.t;
-        *used_master = *used_master && (used || v.o.n == 0);
+                              (long long)v.w.o.t, (long long)o->t);
+        if (!st) o->t = v.w.o.t;
+        *used_master = *used_master && (used || v.w.o.n == 0);
         free(path);
-        view_free(&v);
+        rview_free(&v);
     }
     free(owner);
     return st;

@@ -36,6 +36,7 @@ typedef struct upd_args {
     char *lora_base;      // absolute path of the frozen base the adapter belongs to
     const char *serve;    // --serve DIR: a trainer for the whole run (serve.c)
     int weights_only;     // --weights-only: no optimizer state in --out (the server keeps it)
+    int offload;          // --offload: (--serve, cuda) trainer state in host memory between steps
 } upd_args;
 
 // Parse argv (exits 2 on a usage error, 0 after --help).
@@ -89,10 +90,11 @@ void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const sk
 #define UPD_SHARD_INDEX "optim.index.json"
 // Does dir hold a per-rank optimizer state (optim.index.json + shard files)?
 int upd_have_optim_shards(const char *dir);
-// Collective: rank r writes its deal of o's parameters to dir (CPU optimizer,
-// replicated on every rank); rank 0 then writes the index and marks
-// trainer_state.json (which must exist: save the weights-only checkpoint first).
-skpo_status upd_save_optim_shards(skpo_comm *c, const char *dir, skpo_model *m, const skpo_optim *o, skpo_err *err);
+// Collective: the step's checkpoint s->out written by every rank in parallel
+// (shard.c): each rank its HF weights shard and, when durable, its range of
+// the optimizer state (CPU or device, ZeRO-1 or not); rank 0 commits.
+skpo_status upd_save_parallel(skpo_comm *c, const upd_args *s, skpo_model *m, const skpo_optim *o, int durable,
+                              const skpo_trainer_state *ts, double lr, skpo_err *err);
 // Load every shard of dir into o (as skpo_optim_load does for one file).
 skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
                                   int *used_master, skpo_err *err);
