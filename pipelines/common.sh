@@ -63,17 +63,20 @@ stage_sample_segment() {
     --cut "${CUT:-adaptive}" --select "${SELECT:-median}" $([ "${REWARD_UP:-mc}" = self ] && echo --self) \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"} \
-    ${RHO_RESCORE:+--rescore} "$@"
+    ${RHO_RESCORE:+--rescore} ${SHARE_WEIGHTS:+--export-weights "$(weights_ipc)"} "$@"
 }
-# stage_sample_n K: K whole responses for every prompt of the step's draw (draw_prompts).
+# weights_ipc: with SHARE_WEIGHTS, the handle file through which this shard's
+# sampler lends its device weights to its splice (one weights load per GPU).
+weights_ipc() { echo "$TMPD/weights.${SHARD_I:-0}.ipc"; }
+# stage_sample_n K [FLAGS]: K whole responses for every prompt of the step's draw (draw_prompts).
 stage_sample_n() {
   skpo-sample --model "$CK" --prompts "$TMPD/prompts.msgpack.zst" --n "$1" \
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
-    --step "$STEP" ${THREADS:+--threads "$THREADS"}
+    --step "$STEP" ${THREADS:+--threads "$THREADS"} "${@:2}"
 }
 stage_splice() {
   skpo-splice --model "$CK" --group "$G" --layout "${LAYOUT:-skip}" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
-    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"}
+    --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" ${THREADS:+--threads "$THREADS"} ${SHARE_WEIGHTS:+--import-weights "$(weights_ipc)"}
 }
 # stage_reward [flags]: the flags (DAPO's --overlong) go to skpo-reward only; a
 # swapped-in REWARD_CMD runs as given (it owns its shaping) and a note says so.
@@ -150,27 +153,56 @@ nshards() { if [ "${GPUS:-0}" -gt 0 ]; then echo "$GPUS"; else echo "${RANKS:-1}
 gpu_of() {
   if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then printf '%s' "$CUDA_VISIBLE_DEVICES" | cut -d, -f$(($1 + 1)); else echo "$1"; fi
 }
-# shard_segments OUT: `skpo-sample --segment --shard I/N | skpo-splice` for each
-# of nshards shards in parallel (shard I on GPU I with GPUS), concatenated in
-# shard order into OUT: the unsharded stream (every shard draws the same
-# prompts and keeps its slice, the sampler writes in draw order, splice keeps
-# input order, seeds are per prompt and record). Logs: sample.I.err, splice.I.err.
-shard_segments() {
-  local n i rc=0 pids=() L=$TMPD/logs
-  n=$(nshards)
+# sharded: is the sampling stage run as several shards? (nshards > 1 on this node, or NODES > 1)
+sharded() { [ "$(nshards)" -gt 1 ] || [ "${NODES:-1}" -gt 1 ]; }
+# sample_shards OUT FN ARGS...: the sampling stage `FN ARGS --shard I/N` (a stage_sample_*
+# function; stage_sample_segment is piped into stage_splice) as N shards in parallel, each
+# one `pipelines/shard.sh RUN STEP FN ARGS` writing $TMPD/shard.I.msgpack.zst, concatenated
+# in shard order into OUT: the unsharded stream (every shard draws the same prompts and
+# keeps its slice, the sampler writes in draw order, splice keeps input order, seeds are
+# per prompt and record). One node: nshards local processes (shard I on GPU I with GPUS).
+# NODES > 1: nranks processes started by the launcher (mpirun --hostfile, srun in the
+# allocation), each taking its shard from its launcher rank and its GPU from its local
+# rank; the run folder is on the filesystem every node sees. Logs: sample.I.err, splice.I.err.
+sample_shards() {
+  local out=$1 n i rc=0 pids=(); shift
+  if [ "${NODES:-1}" -gt 1 ]; then
+    n=$(nranks)
+    launcher
+    "${LAUNCH[@]}" bash "$PIPE/shard.sh" "$RUN" "$STEP" "$@" || rc=1
+  else
+    n=$(nshards)
+    for ((i = 0; i < n; i++)); do
+      SKPO_SHARD=$i/$n bash "$PIPE/shard.sh" "$RUN" "$STEP" "$@" &
+      pids+=($!)
+    done
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  fi
+  [ "$rc" = 0 ] || { echo "skpo-pipeline: step $STEP: a sampling shard failed (logs in $TMPD/logs: sample.I.err)" >&2; return 1; }
   for ((i = 0; i < n; i++)); do
-    (
-      [ "${GPUS:-0}" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(gpu_of "$i")
-      timed sample stage_sample_segment --shard "$i/$n" 2>"$L/sample.$i.err" \
-        | timed splice stage_splice 2>"$L/splice.$i.err" >"$TMPD/shard.$i.msgpack.zst"
-      check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
-    ) &
-    pids+=($!)
+    [ -f "$TMPD/shard.$i.msgpack.zst" ] || { echo "skpo-pipeline: step $STEP: sampling shard $i of $n wrote nothing" >&2; return 1; }
   done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
-  [ "$rc" = 0 ] || return 1
-  for ((i = 0; i < n; i++)); do cat "$TMPD/shard.$i.msgpack.zst"; done >"$1" || return 1
+  for ((i = 0; i < n; i++)); do cat "$TMPD/shard.$i.msgpack.zst"; done >"$out" || return 1
   rm -f "$TMPD"/shard.*.msgpack.zst
+}
+# shard_segments OUT: SKPO's `skpo-sample --segment --shard I/N | skpo-splice` shards into OUT.
+shard_segments() { sample_shards "$1" stage_sample_segment; }
+# one_shard I N FN ARGS...: shard I of N of the sampling stage on stdout (shard.sh runs it).
+one_shard() {
+  local i=$1 n=$2 fn=$3 L=$TMPD/logs SHARD_I=$1; shift 3
+  if [ "$fn" = stage_sample_segment ]; then
+    timed sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err" | timed splice stage_splice 2>>"$L/splice.$i.err"
+    check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
+  else
+    timed sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err"
+    check_pipe "sample.$i" -- $?
+  fi
+}
+# sampled FN ARGS...: the baselines' sampling stage on stdout: `timed sample FN ARGS` as one
+# process, or its shards (sample_shards) concatenated when sharded.
+sampled() {
+  sharded || { timed sample "$@"; return; }
+  sample_shards "$TMPD/sampled.msgpack.zst" "$@" && cat "$TMPD/sampled.msgpack.zst" && rm -f "$TMPD/sampled.msgpack.zst"
 }
 # check_devices: the run's ranks and GPUs exist before any work starts.
 check_devices() {
@@ -310,12 +342,12 @@ draw_prompts() {
   shuf --random-source=<(yes "$(seed_of_step)") "$all" | awk -v a="$((r * $1))" -v b="$(((r + 1) * $1))" 'NR > a && NR <= b' \
     | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" || die "step $STEP: cannot draw prompts"
 }
-# stage_sample_n_prio K B: K whole responses for each of B prompts drawn by the
+# stage_sample_n_prio K B [FLAGS]: K whole responses for each of B prompts drawn by the
 # tracker's prioritized sampling (SPO's prompt selection, as SKPO's sampler does).
 stage_sample_n_prio() {
   skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --n "$1" --prompts-per-step "$2" \
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
-    --step "$STEP" ${THREADS:+--threads "$THREADS"} ${RHO_RESCORE:+--rescore}
+    --step "$STEP" ${THREADS:+--threads "$THREADS"} ${RHO_RESCORE:+--rescore} "${@:3}"
 }
 # GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), the
 # lowest and highest reward (lo, hi; pids in first-seen order in order[1..n]);
@@ -351,7 +383,7 @@ full_step() {
   local mode=$1; shift
   local L=$TMPD/logs
   draw_prompts "$PROMPTS"
-  timed sample stage_sample_n "$G" 2>"$L/sample.err" \
+  sampled stage_sample_n "$G" 2>"$L/sample.err" \
     | timed reward stage_reward 2>"$L/reward.err" \
     | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
     | timed advantage stage_advantage "$mode" 2>"$L/advantage.err" \
@@ -373,19 +405,22 @@ seed_state() {
 
 # begin_step RUN: set STEP/CK/OUT/ST/TMPD for the step after the last committed one.
 begin_step() {
-  RUN=$1
-  load_config "$RUN"
-  local prev; prev=$(last_step "$RUN")
-  STEP=$((prev + 1))
-  CK="$RUN/ckpt/$prev"
-  [ -f "$CK/config.json" ] || [ -f "$CK/adapter_config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
-  TMPD="$RUN/tmp/$STEP"
+  enter_step "$1" $(($(last_step "$1") + 1))
   rm -rf "$TMPD"
   mkdir -p "$TMPD/logs"
+  if [ -d "$RUN/state/$((STEP - 1))" ]; then cp -r "$RUN/state/$((STEP - 1))" "$ST"; else seed_state "$ST"; fi
+  STEP_T0=$(date +%s.%N)
+}
+
+# enter_step RUN N: the config and STEP/CK/OUT/ST/TMPD of step N (begun: the shards' view).
+enter_step() {
+  RUN=$1 STEP=$2
+  load_config "$RUN"
+  CK="$RUN/ckpt/$((STEP - 1))"
+  [ -f "$CK/config.json" ] || [ -f "$CK/adapter_config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
+  TMPD="$RUN/tmp/$STEP"
   OUT="$TMPD/ckpt"
   ST="$TMPD/state"
-  if [ -d "$RUN/state/$prev" ]; then cp -r "$RUN/state/$prev" "$ST"; else seed_state "$ST"; fi
-  STEP_T0=$(date +%s.%N)
 }
 
 # check_pipe NAMES... -- STATUSES...: after a pipeline, name the stage that failed

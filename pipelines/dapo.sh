@@ -7,7 +7,8 @@
 # prompts are drawn, PROMPTS at a time, until PROMPTS groups have mixed rewards
 # or DAPO_MAX_ROUNDS rounds ran, as verl's max_num_gen_batches; the informative
 # groups beyond PROMPTS are dropped, the all-equal ones go on for skpo-advantage
-# to count and drop) and Clip-Higher.
+# to count and drop) and Clip-Higher. Each round's sampler is sharded over RANKS /
+# GPUS / NODES as the other steps (common.sh's sampled).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/dapo.sh RUN_DIR" >&2; exit 2; }
@@ -19,7 +20,7 @@ round=0 have=0
 while [ "$round" -lt "${DAPO_MAX_ROUNDS:-10}" ] && [ "$have" -lt "$PROMPTS" ]; do
   draw_prompts "$PROMPTS" "$round"
   [ "$(skpo-cat --count "$TMPD/prompts.msgpack.zst")" -gt 1 ] || break # only its meta: data used up
-  timed sample stage_sample_n "$G" 2>>"$L/sample.err" \
+  sampled stage_sample_n "$G" 2>>"$L/sample.err" \
     | timed reward stage_reward --overlong "$MAX_TOKENS:$OVERLONG_CACHE" 2>>"$L/reward.err" >>"$POOL"
   check_pipe sample reward -- "${PIPESTATUS[@]}" || exit 1
   round=$((round + 1))

@@ -9,8 +9,8 @@
 # rollouts are teed after the reward so `skpo-cat --view` shows what was rewarded. Reads the
 # last committed step of RUN_DIR and commits the next one only if every stage
 # succeeded (see common.sh); on failure it names the stage and exits 1.
-# With RANKS or GPUS > 1 sample | splice run as that many shards in parallel
-# (shard_segments) and the rest of the pipeline reads their concatenation.
+# With RANKS or GPUS > 1 (or NODES > 1) sample | splice run as that many shards in
+# parallel (shard_segments) and the rest of the pipeline reads their concatenation.
 # Swap the reward stage with REWARD_CMD (config or environment), e.g.
 #   REWARD_CMD='skpo-reward --verifier dapo' pipelines/step.sh run/
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh demo.sh` (make) re-runs under bash
@@ -18,7 +18,7 @@
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
 L=$TMPD/logs
-if [ "$(nshards)" -gt 1 ]; then  # RANKS / GPUS > 1: sample and splice sharded (common.sh)
+if sharded; then  # RANKS / GPUS / NODES > 1: sample and splice sharded (common.sh)
   shard_segments "$TMPD/spliced.msgpack.zst" || exit 1
   timed reward stage_reward <"$TMPD/spliced.msgpack.zst" 2>"$L/reward.err" \
     | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \

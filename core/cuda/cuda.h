@@ -38,6 +38,16 @@ skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *w
 void skpo_cuda_dfree(void *p);
 skpo_status skpo_cuda_h2d(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
 skpo_status skpo_cuda_d2h(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+// CUDA IPC (docs/scaling.md "One weights load per sampling GPU"): a 64-byte handle
+// to the device allocation p that another process on the same GPU maps with
+// skpo_cuda_ipc_open (and unmaps with skpo_cuda_ipc_close before it exits; the
+// exporter keeps p allocated until then). skpo_cuda_pci_id names the context's
+// GPU as the driver does ("0000:1b:00.0"), which both sides compare.
+enum { SKPO_CUDA_IPC_BYTES = 64 };
+skpo_status skpo_cuda_ipc_export(skpo_cuda *c, const void *p, unsigned char handle[SKPO_CUDA_IPC_BYTES], skpo_err *err);
+skpo_status skpo_cuda_ipc_open(skpo_cuda *c, const unsigned char handle[SKPO_CUDA_IPC_BYTES], void **p, skpo_err *err);
+void skpo_cuda_ipc_close(void *p);
+skpo_status skpo_cuda_pci_id(skpo_cuda *c, char *out, int len, skpo_err *err);
 skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t bytes, skpo_err *err);
 skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *err);
 

@@ -73,6 +73,35 @@ extern "C" size_t skpo_cuda_mem_free(skpo_cuda *c) {
     return f;
 }
 
+static_assert(sizeof(cudaIpcMemHandle_t) == SKPO_CUDA_IPC_BYTES, "cudaIpcMemHandle_t is not 64 bytes");
+
+extern "C" skpo_status skpo_cuda_ipc_export(skpo_cuda *c, const void *p, unsigned char handle[SKPO_CUDA_IPC_BYTES],
+                                            skpo_err *err) {
+    cudaIpcMemHandle_t h;
+    CU(cudaSetDevice(c->device), err);
+    CU(cudaIpcGetMemHandle(&h, (void *)p), err);
+    memcpy(handle, &h, sizeof h);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_ipc_open(skpo_cuda *c, const unsigned char handle[SKPO_CUDA_IPC_BYTES], void **p,
+                                          skpo_err *err) {
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    CU(cudaSetDevice(c->device), err);
+    CU(cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess), err);
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_ipc_close(void *p) {
+    if (p && cudaIpcCloseMemHandle(p) != cudaSuccess) cudaGetLastError();
+}
+
+extern "C" skpo_status skpo_cuda_pci_id(skpo_cuda *c, char *out, int len, skpo_err *err) {
+    CU(cudaDeviceGetPCIBusId(out, len, c->device), err);
+    return SKPO_OK;
+}
+
 extern "C" skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err) {
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {

@@ -6,8 +6,11 @@
 
 #include "model/lora.h"
 
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void add_eos(skpo_rollout *r, int32_t id) {
     if (id < 0) return;
@@ -22,14 +25,55 @@ void skpo_rollout_opts_default(skpo_rollout_opts *o) {
     o->sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
 }
 
+// The importer: wait for the handle file (the exporter writes it before any
+// output, so readable input without it means none is coming), then map it.
+// 1 when r->model holds the borrowed weights; 0 (with a note) to load as usual.
+static int import_weights(const skpo_rollout_opts *o, const skpo_model_opts *mo, skpo_rollout *r) {
+    // CPU: nothing is lent (the tools share the checkpoint through the page cache)
+    if (mo->device != SKPO_DEV_CUDA) return 0;
+    const char *why = NULL;
+    skpo_err e = {0};
+    if (o->adapter || skpo_lora_is_adapter_dir(o->model_dir)) why = "a LoRA adapter is merged at load";
+    while (!why && !skpo_path_exists(o->import_weights)) {
+        struct pollfd p = {.fd = o->wait_fd, .events = POLLIN};
+        if (poll(&p, 1, 20) > 0 && !skpo_path_exists(o->import_weights)) why = "the sampler wrote no handle before its output";
+    }
+    if (!why && skpo_model_load_shared(o->model_dir, o->import_weights, mo, &r->model, &e) == SKPO_OK) return 1;
+    fprintf(stderr, "%s: note: loading '%s' itself, not the lent weights: %s\n", skpo_progname(), o->model_dir,
+            why ? why : e.msg);
+    return 0;
+}
+
+// The exporter: lend the weights when the output is a pipe (its reader's exit
+// ends the loan); a `none` file otherwise, so the importer does not wait.
+static void export_weights(const skpo_rollout_opts *o, skpo_rollout *r) {
+    struct stat st;
+    skpo_err e = {0};
+    if (fstat(o->hold_fd, &st) || !S_ISFIFO(st.st_mode)) {
+        skpo_weights_handle h = {0};
+        snprintf(h.none, sizeof h.none, "the sampler's output is not a pipe (nobody to hold the weights for)");
+        if (skpo_weights_handle_write(o->export_weights, &h, &e) == SKPO_OK) return;
+    } else if (skpo_model_export_weights(r->model, o->model_dir, o->export_weights, &e) == SKPO_OK) {
+        r->lent_fd = o->hold_fd;
+        return;
+    } else if (skpo_model_device(r->model) != SKPO_DEV_CUDA) {
+        return;  // CPU: the `none` file says why; nothing to note
+    }
+    fprintf(stderr, "%s: note: not lending the weights: %s\n", skpo_progname(), e.msg);
+}
+
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err) {
     memset(r, 0, sizeof *r);
+    r->lent_fd = -1;
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};
     skpo_status st = skpo_device_parse(o->device, &mo.device, err);
     if (st != SKPO_OK) return st;
     // LoRA: merged into the base once at load (no per-token cost; lora.h).
-    st = skpo_lora_model_load(o->model_dir, o->adapter, &mo, 1, &r->model, NULL, err);
-    if (st != SKPO_OK) return st;
+    if (!o->import_weights || !import_weights(o, &mo, r)) {
+        st = skpo_lora_model_load(o->model_dir, o->adapter, &mo, 1, &r->model, NULL, err);
+        if (st != SKPO_OK) return st;
+    }
+    if (o->export_weights) export_weights(o, r);
     const skpo_config *c = skpo_model_config(r->model);
     r->ctx = c->max_position_embeddings;
     r->vocab = c->vocab_size;
@@ -68,6 +112,22 @@ skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_
                         .sample = o->sample, .eos = r->eos, .n_eos = r->n_eos, .stop = r->stop, .dev = r->gdev};
     r->gen = skpo_gen_new(&go);
     return SKPO_OK;
+}
+
+void skpo_rollout_hold(skpo_rollout *r) {
+    if (r->lent_fd < 0) return;
+    skpo_gen_free(r->gen);
+    if (r->gdev) skpo_gen_dev_free(r->gdev);
+    if (r->kv) skpo_kv_free(r->kv);
+    r->gen = NULL, r->gdev = NULL, r->kv = NULL;
+    skpo_wait_reader_gone(r->lent_fd);
+    r->lent_fd = -1;
+}
+
+void skpo_wait_reader_gone(int fd) {
+    // A pipe's writer sees POLLERR once no reader is left; no other event is asked for.
+    struct pollfd p = {.fd = fd, .events = 0};
+    while (poll(&p, 1, -1) < 0 || !(p.revents & (POLLERR | POLLHUP | POLLNVAL))) p.revents = 0;
 }
 
 void skpo_rollout_close(skpo_rollout *r) {

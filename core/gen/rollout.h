@@ -35,6 +35,16 @@ typedef struct skpo_rollout_opts {
     skpo_sample_params sample;
     const char *const *stops;   // (n_stops)
     int n_stops;
+    // One weights load per GPU (model.h "weights_share"): the exporter lends its
+    // device weights through the handle file export_weights until the reader of
+    // hold_fd (its output pipe) is gone; an importer maps them from
+    // import_weights, waiting for the file until wait_fd (its input, which the
+    // exporter writes only after exporting) is readable. Either side falls back
+    // to the ordinary load with a note on stderr.
+    const char *export_weights;
+    int hold_fd;
+    const char *import_weights;
+    int wait_fd;
 } skpo_rollout_opts;
 
 // The defaults the rows below document: 64 sequences at once, 3072 new
@@ -43,6 +53,12 @@ void skpo_rollout_opts_default(skpo_rollout_opts *o);
 
 // The option rows of every tool that samples (skpo-sample, skpo-splice), each
 // writing straight into the skpo_rollout_opts `ro` (base/cli.h row macros).
+// The weights-sharing rows: skpo-sample lends, skpo-splice borrows.
+#define SKPO_ROLLOUT_EXPORT_ROW(ro) \
+    SKPO_OPT_STR("export-weights", 0, &(ro).export_weights, "FILE", "lend the device weights to the next tool on this GPU through handle FILE (held until stdout's reader exits)")
+#define SKPO_ROLLOUT_IMPORT_ROW(ro) \
+    SKPO_OPT_STR("import-weights", 0, &(ro).import_weights, "FILE", "map the device weights lent through handle FILE (skpo-sample --export-weights) instead of loading them")
+
 #define SKPO_ROLLOUT_OPT_ROWS(ro)                                                                                      \
     SKPO_OPT_STR("model", 0, &(ro).model_dir, "DIR", "checkpoint folder (config.json, safetensors; or a LoRA adapter folder)"), \
     SKPO_OPT_STR("adapter", 0, &(ro).adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),      \
@@ -69,11 +85,18 @@ typedef struct skpo_rollout {
     int ctx;                    // max_position_embeddings
     int vocab;
     int bos;                    // config bos_token_id, -1 none
+    int lent_fd;                // the weights are lent until this fd's reader is gone (-1: not lent)
 } skpo_rollout;
 
 // Open everything; on failure err names the file or setting.
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err);
 void skpo_rollout_close(skpo_rollout *r);
+// With the weights lent (export_weights): frees the engine and KV cache, then
+// waits until the importer is gone (the reader of hold_fd closed it); else
+// returns at once. Call after the last output is written, before close.
+void skpo_rollout_hold(skpo_rollout *r);
+// Block until fd (the write end of a pipe) has no reader left.
+void skpo_wait_reader_gone(int fd);
 
 uint64_t skpo_rollout_seed(uint64_t seed, int64_t step, const char *tag, const char *id, uint64_t index);
 

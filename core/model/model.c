@@ -10,10 +10,14 @@
 #include "base/rng.h"
 #include "model/safetensors.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // --- parameter table --------------------------------------------------------------------
 
@@ -190,6 +194,58 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
     return SKPO_OK;
 }
 
+skpo_status skpo_model_export_weights(const skpo_model *m, const char *dir, const char *path, skpo_err *err) {
+    skpo_weights_handle h = {.pid = (long)getpid(), .numel = m->numel};
+    skpo_status s = skpo_weights_identity(dir, h.weights, err);
+    if (!s) {
+        if (m->be->export_weights) s = m->be->export_weights(m, &h, err);
+        else s = skpo_err_set(err, SKPO_EUNSUPPORTED, "the %s backend has no device weights to share (the other "
+                              "tools read the same files through the page cache)", m->be->name);
+    }
+    if (s) snprintf(h.none, sizeof h.none, "%.190s", err->msg);
+    skpo_err werr = {0};
+    skpo_status ws = skpo_weights_handle_write(path, &h, &werr);
+    if (ws) *err = werr;
+    return ws ? ws : s;
+}
+
+skpo_status skpo_model_load_shared(const char *dir, const char *path, const skpo_model_opts *o, skpo_model **out,
+                                   skpo_err *err) {
+    skpo_weights_handle h;
+    skpo_status s = skpo_weights_handle_read(path, &h, err);
+    if (s) return s;
+    if (h.none[0]) return skpo_err_set(err, SKPO_ENOTFOUND, "'%s' holds no weights: %s", path, h.none);
+    if (kill((pid_t)h.pid, 0) && errno == ESRCH)
+        return skpo_err_set(err, SKPO_ENOTFOUND, "the process %ld that exported '%s' is gone", h.pid, path);
+    char id[48];
+    if ((s = skpo_weights_identity(dir, id, err))) return s;
+    if (strcmp(id, h.weights))
+        return skpo_err_set(err, SKPO_ERANGE, "'%s' holds the weights of another checkpoint than '%s' (identity %s, not %s)",
+                            path, dir, h.weights, id);
+    if (!o || o->device != SKPO_DEV_CUDA || o->trainable)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "shared weights are for inference on a CUDA device");
+    skpo_config c;
+    char *cp = skpo_path_join(dir, "config.json");
+    s = skpo_config_load(cp, &c, err);
+    free(cp);
+    if (s) return s;
+    skpo_model *m = model_alloc(&c, o, &s, err);
+    if (!m) return s;
+    if (m->numel != h.numel)
+        s = skpo_err_set(err, SKPO_ERANGE, "'%s' holds %zu parameters, '%s' has %zu", path, h.numel, dir, m->numel);
+    else if (!m->be->open_shared)
+        s = skpo_err_set(err, SKPO_EUNSUPPORTED, "the %s backend cannot map shared weights", m->be->name);
+    else
+        s = m->be->open_shared(m, &h, err);
+    if (s) {
+        skpo_model_free(m);
+        return s;
+    }
+    *out = m;
+    return SKPO_OK;
+}
+
+// splitmix64: a tiny, well-mixed generator; state passed explicitly.
 // Uniform in (0, 1) (never 0: log(u1) below) from rng.h's splitmix64 stream.
 static double uniform01(uint64_t *s) { return ((skpo_splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 

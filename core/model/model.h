@@ -169,6 +169,47 @@ skpo_status skpo_model_reload(skpo_model *m, skpo_err *err);
 // for a model without device gradients.
 skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
 
+// --- one weights load per GPU: a sampler's device weights shared (weights_share.c) --------
+//
+// skpo-sample on a GPU exports its bf16 device weights (a CUDA IPC handle in a
+// small text file) and skpo-splice on the same GPU maps them instead of reading
+// and uploading the checkpoint again (docs/scaling.md). The handle file:
+//   skpo-weights-ipc 1
+//   pid <exporter>          it keeps the weights allocated until its reader is gone
+//   device <PCI bus id>     the GPU they are on
+//   numel <parameters>
+//   weights <identity>      skpo_weights_identity of the checkpoint folder
+//   handle <128 hex digits> the cudaIpcMemHandle_t
+// or, when the exporter has nothing to share (CPU: both processes read the one
+// file through the page cache; export failed), `none <why>` after the first line.
+typedef struct skpo_weights_handle {
+    long pid;
+    char device[32];
+    size_t numel;
+    char weights[48];
+    unsigned char ipc[64];
+    char none[200];     // non-empty: no handle, and why
+} skpo_weights_handle;
+// A digest of the folder's real path and the name, size, mtime and inode of
+// config.json and every *.safetensors / *.json index in it: the weights of
+// another checkpoint, or one rewritten in place, have another identity.
+skpo_status skpo_weights_identity(const char *dir, char out[48], skpo_err *err);
+skpo_status skpo_weights_handle_write(const char *path, const skpo_weights_handle *h, skpo_err *err);
+// EFORMAT naming the line for a malformed file; a `none` file reads as SKPO_OK with h->none set.
+skpo_status skpo_weights_handle_read(const char *path, skpo_weights_handle *h, skpo_err *err);
+// Write PATH for model m loaded from dir: a handle when m's backend can export
+// its device weights; else a `none` file with the reason, and that reason in err
+// (SKPO_EUNSUPPORTED on CPU). Either way PATH exists afterwards unless the write failed.
+skpo_status skpo_model_export_weights(const skpo_model *m, const char *dir, const char *path, skpo_err *err);
+// Load dir for inference with its device weights mapped from PATH's exporter
+// (nothing read from the safetensors files, nothing uploaded; the host copy of
+// the weights is left unloaded). Fails, saying why, when PATH is a `none` file,
+// its exporter is gone, it is for other weights, another GPU, another shape,
+// o is not an inference model on CUDA, or the mapping fails; the caller then
+// loads dir as usual.
+skpo_status skpo_model_load_shared(const char *dir, const char *path, const skpo_model_opts *o, skpo_model **out,
+                                   skpo_err *err);
+
 // What the trainer needs from a model (skpo_policy_of_model in train/checkpoint.h
 // wraps this model, skpo_policy_of_lora in model/lora.h an adapted one; tests
 // plug in small exact models).

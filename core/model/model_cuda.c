@@ -137,13 +137,25 @@ void model_cuda_close(skpo_model *m) {
     if (mc->cu) skpo_cuda_sync(mc->cu, NULL);
     if (mc->train && mc->train_free) mc->train_free(mc);
     infer_free(mc);
-    skpo_cuda_dfree(mc->w);
+    if (mc->w_shared) skpo_cuda_ipc_close(mc->w);
+    else skpo_cuda_dfree(mc->w);
     skpo_cuda_dfree(mc->master);
     skpo_cuda_dfree(mc->grad);
     skpo_cuda_dfree(mc->inv_freq);
     skpo_cuda_free_ctx(mc->cu);
     free(mc);
     m->cuda = NULL;
+}
+
+// The scratch every inference step uses (both ways of opening).
+static skpo_status infer_open(skpo_model *m, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
+    mc->infer = in;
+    in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
+                                                         m->c.head_dim);
+    return skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err);
 }
 
 skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
@@ -176,21 +188,44 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
         if (!s) s = skpo_cuda_memset0(mc->cu, mc->grad, n * sizeof(float), err);
     }
     if (!s) s = model_cuda_sync_from_host(m, err);
+    if (!s) s = infer_open(m, err);
     if (s) {
-        model_cuda_close(m);
-        return s;
-    }
-    infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
-    mc->infer = in;
-    in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
-    in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
-                                                         m->c.head_dim);
-    if ((s = skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err))) {
         model_cuda_close(m);
         return s;
     }
     if (out) *out = mc;
     return SKPO_OK;
+}
+
+// The exporter's side of model.h's weights sharing: the bf16 weights are one
+// allocation, so one handle lends them all (the importer uses the same offsets).
+static skpo_status cuda_export_weights(const skpo_model *m, skpo_weights_handle *h, skpo_err *err) {
+    model_cuda *mc = m->cuda;
+    skpo_status s = skpo_cuda_pci_id(mc->cu, h->device, (int)sizeof h->device, err);
+    return s ? s : skpo_cuda_ipc_export(mc->cu, mc->w, h->ipc, err);
+}
+
+// The importer's: the device of h, the weights mapped, only the RoPE table uploaded.
+static skpo_status cuda_open_shared(skpo_model *m, const skpo_weights_handle *h, skpo_err *err) {
+    SKPO_ASSERT(!m->cuda && !m->o.trainable);
+    model_cuda *mc = skpo_xcalloc(1, sizeof *mc);
+    skpo_status s = skpo_cuda_init(0, &mc->cu, err);
+    if (s) {
+        free(mc);
+        return s;
+    }
+    m->cuda = mc;
+    char pci[32];
+    size_t half = (size_t)(m->c.head_dim / 2);
+    if (!(s = skpo_cuda_pci_id(mc->cu, pci, (int)sizeof pci, err)) && strcmp(pci, h->device))
+        s = skpo_err_set(err, SKPO_EDEVICE, "the shared weights are on GPU %s, this process has GPU %s", h->device, pci);
+    if (!s && !(s = skpo_cuda_ipc_open(mc->cu, h->ipc, (void **)&mc->w, err))) mc->w_shared = 1;
+    if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&mc->inv_freq, half * sizeof(float), "rope frequencies", err);
+    if (!s) s = skpo_cuda_h2d(mc->cu, mc->inv_freq, m->inv_freq, half * sizeof(float), err);
+    if (!s) s = skpo_cuda_sync(mc->cu, err);
+    if (!s) s = infer_open(m, err);
+    if (s) model_cuda_close(m);
+    return s;
 }
 
 // --- the KV pool on the device ---------------------------------------------------------------
@@ -596,6 +631,8 @@ const model_backend model_backend_cuda = {
     .set_recompute = model_cuda_set_recompute,
     .dev_params = model_cuda_dev_params,
     .grad_sumsq = model_cuda_grad_sumsq,
+    .export_weights = cuda_export_weights,
+    .open_shared = cuda_open_shared,
 };
 
 #endif /* SKPO_HAVE_CUDA */

@@ -126,6 +126,11 @@ typedef struct model_backend {
     void (*set_recompute)(skpo_model *m, int on);                                  // (nullable: ignored)
     skpo_status (*dev_params)(skpo_model *m, skpo_dev_params *out, skpo_err *err); // (nullable: unsupported)
     skpo_status (*grad_sumsq)(skpo_model *m, double *ss, skpo_err *err);           // (nullable: unsupported)
+    // --- the device weights lent to / borrowed from another process on the same device (model.h)
+    // Fill h's device, ipc (pid, numel and identity are model.c's).
+    skpo_status (*export_weights)(const skpo_model *m, skpo_weights_handle *h, skpo_err *err); // (nullable: none)
+    // Instead of `open`: map h's weights (m->mem is not loaded).
+    skpo_status (*open_shared)(skpo_model *m, const skpo_weights_handle *h, skpo_err *err);    // (nullable: none)
 } model_backend;
 
 // backends.c: the backend for device d, or an error naming why there is none
@@ -187,6 +192,7 @@ typedef struct model_cuda {
     float *master, *grad;     // fp32 master weights and gradients (trainable only, else NULL), same offsets
     int offloaded;            // master and grad are freed (skpo_model_offload); the optimizer keeps the masters' values
     float *inv_freq;          // (head_dim / 2) RoPE frequencies, device copy
+    int w_shared;             // w is mapped from another process's export (CUDA IPC): unmapped, not freed
     void *train;              // owned by model_cuda_train.c: saved activations, scratch
     void (*train_free)(struct model_cuda *mc);  // set with `train`; model_cuda_close calls it first
     void *infer;              // owned by model_cuda.c: step scratch, staging buffers, last logits

@@ -350,6 +350,28 @@ cudaError_t cudaFree(void *p) {
     dev_allocs.erase(it);
     return cudaSuccess;
 }
+// CUDA IPC: the emulated device memory lives in this process only, so a
+// handle can be made (the exporter's side, and its file protocol, run as on a
+// GPU) but never opened: cudaIpcOpenMemHandle fails as on a GPU without IPC,
+// which is the importer's fall-back path.
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
+    if (dev_allocs.find(p) == dev_allocs.end()) return fail(cudaErrorInvalidValue);
+    memset(h, 0, sizeof *h);
+    long pid = (long)getpid();
+    memcpy(h->reserved, &pid, sizeof pid);
+    memcpy(h->reserved + sizeof pid, &p, sizeof p);
+    return cudaSuccess;
+}
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t, unsigned int) {
+    *p = NULL;
+    return fail(cudaErrorNotSupported);
+}
+cudaError_t cudaIpcCloseMemHandle(void *) { return fail(cudaErrorInvalidValue); }
+cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int d) {
+    if (d != 0) return fail(cudaErrorInvalidDevice);
+    snprintf(out, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     pinned_len[*p] = bytes ? bytes : 1;

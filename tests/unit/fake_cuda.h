@@ -11,6 +11,7 @@
 #include "cuda/cuda_infer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,24 @@ skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t n, skpo_err *e) { me
 skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *e) { return SKPO_OK; }
 skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) { *p = skpo_xmalloc(bytes ? bytes : 1); return SKPO_OK; }
 void skpo_cuda_host_free(void *p) { free(p); }
+// IPC within one process: the handle carries the pointer, "mapping" returns it
+// (model_cuda.c's export and open_shared host code runs as on a GPU).
+static long fake_mapped;  // handles opened and not yet closed
+skpo_status skpo_cuda_ipc_export(skpo_cuda *c, const void *p, unsigned char h[SKPO_CUDA_IPC_BYTES], skpo_err *err) {
+    memset(h, 0, SKPO_CUDA_IPC_BYTES);
+    memcpy(h, &p, sizeof p);
+    return SKPO_OK;
+}
+skpo_status skpo_cuda_ipc_open(skpo_cuda *c, const unsigned char h[SKPO_CUDA_IPC_BYTES], void **p, skpo_err *err) {
+    memcpy(p, h, sizeof *p);
+    fake_mapped++;
+    return SKPO_OK;
+}
+void skpo_cuda_ipc_close(void *p) { if (p) fake_mapped--; }
+skpo_status skpo_cuda_pci_id(skpo_cuda *c, char *out, int len, skpo_err *err) {
+    snprintf(out, (size_t)len, "0000:fa:ke.0");
+    return SKPO_OK;
+}
 
 // bf16 storage rounds as base/bf16.h does (the library's one conversion).
 static float fk_ld(const skpo_bf16 *p, size_t i) { return skpo_bf16_to_f32(p[i]); }

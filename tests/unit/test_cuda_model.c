@@ -698,6 +698,50 @@ static void checkpoint_too_large_for_the_device_is_refused_before_upload(void) {
     fake_free_bytes = saved;
 }
 
+// One weights load per GPU (model.h "weights_share"): model_cuda.c's export and
+// open_shared host code against the fake's in-process IPC. The importer computes
+// the exporter's logits bit for bit and, closed, unmaps the lent weights rather
+// than freeing them (the exporter still computes). Cross-process mapping on a
+// GPU is test_cuda_share.c's.
+static void shared_weights_give_the_exporters_logits_and_are_unmapped_not_freed(void) {
+    skpo_config c;
+    skpo_err err = {0};
+    CHECK(skpo_config_parse(QWEN2, strlen(QWEN2), &c, &err) == SKPO_OK);
+    char dir[] = "/tmp/skpo_fakeshare_XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    skpo_model_opts cpu = {.device = SKPO_DEV_CPU}, gpu = {.device = SKPO_DEV_CUDA};
+    skpo_model *r = NULL, *m = NULL, *s = NULL;
+    CHECK(skpo_model_init_random(&c, &cpu, 5, 0.05, &r, &err) == SKPO_OK);
+    CHECK_MSG(skpo_model_save(r, dir, SKPO_DT_BF16, 0, &err) == SKPO_OK, "%s", err.msg);
+    skpo_model_free(r);
+    CHECK_MSG(skpo_model_load(dir, &gpu, &m, &err) == SKPO_OK, "%s", err.msg);
+    char *h = skpo_path_join(dir, "w.ipc");
+    CHECK_MSG(m && skpo_model_export_weights(m, dir, h, &err) == SKPO_OK, "%s", err.msg);
+    CHECK_MSG(skpo_model_load_shared(dir, h, &gpu, &s, &err) == SKPO_OK, "%s", err.msg);
+    if (!m || !s) { skpo_model_free(m); skpo_model_free(s); free(h); return; }
+    CHECK(fake_mapped == 1 && s->cuda->w == m->cuda->w);
+    int V = c.vocab_size, off[2] = {0, 4};
+    const int32_t toks[4] = {5, 9, 2, 17};
+    float *a = skpo_xmalloc((size_t)V * sizeof *a), *b = skpo_xmalloc((size_t)V * sizeof *b);
+    skpo_kv *ka = skpo_model_kv_new(m, 64, 2, &err), *kb = skpo_model_kv_new(s, 64, 2, &err);
+    int sa = skpo_kv_seq_new(ka), sb = skpo_kv_seq_new(kb);
+    CHECK(skpo_model_step(m, ka, &sa, 1, toks, off, a, &err) == SKPO_OK);
+    CHECK(skpo_model_step(s, kb, &sb, 1, toks, off, b, &err) == SKPO_OK);
+    CHECK(!memcmp(a, b, (size_t)V * sizeof *a));
+    skpo_kv_free(kb);
+    skpo_model_free(s);
+    CHECK(fake_mapped == 0);
+    const int32_t next[1] = {3};
+    int off1[2] = {0, 1};
+    CHECK_MSG(skpo_model_step(m, ka, &sa, 1, next, off1, a, &err) == SKPO_OK, "%s", err.msg);  // the lender's weights live on
+    skpo_kv_free(ka);
+    skpo_model_free(m);
+    free(a);
+    free(b);
+    free(h);
+    skpo_rm_rf(dir, &err);
+}
+
 static void no_device_memory_is_left_allocated(void) { CHECK_MSG(fake_live_allocs == 0, "%ld live", fake_live_allocs); }
 #endif
 #else
@@ -722,6 +766,7 @@ int main(void) {
     RUN(kv_too_large_and_save_from_the_device);
 #ifdef SKPO_FAKE_CUDA
     RUN(checkpoint_too_large_for_the_device_is_refused_before_upload);
+    RUN(shared_weights_give_the_exporters_logits_and_are_unmapped_not_freed);
     RUN(no_device_memory_is_left_allocated);
 #endif
 #else

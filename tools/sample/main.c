@@ -28,7 +28,7 @@ static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L] [--cut C] [--select S] [--self])\n"
     "       [--state DIR] [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
-    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cuda|cpu]";
+    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cuda|cpu] [--export-weights FILE]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     sample_cfg_default(&c);
     const skpo_opt opts[] = {
         SKPO_ROLLOUT_OPT_ROWS(c.ro),
+        SKPO_ROLLOUT_EXPORT_ROW(c.ro),
         SKPO_OPT_STR("prompts", 0, &c.prompts, "FILE", "prompt records"),
         SKPO_OPT_LONG("n", 0, &c.n, 1, 4096, "K", "K whole responses per prompt (kind=full)"),
         SKPO_OPT_FLAG("segment", 0, &c.segment, "SKPO upstream segments (kind=up)"),
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
 
     skpo_err err = {0};
     skpo_rollout ro;
+    c.ro.hold_fd = 1;  // lent weights stay allocated until the reader of stdout is gone
     if (skpo_rollout_open(&c.ro, &ro, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job job;
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record
@@ -78,6 +80,7 @@ int main(int argc, char **argv) {
     if (sample_run(&c, &ro, &job, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job_free(&job);
+    skpo_rollout_hold(&ro);
     skpo_rollout_close(&ro);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;

@@ -16,7 +16,7 @@
 static const char SYNOPSIS[] =
     "--model DIR [--group G] [--layout skip|continual] [--tokenizer DIR] [--batch N] [--temperature T]\n"
     "       [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--stop STR]... [--no-share] [--no-text]\n"
-    "       [--device cuda|cpu] < in > out";
+    "       [--device cuda|cpu] [--import-weights FILE] < in > out";
 static const char ABOUT[] =
     "For each up record on stdin, generate G downstream rollouts from [s, q] (segment, then prompt)\n"
     "and write the up record followed by its G down records; other records pass through in order.";
@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     splice_cfg_default(&c);
     const skpo_opt opts[] = {
         SKPO_ROLLOUT_OPT_ROWS(c.ro),
+        SKPO_ROLLOUT_IMPORT_ROW(c.ro),
         SKPO_OPT_LONG("group", 0, &c.group, 1, 4096, "G", "downstream rollouts per up record (default 8)"),
         SKPO_OPT_STR("layout", 0, &c.layout_s, "L", "skip = [s,q] (default); continual = [q,s]"),
         SKPO_OPT_LONG("seed", 0, &c.seed, 0, 9007199254740992.0, "S", "run seed (default 0)"),
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
 
     skpo_err err = {0};
     skpo_rollout ro;
+    c.ro.wait_fd = 0;  // the sampler writes its output only after the handle
     if (skpo_rollout_open(&c.ro, &ro, &err) != SKPO_OK) skpo_die("%s", err.msg);
     skpo_reader *rd;
     skpo_writer *w;
@@ -50,8 +52,8 @@ int main(int argc, char **argv) {
     if (skpo_writer_flush(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (splice_run(&c, &ro, rd, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    skpo_rollout_close(&ro);  // before stdin closes: a lending sampler frees its weights once its reader is gone
     skpo_reader_close(rd);
-    skpo_rollout_close(&ro);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;
 }

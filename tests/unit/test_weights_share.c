@@ -1,0 +1,224 @@
+// test_weights_share.c - the handle file through which skpo-sample lends its
+// device weights to skpo-splice (model.h, weights_share.c): round trips, every
+// malformed file refused with the line named, the checkpoint identity, and the
+// reasons an importer falls back to loading (a `none` file, a gone exporter,
+// other weights, a CPU model). The CUDA mapping itself needs a GPU
+// (docs/scaling.md says what never ran).
+#include "harness.h"
+#include "gen/rollout.h"
+#include "model/model.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const CFG =
+    "{\"model_type\":\"qwen2\",\"vocab_size\":32,\"hidden_size\":16,\"intermediate_size\":32,"
+    "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+    "\"max_position_embeddings\":64,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,"
+    "\"tie_word_embeddings\":true,\"torch_dtype\":\"float32\"}";
+
+static char TMPD[64];
+
+static char *path_in(const char *name) { return skpo_path_join(TMPD, name); }
+
+// A saved random model in TMPD/name (the folder), or NULL.
+static char *saved_model(const char *name, uint64_t seed, skpo_model **keep) {
+    skpo_config c;
+    skpo_err e = {0};
+    if (skpo_config_parse(CFG, strlen(CFG), &c, &e)) return NULL;
+    skpo_model_opts o = {.device = SKPO_DEV_CPU};
+    skpo_model *m = NULL;
+    if (skpo_model_init_random(&c, &o, seed, 0.1, &m, &e)) return NULL;
+    char *d = path_in(name);
+    mkdir(d, 0755);
+    if (skpo_model_save(m, d, SKPO_DT_F32, 0, &e)) { fprintf(stderr, "  save: %s\n", e.msg); free(d); skpo_model_free(m); return NULL; }
+    if (keep) *keep = m;
+    else skpo_model_free(m);
+    return d;
+}
+
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static skpo_weights_handle sample_handle(void) {
+    skpo_weights_handle h = {.pid = 4242, .numel = 123456789};
+    snprintf(h.device, sizeof h.device, "0000:1b:00.0");
+    snprintf(h.weights, sizeof h.weights, "0123456789abcdef-3");
+    for (int i = 0; i < 64; i++) h.ipc[i] = (unsigned char)(i * 37 + 11);
+    return h;
+}
+
+static void a_handle_round_trips_exactly(void) {
+    char *p = path_in("h.ipc");
+    skpo_weights_handle h = sample_handle(), r;
+    skpo_err e = {0};
+    CHECK_MSG(skpo_weights_handle_write(p, &h, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_weights_handle_read(p, &r, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(r.pid == h.pid && r.numel == h.numel && !strcmp(r.device, h.device) && !strcmp(r.weights, h.weights));
+    CHECK(!memcmp(r.ipc, h.ipc, 64) && !r.none[0]);
+    free(p);
+}
+
+static void a_none_file_reads_back_its_reason(void) {
+    char *p = path_in("none.ipc");
+    skpo_weights_handle h = {0}, r;
+    snprintf(h.none, sizeof h.none, "the cpu backend has nothing to lend");
+    skpo_err e = {0};
+    CHECK(skpo_weights_handle_write(p, &h, &e) == SKPO_OK);
+    CHECK_MSG(skpo_weights_handle_read(p, &r, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(!strcmp(r.none, "the cpu backend has nothing to lend"));
+    free(p);
+}
+
+static void malformed_handle_files_are_refused_naming_the_problem(void) {
+    static const struct { const char *text, *want; } cases[] = {
+        {"", "is empty"},
+        {"skpo-weights-ipc 2\npid 1\n", "is not a weights handle file"},
+        {"skpo-weights-ipc 1\npid x\ndevice a\nnumel 5\nweights w\nhandle 00\n", "line 2: bad pid"},
+        {"skpo-weights-ipc 1\npid 1\ndevice a\nnumel 5\nweights w\nhandle 00\n", "line 6: the handle is not 128 hex digits"},
+        {"skpo-weights-ipc 1\npid 1\ndevice a\nnumel 5\nweights w\n", "missing handle"},
+        {"skpo-weights-ipc 1\npid 1\ncolour blue\n", "line 3: unknown key 'colour'"},
+        {"skpo-weights-ipc 1\npid\n", "line 2: no value"},
+        {"skpo-weights-ipc 1\npid 1\ndevice a\nnumel 0\n", "line 4: bad numel"},
+    };
+    char *p = path_in("bad.ipc");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(write_text(p, cases[i].text) == 0);
+        skpo_weights_handle r;
+        skpo_err e = {0};
+        CHECK_MSG(skpo_weights_handle_read(p, &r, &e) == SKPO_EFORMAT && strstr(e.msg, cases[i].want),
+                  "case %zu: '%s' (want '%s')", i, e.msg, cases[i].want);
+    }
+    skpo_weights_handle r;
+    skpo_err e = {0};
+    char *gone = path_in("absent.ipc");
+    CHECK(skpo_weights_handle_read(gone, &r, &e) != SKPO_OK);
+    free(gone);
+    free(p);
+}
+
+static void the_identity_changes_with_the_weights_and_the_folder(void) {
+    char *a = saved_model("ida", 1, NULL), *b = saved_model("idb", 1, NULL);
+    CHECK(a && b);
+    if (!a || !b) { free(a); free(b); return; }
+    char ia[48], ia2[48], ib[48], ia3[48];
+    skpo_err e = {0};
+    CHECK_MSG(skpo_weights_identity(a, ia, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_weights_identity(a, ia2, &e) == SKPO_OK && !strcmp(ia, ia2));
+    CHECK(skpo_weights_identity(b, ib, &e) == SKPO_OK && strcmp(ia, ib));  // same bytes, another checkpoint
+    // rewritten in place (a new step's weights in the same folder): another identity
+    usleep(20000);
+    skpo_model *m = NULL;
+    char *a2 = saved_model("ida", 2, &m);
+    skpo_model_free(m);
+    CHECK(a2 && skpo_weights_identity(a, ia3, &e) == SKPO_OK && strcmp(ia, ia3));
+    char *empty = path_in("empty");
+    mkdir(empty, 0755);
+    CHECK(skpo_weights_identity(empty, ia, &e) == SKPO_ENOTFOUND && strstr(e.msg, "no config.json or safetensors"));
+    free(empty);
+    free(a);
+    free(a2);
+    free(b);
+}
+
+static void a_cpu_model_writes_a_none_file_saying_why(void) {
+    skpo_model *m = NULL;
+    char *d = saved_model("cpu", 3, &m), *p = path_in("cpu.ipc");
+    CHECK(d && m);
+    if (!d || !m) { free(d); free(p); return; }
+    skpo_err e = {0};
+    CHECK(skpo_model_export_weights(m, d, p, &e) == SKPO_EUNSUPPORTED && strstr(e.msg, "cpu backend"));
+    skpo_weights_handle r;
+    CHECK(skpo_weights_handle_read(p, &r, &e) == SKPO_OK && strstr(r.none, "cpu backend") && strstr(r.none, "page cache"));
+    skpo_model_free(m);
+    free(d);
+    free(p);
+}
+
+static void an_importer_refuses_what_it_must_not_map(void) {
+    char *d = saved_model("imp", 4, NULL), *other = saved_model("imp2", 4, NULL), *p = path_in("imp.ipc");
+    CHECK(d && other);
+    if (!d || !other) { free(d); free(other); free(p); return; }
+    skpo_model_opts cuda = {.device = SKPO_DEV_CUDA}, cpu = {.device = SKPO_DEV_CPU};
+    skpo_model *m = NULL;
+    skpo_err e = {0};
+    skpo_weights_handle h = sample_handle();
+    // a `none` file: its reason
+    skpo_weights_handle none = {0};
+    snprintf(none.none, sizeof none.none, "export failed: no IPC");
+    CHECK(skpo_weights_handle_write(p, &none, &e) == SKPO_OK);
+    CHECK(skpo_model_load_shared(d, p, &cuda, &m, &e) == SKPO_ENOTFOUND && strstr(e.msg, "holds no weights: export failed: no IPC"));
+    // an exporter that is gone (a child that exited)
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    waitpid(c, NULL, 0);
+    h.pid = (long)c;
+    CHECK(skpo_weights_identity(d, h.weights, &e) == SKPO_OK);
+    CHECK(skpo_weights_handle_write(p, &h, &e) == SKPO_OK);
+    CHECK(skpo_model_load_shared(d, p, &cuda, &m, &e) == SKPO_ENOTFOUND && strstr(e.msg, "that exported") && strstr(e.msg, "is gone"));
+    // the weights of another checkpoint
+    h.pid = (long)getpid();
+    CHECK(skpo_weights_handle_write(p, &h, &e) == SKPO_OK);
+    CHECK(skpo_model_load_shared(other, p, &cuda, &m, &e) == SKPO_ERANGE && strstr(e.msg, "weights of another checkpoint"));
+    // right file, right weights, but a CPU (or trainable) importer
+    CHECK(skpo_model_load_shared(d, p, &cpu, &m, &e) == SKPO_EUNSUPPORTED && strstr(e.msg, "inference on a CUDA device"));
+    skpo_model_opts train = {.device = SKPO_DEV_CUDA, .trainable = 1};
+    CHECK(skpo_model_load_shared(d, p, &train, &m, &e) == SKPO_EUNSUPPORTED);
+    CHECK(m == NULL);
+    free(d);
+    free(other);
+    free(p);
+}
+
+// The exporter's hold: it returns only once every reader of its output pipe is
+// gone (the importer unmapped the weights and exited), not when the data is read.
+static void the_lender_waits_until_its_reader_is_gone(void) {
+    int fds[2], done[2];
+    CHECK(pipe(fds) == 0 && pipe(done) == 0);
+    pid_t c = fork();
+    if (c == 0) {  // the reader: reads the records (the writer stays open), lingers, then exits
+        close(fds[1]);
+        close(done[0]);
+        char b[16];
+        ssize_t got = 0, k;
+        while (got < 7 && (k = read(fds[0], b, sizeof b)) > 0) got += k;
+        usleep(200000);
+        if (write(done[1], "x", 1) != 1) _exit(2);
+        _exit(0);
+    }
+    close(fds[0]);
+    close(done[1]);
+    CHECK(write(fds[1], "records", 7) == 7);
+    skpo_wait_reader_gone(fds[1]);
+    char b;
+    CHECK(read(done[0], &b, 1) == 1);  // the reader had finished its linger before the wait returned
+    int st = 0;
+    waitpid(c, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(fds[1]);
+    close(done[0]);
+}
+
+int main(void) {
+    snprintf(TMPD, sizeof TMPD, "/tmp/skpo_ws_XXXXXX");
+    if (!mkdtemp(TMPD)) return 1;
+    RUN(a_handle_round_trips_exactly);
+    RUN(a_none_file_reads_back_its_reason);
+    RUN(malformed_handle_files_are_refused_naming_the_problem);
+    RUN(the_identity_changes_with_the_weights_and_the_folder);
+    RUN(a_cpu_model_writes_a_none_file_saying_why);
+    RUN(an_importer_refuses_what_it_must_not_map);
+    RUN(the_lender_waits_until_its_reader_is_gone);
+    skpo_err e = {0};
+    skpo_rm_rf(TMPD, &e);
+    return TEST_SUMMARY();
+}
