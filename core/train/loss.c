@@ -26,7 +26,7 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
 }
 
 static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo", "shape", "prm-ce"};
-#define NKINDS 6
+#define NKINDS (int)(sizeof kind_names / sizeof *kind_names)
 static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
 static const char *phase_names[] = {"up", "down", "full"};
 
@@ -211,6 +211,95 @@ static void k3_term(double ref, double logp, double *kl, double *g) {
     *g = inside ? -(e - 1) : 0.0;   // dk/dlogp = -1
 }
 
+// The terms a form computes once per sequence before its tokens: GSPO's
+// length-normalised log-ratio (the PPO form on it, no dual clip) and PRM-CE's
+// sequence BCE, which every token carries.
+typedef struct seq_terms {
+    skpo_phase_loss gspo_pl;
+    int gspo_inside;
+    double gspo_d;
+    double prm_l, prm_g;
+} seq_terms;
+
+static skpo_status seq_terms_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
+                                  seq_terms *q, skpo_err *err) {
+    q->gspo_pl = *pl;
+    q->gspo_pl.dual_clip = 0;
+    q->gspo_inside = 1;
+    q->gspo_d = q->prm_l = q->prm_g = 0;
+    if (pl->kind == SKPO_LOSS_GSPO) {
+        for (int t = 0; t < s->n; t++)
+            if (!isfinite(s->logp[t]) || !isfinite(s->old[t]))
+                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (old %g)", t, (double)s->logp[t],
+                                    (double)s->old[t]);
+        q->gspo_d = gspo_seq_logratio(s, &q->gspo_inside);
+    }
+    if (pl->kind == SKPO_LOSS_PRM_CE) {
+        for (int t = 0; t < s->n; t++)
+            if (!isfinite(s->logp[t]) || !isfinite(s->ref[t]))
+                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (ref %g)", t, (double)s->logp[t],
+                                    (double)s->ref[t]);
+        if (!(s->label == 0 || s->label == 1))
+            return skpo_err_set(err, SKPO_ERANGE, "PRM label %g is not 0 or 1", s->label);
+        prm_ce_seq(c, s, &q->prm_l, &q->prm_g);
+    }
+    return SKPO_OK;
+}
+
+// Token t's policy term under the phase's form (before the mismatch weight);
+// the forms with a ratio add -log r to *approx_kl.
+static skpo_status policy_token(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
+                                const seq_terms *q, int t, double lp, tok_out *o, double *approx_kl, skpo_err *err) {
+    *o = (tok_out){0};
+    if (pl->kind == SKPO_LOSS_SFT) {
+        o->loss = -lp, o->grad = -1;
+        return SKPO_OK;
+    }
+    if (pl->kind == SKPO_LOSS_SHAPE) {
+        *o = shape_token(c, s->adv, lp);
+        return SKPO_OK;
+    }
+    if (pl->kind == SKPO_LOSS_PRM_CE) {
+        o->loss = q->prm_l, o->grad = s->n * q->prm_g;
+        return SKPO_OK;
+    }
+    double old = s->old[t];
+    if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
+    double d = lp - old;
+    int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
+    if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
+    double A = s->adv_tok ? (double)s->adv_tok[t] : s->adv;
+    if (!isfinite(A)) return skpo_err_set(err, SKPO_ENUMERIC, "advantage of token %d is %g", t, A);
+    switch (pl->kind) {
+    case SKPO_LOSS_PPO: *o = ppo_token(pl, A, d, inside); break;
+    case SKPO_LOSS_GSPO: *o = ppo_token(&q->gspo_pl, A, q->gspo_d, q->gspo_inside); break;
+    case SKPO_LOSS_SAPO: *o = sapo_token(c, A, d, inside); break;
+    default: *o = cispo_token(pl, A, d, lp); break;
+    }
+    *approx_kl -= d;
+    return SKPO_OK;
+}
+
+// Token t's regularisers, added to its term: k3 KL to the reference, entropy bonus.
+static skpo_status reg_token(const skpo_loss_cfg *c, const skpo_loss_seq *s, int t, double lp, tok_out *o,
+                             skpo_loss_stats *add, skpo_err *err) {
+    if (c->kl_coef != 0) {
+        if (!isfinite(s->ref[t])) return skpo_err_set(err, SKPO_ENUMERIC, "ref log-prob of token %d is %g", t, (double)s->ref[t]);
+        double kl, g;
+        k3_term(s->ref[t], lp, &kl, &g);
+        o->loss += c->kl_coef * kl;
+        o->grad += c->kl_coef * g;
+        add->kl_ref += kl;
+    }
+    if (s->entropy) {
+        double h = s->entropy[t];
+        if (!isfinite(h)) return skpo_err_set(err, SKPO_ENUMERIC, "entropy of token %d is %g", t, h);
+        o->loss -= c->entropy_coef * h;
+        add->entropy += h;
+    }
+    return SKPO_OK;
+}
+
 skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
                                float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err) {
     SKPO_ASSERT(s->n >= 0 && s->logp && dlogp);
@@ -219,28 +308,9 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
     SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
     skpo_loss_stats add = {0};
     double w = s->weight * s->scale;
-    // GSPO: one ratio for the whole sequence (the PPO form on it, no dual clip)
-    skpo_phase_loss gspo_pl = *pl;
-    gspo_pl.dual_clip = 0;
-    int gspo_inside = 1;
-    double gspo_d = 0;
-    if (pl->kind == SKPO_LOSS_GSPO) {
-        for (int t = 0; t < s->n; t++)
-            if (!isfinite(s->logp[t]) || !isfinite(s->old[t]))
-                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (old %g)", t, (double)s->logp[t],
-                                    (double)s->old[t]);
-        gspo_d = gspo_seq_logratio(s, &gspo_inside);
-    }
-    double prm_l = 0, prm_g = 0;   // PRM-CE: the sequence term every token carries
-    if (pl->kind == SKPO_LOSS_PRM_CE) {
-        for (int t = 0; t < s->n; t++)
-            if (!isfinite(s->logp[t]) || !isfinite(s->ref[t]))
-                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (ref %g)", t, (double)s->logp[t],
-                                    (double)s->ref[t]);
-        if (!(s->label == 0 || s->label == 1))
-            return skpo_err_set(err, SKPO_ERANGE, "PRM label %g is not 0 or 1", s->label);
-        prm_ce_seq(c, s, &prm_l, &prm_g);
-    }
+    seq_terms q;
+    skpo_status rc = seq_terms_eval(c, pl, s, &q, err);
+    if (rc != SKPO_OK) return rc;
     for (int t = 0; t < s->n; t++) {
         double lp = s->logp[t];
         if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
@@ -250,45 +320,11 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
             if (dent) dent[t] = 0;
             continue;
         }
-        tok_out o = {0};
-        if (pl->kind == SKPO_LOSS_SFT) {
-            o.loss = -lp, o.grad = -1;
-        } else if (pl->kind == SKPO_LOSS_SHAPE) {
-            o = shape_token(c, s->adv, lp);
-        } else if (pl->kind == SKPO_LOSS_PRM_CE) {
-            o.loss = prm_l, o.grad = s->n * prm_g;
-        } else {
-            double old = s->old[t];
-            if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
-            double d = lp - old;
-            int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
-            if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
-            double A = s->adv_tok ? (double)s->adv_tok[t] : s->adv;
-            if (!isfinite(A)) return skpo_err_set(err, SKPO_ENUMERIC, "advantage of token %d is %g", t, A);
-            switch (pl->kind) {
-            case SKPO_LOSS_PPO: o = ppo_token(pl, A, d, inside); break;
-            case SKPO_LOSS_GSPO: o = ppo_token(&gspo_pl, A, gspo_d, gspo_inside); break;
-            case SKPO_LOSS_SAPO: o = sapo_token(c, A, d, inside); break;
-            default: o = cispo_token(pl, A, d, lp); break;
-            }
-            add.approx_kl -= d;
-        }
+        tok_out o;
+        if ((rc = policy_token(c, pl, s, &q, t, lp, &o, &add.approx_kl, err)) != SKPO_OK) return rc;
         o.loss *= isw;   // the mismatch weight scales the policy term of every form
         o.grad *= isw;
-        if (c->kl_coef != 0) {
-            if (!isfinite(s->ref[t])) return skpo_err_set(err, SKPO_ENUMERIC, "ref log-prob of token %d is %g", t, (double)s->ref[t]);
-            double kl, g;
-            k3_term(s->ref[t], lp, &kl, &g);
-            o.loss += c->kl_coef * kl;
-            o.grad += c->kl_coef * g;
-            add.kl_ref += kl;
-        }
-        if (s->entropy) {
-            double h = s->entropy[t];
-            if (!isfinite(h)) return skpo_err_set(err, SKPO_ENUMERIC, "entropy of token %d is %g", t, h);
-            o.loss -= c->entropy_coef * h;
-            add.entropy += h;
-        }
+        if ((rc = reg_token(c, s, t, lp, &o, &add, err)) != SKPO_OK) return rc;
         if (!isfinite(o.loss) || !isfinite(o.grad))
             return skpo_err_set(err, SKPO_ENUMERIC, "loss of token %d is %g (gradient %g)", t, o.loss, o.grad);
         dlogp[t] = (float)(w * o.grad);
