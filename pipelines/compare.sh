@@ -15,7 +15,8 @@
 # TASK=demo (default; config/demo.conf: 1-2 operations) or TASK=chain
 # (config/chain.conf: 3-5 chained operations, where an early wrong step dooms the
 # answer). Environment: SEEDS (default "1 2 3"), METHODS (ALGOS is the old name),
-# COMPARE_STEPS (default: the task's STEPS), THREADS.
+# COMPARE_STEPS (default: the task's STEPS), COMPARE_UPDATES (optimizer updates per
+# step, default 4: MINIBATCH = PROMPTS / 4 as in the paper; see below), THREADS.
 #
 # Writes DIR/compare.txt: held-out mean@k before / after and the gain (mean ± sample
 # sd over seeds), best-over-steps, mean seconds per training step (Fig. 11) and
@@ -54,6 +55,16 @@ for m in $METHODS; do method_kv "$m" >/dev/null || die "compare: unknown method 
 DEMO_CONF=$CONF DEMO_PREPARE_ONLY=1 SEED=1 bash "$PIPE/demo.sh" "$DIR/base" || die "compare: preparing data and warm start failed"
 mapfile -t KV < <(sed '/demo-only keys/,$d' "$CONF" | grep -E '^[A-Z_]+=' | sed 's/[[:space:]]*#.*//')
 [ -n "${COMPARE_STEPS:-}" ] && KV+=("STEPS=$COMPARE_STEPS")
+# Several optimizer updates per rollout batch, as in the paper: 128 prompts per step in
+# mini-batches of 32 (its section 7; config/defaults.conf), so updates 2-4 of a step are
+# off-policy and what only acts off-policy (PPO's clip, GSPO's sequence clip, SAPO's gate,
+# CISPO's capped IS weight) acts. The task configs keep PROMPTS = MINIBATCH (the demo's
+# pinned numbers); here MINIBATCH = PROMPTS / COMPARE_UPDATES, default 4 (1: on-policy).
+prompts=$(printf '%s\n' "${KV[@]}" | sed -n 's/^PROMPTS=//p' | tail -n 1)
+UPDATES=${COMPARE_UPDATES:-4}
+case "$UPDATES" in ''|*[!0-9]*|0) die "compare: COMPARE_UPDATES='$UPDATES' is not a whole number >= 1";; esac
+[ $((prompts % UPDATES)) = 0 ] || die "compare: PROMPTS=$prompts is not a multiple of COMPARE_UPDATES=$UPDATES"
+KV+=("MINIBATCH=$((prompts / UPDATES))")
 for s in $SEEDS; do   # seeds outer: a stopped comparison still has every method
   for m in $METHODS; do
     r="$DIR/$m-$s"
