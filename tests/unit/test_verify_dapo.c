@@ -41,8 +41,22 @@ static void normalize_applies_substitutions_in_order(void) {
     CHECK(!strcmp(out, "5"));
 }
 
+// The fuzzer's find: gold "" and a response whose answer "x=" normalises to "".
+static void an_empty_gold_rewards_nothing(void) {
+    skpo_verify_opts o;
+    skpo_verify_opts_default(&o);
+    o.mode = SKPO_VERIFIER_DAPO;
+    skpo_verify_result r;
+    static const char resp[] = "we\0r: 12\nAnswer:x=";
+    skpo_verify(&o, resp, sizeof resp - 1, "", 0, &r);
+    CHECK(r.found && !r.correct);
+    skpo_verify(&o, "Answer: 5", 9, "5", 1, &r);
+    CHECK(r.correct);
+}
+
 int main(void) {
     RUN(dapo_matches_python_reference_on_every_fixture);
     RUN(normalize_applies_substitutions_in_order);
+    RUN(an_empty_gold_rewards_nothing);
     return TEST_SUMMARY();
 }
