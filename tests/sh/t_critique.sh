@@ -6,19 +6,14 @@
 # skpo-critique's records and errors; skpo-update gives refine records the
 # shaped loss (no mismatch weight: their rollout logp does not matter).
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-reward skpo-advantage skpo-update skpo-cat skpo-critique; do
-  command -v "$tool" >/dev/null || { skip "critique" "$tool is not built yet"; exit 0; }
-done
+need_tools "critique" skpo-synth skpo-init skpo-sample skpo-reward skpo-advantage skpo-update skpo-cat skpo-critique
 P="$TOP/pipelines"
 D="$FIX/demo"
 export OMP_NUM_THREADS=1
 # +1 when the first response token is even (a random model can satisfy it)
-PARITY='skpo-cat | awk '"'"'/"kind":"full"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+PARITY=$(parity_reward 'full')
 export PARITY
-skpo-synth --count 24 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL critique fixtures (synth/init)"; exit 1; }
+pipeline_fixtures 24 "critique"
 REWARD_CMD=$PARITY bash "$P/train.sh" "$TMP/c" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" STEPS=1 PROMPTS=4 \
   MINIBATCH=2 G=4 MAX_TOKENS=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 EVAL_DATA= ALGO=critique >"$TMP/c.out" 2>&1
 R="$TMP/c/rollouts/1.msgpack.zst"

@@ -7,20 +7,15 @@
 # the same result; shard.sh refuses to run without a shard; a failing shard
 # fails the step naming it.
 . "$(dirname "$0")/lib.sh"
-for tool in skpo-synth skpo-init skpo-sample skpo-splice skpo-advantage skpo-update skpo-cat; do
-  command -v "$tool" >/dev/null || { skip "sharded sampling" "$tool is not built yet"; exit 0; }
-done
+need_tools "sharded sampling" skpo-synth skpo-init skpo-sample skpo-splice skpo-advantage skpo-update skpo-cat
 command -v bash >/dev/null || { skip "sharded sampling" "bash is not installed"; exit 0; }
 P="$TOP/pipelines"
 D="$FIX/demo"
 export OMP_NUM_THREADS=1
 unset SKPO_SERVE_DIR SKPO_FAULT_STAGE SKPO_FAULT_STEP SKPO_FAULT_KILL_AT SKPO_SHARD
-PARITY='skpo-cat | awk '"'"'/"kind":"(down|full)"/ { t = $0; sub(/.*"tokens":\[/, "", t); r = (t + 0) % 2 ? -1 : 1;
-  sub(/}$/, ",\"reward\":" r ",\"correct\":" (r > 0 ? "true" : "false") "}") } { print }'"'"' | skpo-cat --pack'
+PARITY=$(parity_reward 'down|full')
 export PARITY
-skpo-synth --count 24 --max-operand 9 --tokenizer "$D/tokenizer" >"$TMP/train.msgpack.zst" &&
-skpo-init --config "$D/config.json" --tokenizer "$D/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
-  { echo "FAIL shard fixtures (synth/init)"; exit 1; }
+pipeline_fixtures 24 "shard"
 CONF="STEPS=1 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 SERVE= EVAL_DATA="
 run() { # run DIR [KEY=VALUE...]
   d=$1; shift
