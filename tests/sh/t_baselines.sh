@@ -5,14 +5,10 @@
 # each Table 1 baseline that has a step script (drgrpo, gspo, cispo, sapo) runs
 # and moves the weights. Loss numerics are in tests/unit/test_loss.c.
 . "$(dirname "$0")/lib.sh"
-need_tools "baselines" skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-cat
+# $PARITY: +1 when the first response token is even (a random model can satisfy it)
+tiny_rl_fixture baselines skpo-synth skpo-init skpo-sample skpo-splice skpo-reward skpo-advantage skpo-update skpo-cat
 P="$TOP/pipelines"
 D="$FIX/demo"
-export OMP_NUM_THREADS=1
-# +1 when the first response token is even (a random model can satisfy it); self records too
-PARITY=$(parity_reward 'down|full|self')
-export PARITY
-pipeline_fixtures 24 "baselines"
 CONF="STEPS=1 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 EVAL_DATA="
 run() { # run DIR [KEY=VALUE...]
   d=$1; shift

@@ -6,14 +6,10 @@
 # skpo-critique's records and errors; skpo-update gives refine records the
 # shaped loss (no mismatch weight: their rollout logp does not matter).
 . "$(dirname "$0")/lib.sh"
-need_tools "critique" skpo-synth skpo-init skpo-sample skpo-reward skpo-advantage skpo-update skpo-cat skpo-critique
+# $PARITY: +1 when the first response token is even (a random model can satisfy it)
+tiny_rl_fixture critique skpo-synth skpo-init skpo-sample skpo-reward skpo-advantage skpo-update skpo-cat skpo-critique
 P="$TOP/pipelines"
 D="$FIX/demo"
-export OMP_NUM_THREADS=1
-# +1 when the first response token is even (a random model can satisfy it)
-PARITY=$(parity_reward 'full')
-export PARITY
-pipeline_fixtures 24 "critique"
 REWARD_CMD=$PARITY bash "$P/train.sh" "$TMP/c" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" STEPS=1 PROMPTS=4 \
   MINIBATCH=2 G=4 MAX_TOKENS=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 EVAL_DATA= ALGO=critique >"$TMP/c.out" 2>&1
 R="$TMP/c/rollouts/1.msgpack.zst"
