@@ -79,6 +79,13 @@ pipeline_fixtures() {
   skpo-init --config "$FIX/demo/config.json" --tokenizer "$FIX/demo/tokenizer" --seed 3 --out "$TMP/model" 2>/dev/null ||
     { echo "FAIL $2 fixtures (synth/init)"; exit 1; }
 }
+# train_run DIR [KEY=VALUE...]: pipelines/train.sh on pipeline_fixtures' model and
+# prompts with the test's $CONF, rewarded by $RCMD (default $PARITY).
+train_run() {
+  tr_dir=$1; shift
+  # shellcheck disable=SC2086
+  REWARD_CMD=${RCMD:-$PARITY} bash "$TOP/pipelines/train.sh" "$tr_dir" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" $CONF "$@"
+}
 # The skpo-update fixture (tests/ref/make_update_fixtures.py): model, records,
 # and the flags its reference step was computed with.
 UPD_MODEL="$FIX/update/model"

@@ -10,11 +10,7 @@ tiny_rl_fixture baselines skpo-synth skpo-init skpo-sample skpo-splice skpo-rewa
 P="$TOP/pipelines"
 D="$FIX/demo"
 CONF="STEPS=1 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 EVAL_DATA="
-run() { # run DIR [KEY=VALUE...]
-  d=$1; shift
-  # shellcheck disable=SC2086
-  REWARD_CMD=$PARITY bash "$P/train.sh" "$d" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" $CONF "$@"
-}
+run() { d=$1; train_run "$@"; }   # run DIR [KEY=VALUE...]
 
 # --- no silent typos -----------------------------------------------------------------
 t "train.sh refuses a misspelt key, naming it, before creating anything" sh -c '

@@ -24,11 +24,7 @@ export PARITY
 pipeline_fixtures 40 "scale"
 # The configuration the fixture was made with (tau 0.5 so rho is not always clamped).
 CONF="PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=10 THREADS=1 TAU_HALF=0.5 EVAL_DATA="
-run() { # run DIR [KEY=VALUE...]
-  d=$1; shift
-  # shellcheck disable=SC2086
-  REWARD_CMD=${RCMD:-$PARITY} bash "$P/train.sh" "$d" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" $CONF "$@"
-}
+run() { d=$1; train_run "$@"; }   # run DIR [KEY=VALUE...]
 tracker() { skpo-cat "$1/state/$2/$(cat "$1/state/$2/CURRENT")"; }
 adv_metrics() { for n in $(seq 1 "$2"); do skpo-cat --where tool=skpo-advantage --fields step,revisits,rho_mean,kl_d_mean "$1/metrics/$n.msgpack.zst"; done; }
 # same_rollouts A B N: step N's records equal (meta records and the run paths aside).

@@ -22,11 +22,7 @@ PARITY=$(parity_reward 'down|full')
 export PARITY
 pipeline_fixtures 24 "shard"
 CONF="STEPS=1 PROMPTS=4 MINIBATCH=2 G=4 MAX_TOKENS=6 LQ_INIT=6 LR=1e-3 WARMUP=0 KEEP=2 THREADS=1 SERVE= EVAL_DATA="
-run() { # run DIR [KEY=VALUE...]
-  d=$1; shift
-  # shellcheck disable=SC2086
-  REWARD_CMD=${RCMD:-$PARITY} bash "$P/train.sh" "$d" MODEL="$TMP/model" TRAIN_DATA="$TMP/train.msgpack.zst" $CONF "$@" >"$d.out" 2>"$d.err"
-}
+run() { d=$1; train_run "$@" >"$d.out" 2>"$d.err"; }   # run DIR [KEY=VALUE...]
 # same A B: step 1 of both runs committed with the same records (meta records and run paths aside)
 same() {
   [ "$(cat "$1/last" 2>/dev/null)" = 1 ] && [ "$(cat "$2/last" 2>/dev/null)" = 1 ] || { cat "$1.err" "$2.err"; return 1; }
