@@ -9,6 +9,12 @@ BUILD   ?= build
 SAN     ?=
 OPT     ?= -O2
 CUDA_HOME ?= /usr/local/cuda
+BIN     ?= bin
+# BUNDLE=1: the GPU bundle's flavour (scripts/gpu-bundle.sh): position-independent
+# objects linked into one libskpo.so that every binary loads from $$ORIGIN/../lib,
+# so the CUDA fatbin is carried once; sm_90 machine code plus its PTX, -lineinfo
+# for the sanitizer's and ncu's source lines. The bundle builds without MPI.
+BUNDLE  ?=
 
 ifeq ($(origin CUDA), undefined)
   CUDA := $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
@@ -24,9 +30,13 @@ LDFLAGS += -fopenmp -Wl,--as-needed $(SAN)
 
 ifeq ($(CUDA),1)
   CFLAGS    += -DSKPO_HAVE_CUDA -I$(CUDA_HOME)/include
-  NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings \
-               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+  NVCC_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
+  ifeq ($(BUNDLE),1)
+    NVCC_ARCH := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -lineinfo
+  endif
+  NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings \
+               $(NVCC_ARCH)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
   # NCCL outside CUDA_HOME (e.g. the pip package nvidia-nccl-cu13; tests/gpu/run.sh sets it)
   ifneq ($(NCCL_HOME),)
@@ -41,9 +51,15 @@ endif
 CORE_SRC := $(wildcard core/*/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libskpo.a
+ifeq ($(BUNDLE),1)
+  CFLAGS  += -fPIC
+  LIB     := $(BUILD)/libskpo.so
+  # DT_RPATH (not RUNPATH): it also applies to what the bundled libraries load (libopenblas -> libgfortran)
+  LDFLAGS += -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
+endif
 
 TOOL_DIRS := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/main.c))))
-TOOLS     := $(TOOL_DIRS:%=bin/skpo-%)
+TOOLS     := $(TOOL_DIRS:%=$(BIN)/skpo-%)
 
 TEST_SRC  := $(wildcard tests/unit/test_*.c)
 TESTS     := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -53,7 +69,7 @@ TESTS     := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 GPU_SRC   := $(wildcard tests/gpu/*.c)
 GPU_BINS  := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
 
-.PHONY: all deps test test-long demo bench asan fuzz clean tools tests gpu-test
+.PHONY: all deps test test-long demo bench asan fuzz clean tools tests gpu-test gpu-bundle gpu-rehearsal
 .SECONDARY:
 
 all: $(TOOLS) $(TESTS)
@@ -78,13 +94,17 @@ $(BUILD)/%.o: %.cu $(wildcard core/base/*.h core/cuda/*.h core/cuda/*.cuh) $(FLA
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(LIB): $(CORE_OBJ) $(CU_OBJ)
+$(BUILD)/libskpo.a: $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(BUILD)/libskpo.so: $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libskpo.so $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 .SECONDEXPANSION:
-bin/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(LIB)
-	@mkdir -p bin
+$(BIN)/skpo-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(LIB)
+	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(LIB) $(FLAVOUR)
@@ -132,5 +152,15 @@ fuzz: deps
 gpu-test:
 	@sh tests/gpu/run.sh
 
+# The device run's binaries, built here and carried there (tests/gpu/README.md):
+# .gpu-bundle/ (git-ignored) holds bundle.tar.xz and its MANIFEST.
+gpu-bundle: deps
+	@sh scripts/gpu-bundle.sh
+
+# tests/gpu/run.sh end to end from the bundle on this machine (no GPU: every
+# GPU part in its skip mode), checking paths, the summary parser and budgets.
+gpu-rehearsal: gpu-bundle
+	@sh tests/gpu/rehearsal.sh
+
 clean:
-	rm -rf build build-asan build-fuzz bin/skpo-*
+	rm -rf build build-asan build-fuzz build-gpu .gpu-bundle bin/skpo-*

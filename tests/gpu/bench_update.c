@@ -72,9 +72,11 @@ int main(int argc, char **argv) {
         double T = (double)NSEQ * LEN;
         double lin = bench_matmul_params(&c) - (double)V * c.hidden_size;
         double flops = 6 * lin * T + 6.0 * V * c.hidden_size * nscored + 3 * NSEQ * bench_attn_flops(&c, LEN);
-        printf("BENCH ours update model=%s tokens=%d tok_s=%.0f mfu=%.3f ms=%.1f fwd_ms=%.1f bwd_ms=%.1f tflops=%.1f "
+        const char *attn = getenv("SKPO_ATTN");
+        printf("BENCH ours update model=%s tokens=%d attn=%s tok_s=%.0f mfu=%.3f ms=%.1f fwd_ms=%.1f bwd_ms=%.1f tflops=%.1f "
                "(%d x %d tokens; optimizer: %s)\n",
-               model, NSEQ * LEN, T / tm, flops / tm / gemm_flops, 1e3 * tm, 1e3 * tfm, 1e3 * tbm, flops / tm / 1e12,
+               model, NSEQ * LEN, attn && *attn ? attn : "custom", T / tm, flops / tm / gemm_flops, 1e3 * tm, 1e3 * tfm,
+               1e3 * tbm, flops / tm / 1e12,
                NSEQ, LEN, opt_what);
     }
     bench_opt_free(&opt);
