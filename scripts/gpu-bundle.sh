@@ -15,7 +15,8 @@
 #   gpu/    the GPU benchmarks           lib/    libskpo.so + the libraries the image lacks
 #   share/  the Qwen2.5 tokenizer (the real-shape SKPO step)
 #
-# Environment: SKPO_BUNDLE_OUT (.gpu-bundle), SKPO_BUNDLE_JOBS (nproc).
+# Environment: SKPO_BUNDLE_OUT (.gpu-bundle), SKPO_BUNDLE_JOBS (nproc),
+# SKPO_BUNDLE_PACK=0 (stage only, no tarball: the library check needs none).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -74,6 +75,7 @@ while [ -n "$todo" ]; do
 done
 rm -f "$b/new.txt"
 
+[ "${SKPO_BUNDLE_PACK:-1}" = 0 ] && { say "staged in $stage (not packed: SKPO_BUNDLE_PACK=0)"; exit 0; }
 mkdir -p "$out"
 # xz: the image has python3 (tarfile reads it) where it might lack the zstd CLI.
 tar -C "$stage" -cf - . | xz -T"$jobs" -6 >"$out/bundle.tar.xz.tmp"

@@ -1,5 +1,8 @@
 #!/bin/sh
-# Run HERE (a Debian machine with apt), before the one device call: fetches
+# The FALLBACK only: `make gpu-bundle` (scripts/gpu-bundle.sh) is how the GPU
+# run gets its binaries. Where a bundle cannot load on the GPU image (another
+# glibc, say), tests/gpu/run.sh builds there instead, and for that it needs
+# these libraries' headers. Run HERE (a Debian machine with apt): fetches
 # the .deb files of every library the build links (dev packages and their
 # runtime libraries) into .gpudeps/ (ignored by git), which the device call
 # carries (`carry: [".gpudeps"]`). tests/gpu/run.sh unpacks them with dpkg -x
@@ -14,7 +17,8 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 dir="$top/.gpudeps"
 pkgs="libmsgpack-dev libmsgpackc2 libzstd-dev libzstd1
       libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0
-      libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libjansson-dev libjansson4"
+      libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libjansson-dev libjansson4
+      zlib1g-dev libflint-dev libflint17 libntl44 libgf2x3 libmpfr-dev libmpfr6 libgmp-dev libgmp10 libgmpxx4ldbl"
 command -v apt-get >/dev/null || { echo "prepare.sh: needs apt-get (a Debian/Ubuntu machine)" >&2; exit 1; }
 rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
 # apt's _apt user cannot write into a root-owned folder; download as root into it
@@ -30,4 +34,4 @@ ls "$dir" > "$dir/MANIFEST"
 echo "prepare.sh: $n packages in .gpudeps: $(du -sh "$dir" | cut -f1)"
 tracked=$(cd "$top" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 echo "prepare.sh: tracked tree $((tracked / 1048576)) MiB + .gpudeps $(( $(du -sb "$dir" | cut -f1) / 1048576 )) MiB (device limit 64 MiB)"
-echo "device call: command 'sh tests/gpu/run.sh', carry [\".gpudeps\"], timeout_s 480"
+echo "device call (fallback): command 'sh tests/gpu/run.sh', carry [\".gpudeps\"] (with or without .gpu-bundle), timeout_s 540"

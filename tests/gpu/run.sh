@@ -39,7 +39,9 @@
 # leaves room for the machine's start within about 12 minutes.
 #
 # Environment: SKPO_GPU_BUDGET (450), SKPO_GPU_PHASES (all: "facts load tests
-# bench sanitizer peer step 1.5b"), SKPO_GPU_WORK (/tmp/skpo-gpu).
+# bench sanitizer peer step 1.5b"), SKPO_GPU_WORK (/tmp/skpo-gpu),
+# SKPO_GPU_BUILD=1 (the fallback build even where the bundle loads),
+# SKPO_GPU_ATTN (the update's attention paths, "custom flash").
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
@@ -151,10 +153,11 @@ fallback_build() { # builds with the image's compilers and .gpudeps/ (tests/gpu/
   lib=$deps/usr/lib/x86_64-linux-gnu
   nccl=$(echo "$libpath" | tr ':' '\n' | grep '/nccl/lib$' | head -1)
   bs=$(date +%s)
+  # CFLAGS and LDFLAGS from the environment: the Makefile appends its own to them
+  CFLAGS="-I$deps/usr/include -I$deps/usr/include/x86_64-linux-gnu/openblas-pthread" \
+  LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib:$lib/openblas-pthread" \
   timeout 240 make -k -j"$(nproc)" BUNDLE=1 CUDA=1 BUILD=build-gpu BIN=build-gpu/bin MPI_CFLAGS= MPI_LIBS= \
     CUDA_HOME="$CUDA_HOME" ${nccl:+NCCL_HOME=$(dirname "$nccl")} \
-    CFLAGS="-I$deps/usr/include -I$deps/usr/include/x86_64-linux-gnu/openblas-pthread" \
-    LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib:$lib/openblas-pthread" \
     $(ls tests/unit/test_cuda_*.c | grep -v _fake | sed 's#tests/unit/\(.*\)\.c#build-gpu/tests/\1#') \
     $(ls tests/gpu/*.c | sed 's#tests/gpu/\(.*\)\.c#build-gpu/gpu/\1#') \
     $(ls -d tools/*/ | sed 's#tools/\(.*\)/#build-gpu/bin/skpo-\1#') >"$L/gpu-build.log" 2>&1 ||
@@ -167,7 +170,9 @@ fallback_build() { # builds with the image's compilers and .gpudeps/ (tests/gpu/
 }
 if want load; then
   phase load 40
-  if [ -f .gpu-bundle/bundle.tar.xz ]; then
+  if [ -n "${SKPO_GPU_BUILD:-}" ]; then
+    echo "INFO load: SKPO_GPU_BUILD set: building here instead of loading the bundle"
+  elif [ -f .gpu-bundle/bundle.tar.xz ]; then
     rm -rf "$W/bundle" && mkdir -p "$W/bundle"
     if command -v xz >/dev/null 2>&1; then tar -C "$W/bundle" -xJf .gpu-bundle/bundle.tar.xz
     else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu-bundle/bundle.tar.xz "$W/bundle"
@@ -197,7 +202,8 @@ if want tests; then
   phase tests 160
   for t in $first; do part "test_cuda_$t" 60 "$B/tests/test_cuda_$t"; done
   for f in "$B"/tests/test_cuda_*; do
-    t=$(basename "$f"); case " $first " in *" ${t#test_cuda_} "*) continue;; esac
+    t=$(basename "$f"); case "$t" in *.*) continue;; esac  # the fallback build's .d files
+    case " $first " in *" ${t#test_cuda_} "*) continue;; esac
     part "$t" 60 "$f"
   done
 fi
