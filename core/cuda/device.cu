@@ -118,8 +118,10 @@ extern "C" void skpo_cuda_dfree(void *p) {
 }
 
 extern "C" skpo_status skpo_cuda_host_register(void *p, size_t bytes, skpo_err *err) {
-    CU(cudaHostRegister(p, bytes, cudaHostRegisterDefault), err);
-    return SKPO_OK;
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return SKPO_OK;
+    cudaGetLastError();   // else the next LAUNCHED() reports it as a kernel launch failure
+    return skpo_cuda_fail(err, e, "cudaHostRegister", __FILE__, __LINE__);
 }
 
 extern "C" void skpo_cuda_host_unregister(void *p) {

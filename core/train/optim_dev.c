@@ -11,7 +11,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #ifndef SKPO_HAVE_CUDA
 
@@ -312,15 +311,15 @@ static skpo_status held_copy(const struct skpo_optim_dev *D, float *host, int ho
     return SKPO_OK;
 }
 
-// Page-lock the held ranges of a flat home (pages rounded out; overlapping
-// ranges merged), so its copies run at pinned speed. Failing costs only speed.
+// Page-lock the held ranges of a flat home (adjacent ones as one), so its
+// copies run at pinned speed. Failing costs only speed.
 static void lock_home(struct skpo_optim_dev *D, float *home) {
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), r[2][2];
+    uintptr_t r[2][2];
     size_t a[2] = {D->lo, D->tail0}, b[2] = {D->lo + D->shard, D->d.numel};
     int n = 0;
     for (int k = 0; k < 2; k++) {
         if (a[k] == b[k]) continue;
-        uintptr_t x = (uintptr_t)(home + a[k]) / pg * pg, y = ((uintptr_t)(home + b[k]) + pg - 1) / pg * pg;
+        uintptr_t x = (uintptr_t)(home + a[k]), y = (uintptr_t)(home + b[k]);
         if (n && x <= r[n - 1][1]) r[n - 1][1] = y > r[n - 1][1] ? y : r[n - 1][1];
         else r[n][0] = x, r[n][1] = y, n++;
     }

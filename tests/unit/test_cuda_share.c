@@ -81,8 +81,19 @@ static pid_t spawn_importer(const char *mode, const char *dir, const char *h, in
     return pid;
 }
 
-// A saved model loaded on the GPU with its logits (NULL: skipped or failed).
+#ifdef SKPO_HAVE_CUDA
+#define NEED_GPU() do { if (skpo_cuda_device_count() == 0) SKIP("skipped: no GPU"); } while (0)
+#else
+#define NEED_GPU() SKIP("skipped: built without CUDA")
+#endif
+
+// A random model saved in a new folder dir (a mkdtemp template) and loaded on
+// the GPU, with its logits (NULL: failed).
 static skpo_model *gpu_model(char *dir, float *want) {
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return NULL;
+    }
     skpo_config c;
     skpo_err e = {0};
     CHECK(skpo_config_parse(CFG, strlen(CFG), &c, &e) == SKPO_OK);
@@ -117,13 +128,8 @@ static int importer_answer(int fd, const float *want, const char *test) {
 }
 
 static void a_child_maps_the_exported_weights_and_computes_the_same_logits(void) {
-#ifdef SKPO_HAVE_CUDA
-    if (skpo_cuda_device_count() == 0) SKIP("skipped: no GPU");
-#else
-    SKIP("skipped: built without CUDA");
-#endif
+    NEED_GPU();
     char dir[] = "/tmp/skpo_share_XXXXXX";
-    if (!mkdtemp(dir)) { CHECK(0); return; }
     float want[V];
     skpo_err e = {0};
     skpo_model *m = gpu_model(dir, want);
@@ -144,24 +150,9 @@ static void a_child_maps_the_exported_weights_and_computes_the_same_logits(void)
     skpo_rm_rf(dir, &e);
 }
 
-// A deadlock of the lender must fail the test, not hang the suite.
-static pid_t importer_pid;
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "FAIL the lender did not return: deadlock\n";
-    if (write(1, msg, sizeof msg - 1) < 0) _exit(3);
-    if (importer_pid > 0) kill(importer_pid, SIGKILL);
-    _exit(1);
-}
-
 static void a_lent_model_comes_back_after_the_importer_read_to_eof_and_marked_it_done(void) {
-#ifdef SKPO_HAVE_CUDA
-    if (skpo_cuda_device_count() == 0) SKIP("skipped: no GPU");
-#else
-    SKIP("skipped: built without CUDA");
-#endif
+    NEED_GPU();
     char dir[] = "/tmp/skpo_share_XXXXXX";
-    if (!mkdtemp(dir)) { CHECK(0); return; }
     float want[V];
     skpo_err e = {0};
     skpo_model *m = gpu_model(dir, want);
@@ -170,19 +161,17 @@ static void a_lent_model_comes_back_after_the_importer_read_to_eof_and_marked_it
     CHECK_MSG(skpo_model_export_weights(m, dir, h, &e) == SKPO_OK, "export: %s", e.msg);
     int fds[2], out = -1, st = -1;
     CHECK(pipe(fds) == 0);
-    importer_pid = spawn_importer("--import-pipe", dir, h, fds[0], fds[1], &out);
+    pid_t pid = spawn_importer("--import-pipe", dir, h, fds[0], fds[1], &out);
     close(fds[0]);
-    CHECK(importer_pid > 0);
-    signal(SIGALRM, on_alarm);
-    alarm(60);
+    CHECK(pid > 0);
+    deadlock_guard(60, pid);   // the old lender never returned here
     CHECK(write(fds[1], "records", 7) == 7);   // the sampler's output
     skpo_loan_end how = skpo_weights_lend_end(h, fds[1], 30.0);
-    alarm(0);
+    deadlock_guard_off();
     CHECK_MSG(how == SKPO_LOAN_DONE, "the loan ended %s", how == SKPO_LOAN_GONE ? "with the importer gone" : "untaken");
     CHECK(!skpo_path_exists(h) && !skpo_path_exists(mk));
     importer_answer(out, want, __func__);   // its logits were computed while the loan lasted
-    waitpid(importer_pid, &st, 0);
-    importer_pid = 0;
+    waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     close(fds[1]);
     skpo_model_free(m);   // only now may the lender free its weights

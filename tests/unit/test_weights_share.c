@@ -184,16 +184,6 @@ static void an_importer_refuses_what_it_must_not_map(void) {
 
 // --- the loan's end (model.h): the pipeline's shape with a real pipe --------------------
 
-// A deadlock of the lender must fail the test, not hang the suite.
-static pid_t importer_pid;
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "FAIL the lender did not return: deadlock (the importer waits for EOF on its input)\n";
-    if (write(1, msg, sizeof msg - 1) < 0) _exit(3);
-    if (importer_pid > 0) kill(importer_pid, SIGKILL);
-    _exit(1);
-}
-
 // The importer of skpo-splice --import-weights: marks the loan taken (it has
 // mapped the weights), reads its input until EOF, then does `after` (0: works
 // on, then marks the loan done; 1: dies; 2: never marks anything), telling
@@ -219,19 +209,18 @@ static skpo_loan_end lend_over_a_pipe(const char *h, int after, double untaken_s
     skpo_err e = {0};
     SKPO_ASSERT(skpo_weights_handle_write(h, &w, &e) == SKPO_OK);
     fflush(stdout);
-    importer_pid = fork();
-    if (importer_pid == 0) {
+    pid_t pid = fork();
+    if (pid == 0) {
         close(fds[1]);
         close(told[0]);
         importer(h, fds[0], told[1], after);
     }
     close(fds[0]);
     close(told[1]);
-    signal(SIGALRM, on_alarm);
-    alarm(20);
+    deadlock_guard(20, pid);   // the old lender never returned here
     CHECK(write(fds[1], "records", 7) == 7);
     skpo_loan_end how = skpo_weights_lend_end(h, fds[1], untaken_s);
-    alarm(0);
+    deadlock_guard_off();
     // What the importer had told by then (non-blocking: the lender returned already).
     int fl = fcntl(told[0], F_GETFL);
     fcntl(told[0], F_SETFL, fl | O_NONBLOCK);
@@ -240,8 +229,7 @@ static skpo_loan_end lend_over_a_pipe(const char *h, int after, double untaken_s
     close(fds[1]);
     close(told[0]);
     int st = 0;
-    waitpid(importer_pid, &st, 0);
-    importer_pid = 0;
+    waitpid(pid, &st, 0);
     return how;
 }
 
