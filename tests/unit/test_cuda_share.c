@@ -127,16 +127,22 @@ static int importer_answer(int fd, const float *want, const char *test) {
     return mapped;
 }
 
-static void a_child_maps_the_exported_weights_and_computes_the_same_logits(void) {
-    NEED_GPU();
-    char dir[] = "/tmp/skpo_share_XXXXXX";
-    float want[V];
+// gpu_model, its weights exported through *h (dir/w.ipc).
+static skpo_model *exported(char *dir, float *want, char **h) {
     skpo_err e = {0};
     skpo_model *m = gpu_model(dir, want);
-    if (!m) return;
-    char *h = skpo_path_join(dir, "w.ipc");
-    skpo_status xs = skpo_model_export_weights(m, dir, h, &e);
-    CHECK_MSG(xs == SKPO_OK, "export: %s", e.msg);
+    *h = skpo_path_join(dir, "w.ipc");
+    if (m) CHECK_MSG(skpo_model_export_weights(m, dir, *h, &e) == SKPO_OK, "export: %s", e.msg);
+    return m;
+}
+
+static void a_child_maps_the_exported_weights_and_computes_the_same_logits(void) {
+    NEED_GPU();
+    char dir[] = "/tmp/skpo_share_XXXXXX", *h;
+    float want[V];
+    skpo_err e = {0};
+    skpo_model *m = exported(dir, want, &h);
+    if (!m) { free(h); return; }
     int out = -1, st = -1;
     pid_t c = spawn_importer("--import", dir, h, -1, -1, &out);
     CHECK(c > 0);
@@ -152,13 +158,12 @@ static void a_child_maps_the_exported_weights_and_computes_the_same_logits(void)
 
 static void a_lent_model_comes_back_after_the_importer_read_to_eof_and_marked_it_done(void) {
     NEED_GPU();
-    char dir[] = "/tmp/skpo_share_XXXXXX";
+    char dir[] = "/tmp/skpo_share_XXXXXX", *h;
     float want[V];
     skpo_err e = {0};
-    skpo_model *m = gpu_model(dir, want);
-    if (!m) return;
-    char *h = skpo_path_join(dir, "w.ipc"), *mk = skpo_weights_mark_path(h);
-    CHECK_MSG(skpo_model_export_weights(m, dir, h, &e) == SKPO_OK, "export: %s", e.msg);
+    skpo_model *m = exported(dir, want, &h);
+    if (!m) { free(h); return; }
+    char *mk = skpo_weights_mark_path(h);
     int fds[2], out = -1, st = -1;
     CHECK(pipe(fds) == 0);
     pid_t pid = spawn_importer("--import-pipe", dir, h, fds[0], fds[1], &out);
