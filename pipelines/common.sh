@@ -59,7 +59,7 @@ seed_of_step() { echo $((SEED * 100003 + STEP)); }
 # (mc|self: self makes the sampler finish the candidates and write the kept one's
 # whole generation, which the reward stage scores and skpo-advantage uses as R_I).
 stage_sample_segment() {
-  skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
+  ${STAGE_EXEC:-} skpo-sample --model "$CK" --prompts "$TRAIN_DATA" --state "$ST" --segment --group "$G" \
     --cut "${CUT:-adaptive}" --select "${SELECT:-median}" $([ "${REWARD_UP:-mc}" = self ] && echo --self) \
     --prompts-per-step "$PROMPTS" --temperature "$TEMPERATURE" --top-p "$TOP_P" \
     --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" --step "$STEP" ${THREADS:+--threads "$THREADS"} \
@@ -191,7 +191,7 @@ shard_segments() { sample_shards "$1" stage_sample_segment; }
 one_shard() {
   local i=$1 n=$2 fn=$3 L=$TMPD/logs SHARD_I=$1; shift 3
   if [ "$fn" = stage_sample_segment ]; then
-    timed sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err" | timed splice stage_splice 2>>"$L/splice.$i.err"
+    timed_head sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err" | timed splice stage_splice 2>>"$L/splice.$i.err"
     check_pipe "sample.$i" "splice.$i" -- "${PIPESTATUS[@]}"
   else
     timed sample "$fn" "$@" --shard "$i/$n" 2>>"$L/sample.$i.err"
@@ -323,6 +323,30 @@ timed() {
   else
     "$@"; rc=$?
   fi
+  echo "$n $t0 $(date +%s.%N)" >>"$TMPD/times"
+  return $rc
+}
+# timed_head NAME CMD...: timed, as the first element of a pipeline (its own
+# subshell) whose command ends its output before it exits: skpo-sample
+# --export-weights (SHARE_WEIGHTS) ends its output, then waits until
+# skpo-splice, which reads to EOF, is done with the lent weights. An element
+# running CMD in the foreground would hold the pipe open until CMD exits: a
+# deadlock. So CMD runs in the background, a stage function exec'ing its tool
+# (STAGE_EXEC=exec), and the element lets go of its standard output; INT, TERM
+# and HUP are passed on (a background command ignores INT).
+timed_head() {
+  local n=$1 t0 pid rc; shift
+  t0=$(date +%s.%N)
+  if [ "${SKPO_FAULT_STAGE:-}" = "$n" ] && [ "${SKPO_FAULT_STEP:-$STEP}" = "$STEP" ]; then
+    (export LD_PRELOAD=$SKPO_FAULT_SHIM; STAGE_EXEC=exec; "$@") <&0 &
+  else
+    (STAGE_EXEC=exec; "$@") <&0 &
+  fi
+  pid=$!
+  exec >/dev/null
+  trap 'kill -TERM "$pid" 2>/dev/null' INT TERM HUP
+  wait "$pid"; rc=$?
+  while [ "$rc" -gt 128 ] && kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done
   echo "$n $t0 $(date +%s.%N)" >>"$TMPD/times"
   return $rc
 }

@@ -30,7 +30,7 @@ if sharded; then  # RANKS / GPUS / NODES > 1: sample and splice sharded (common.
   commit_step
   exit 0
 fi
-timed sample stage_sample_segment 2>"$L/sample.err" \
+timed_head sample stage_sample_segment 2>"$L/sample.err" \
   | timed splice stage_splice 2>"$L/splice.err" \
   | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \

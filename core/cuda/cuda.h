@@ -144,6 +144,17 @@ skpo_status skpo_nccl_allreduce_sum(skpo_nccl *n, float *buf, size_t count, skpo
 skpo_status skpo_nccl_reduce_scatter_sum(skpo_nccl *n, float *recv, const float *send, size_t recv_count, skpo_err *err);
 skpo_status skpo_nccl_allgather(skpo_nccl *n, float *recv, const float *send, size_t send_count, skpo_err *err);
 void skpo_nccl_free(skpo_nccl *n);
+// How a collective is waited for: each enqueues its work and then calls the
+// waiter (default: a plain stream synchronisation, which waits forever when a
+// peer never comes). comm.c's waiter polls skpo_nccl_poll, watches for other
+// ranks' failure notices and a timeout, and calls skpo_nccl_abort (NCCL's
+// ncclCommAbort: the stuck kernels end; every later call on n fails at once).
+typedef skpo_status (*skpo_nccl_waiter)(void *ctx, skpo_nccl *n, const char *what, skpo_err *err);
+void skpo_nccl_set_waiter(skpo_nccl *n, skpo_nccl_waiter fn, void *ctx);
+// 1: the stream's work is done; 0: not yet; -1: failed (err says why: a CUDA
+// error, or NCCL's asynchronous error, e.g. a peer's connection broke).
+int skpo_nccl_poll(skpo_nccl *n, skpo_err *err);
+void skpo_nccl_abort(skpo_nccl *n);
 
 #ifdef __cplusplus
 }

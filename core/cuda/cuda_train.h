@@ -55,6 +55,28 @@ skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo
                                                const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
                                                int hs, float *work, skpo_err *err);
 
+// SKPO_DETERMINISTIC=1 (docs/update.md "Deterministic mode"): the two
+// backward ops that otherwise add with fp32 atomics in arrival order.
+// Embedding: dwte[id] += the rows of dout with that id, the rows given sorted
+// by (id, row) in order (T) with the runs of one id starting at seg (nseg + 1
+// entries), each run summed in that order (train_ops.cu). Attention: the
+// contract of skpo_cuda_attention_backward with seq_of (T) as flash takes it,
+// dk and dv overwritten (not accumulated), work: T * nh floats
+// (attention_det.cu).
+skpo_status skpo_cuda_embed_backward_sorted(skpo_cuda *c, float *dwte, const skpo_bf16 *dout, const int32_t *ids,
+                                            const int32_t *order, const int32_t *seg, int nseg, int C, skpo_err *err);
+skpo_status skpo_cuda_attention_backward_det(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
+                                             const skpo_bf16 *out, const float *lse, const skpo_bf16 *q,
+                                             const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
+                                             const int32_t *seq_start, int T, int nh, int nkv, int hs, float *work,
+                                             skpo_err *err);
+
+// Page-lock existing host memory (cudaHostRegister) for fast copies, and undo
+// it (before that memory is freed). The optimizer's offload locks the host
+// homes of its state (optim_dev.c).
+skpo_status skpo_cuda_host_register(void *p, size_t bytes, skpo_err *err);
+void skpo_cuda_host_unregister(void *p);
+
 // Collectives on host buffers over NCCL (staged through device memory), for
 // a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
 skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);

@@ -117,6 +117,17 @@ extern "C" void skpo_cuda_dfree(void *p) {
     if (p) cudaFree(p);
 }
 
+extern "C" skpo_status skpo_cuda_host_register(void *p, size_t bytes, skpo_err *err) {
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return SKPO_OK;
+    cudaGetLastError();   // else the next LAUNCHED() reports it as a kernel launch failure
+    return skpo_cuda_fail(err, e, "cudaHostRegister", __FILE__, __LINE__);
+}
+
+extern "C" void skpo_cuda_host_unregister(void *p) {
+    if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 extern "C" skpo_status skpo_cuda_h2d(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err) {
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, STREAM(c)), err);
     CU(cudaStreamSynchronize(STREAM(c)), err);
@@ -169,10 +180,15 @@ extern "C" skpo_status skpo_cuda_bf16_to_f32(skpo_cuda *c, float *dst, const skp
 struct skpo_nccl {
     ncclComm_t comm;
     skpo_cuda *c;
+    skpo_nccl_waiter wait;
+    void *wait_ctx;
+    int aborted;
 };
 
 #define NCCL(call, err) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) \
     return skpo_err_set((err), SKPO_EDEVICE, "nccl: %s: %s (%s:%d)", ncclGetErrorString(r_), #call, __FILE__, __LINE__); } while (0)
+#define NOT_ABORTED(n, err) do { if ((n)->aborted) \
+    return skpo_err_set((err), SKPO_EDEVICE, "nccl: the communicator was aborted after an earlier failure"); } while (0)
 
 extern "C" skpo_status skpo_nccl_unique_id(unsigned char id[128], skpo_err *err) {
     ncclUniqueId u;
@@ -204,58 +220,100 @@ extern "C" skpo_status skpo_nccl_init(skpo_cuda *c, const unsigned char id[128],
     return SKPO_OK;
 }
 
-extern "C" skpo_status skpo_nccl_allreduce_sum(skpo_nccl *n, float *buf, size_t count, skpo_err *err) {
-    NCCL(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, STREAM(n->c)), err);
+extern "C" void skpo_nccl_set_waiter(skpo_nccl *n, skpo_nccl_waiter fn, void *ctx) {
+    n->wait = fn;
+    n->wait_ctx = ctx;
+}
+
+extern "C" int skpo_nccl_poll(skpo_nccl *n, skpo_err *err) {
+    cudaError_t q = cudaStreamQuery(STREAM(n->c));
+    if (q == cudaSuccess) return 1;
+    if (q != cudaErrorNotReady) {
+        cudaGetLastError();
+        skpo_cuda_fail(err, q, "waiting for a collective", __FILE__, __LINE__);
+        return -1;
+    }
+    ncclResult_t a = ncclSuccess;
+    if (ncclCommGetAsyncError(n->comm, &a) != ncclSuccess || (a != ncclSuccess && a != ncclInProgress)) {
+        skpo_err_set(err, SKPO_EDEVICE, "nccl: the communicator failed while waiting (%s: a peer died or its connection broke)",
+                     ncclGetErrorString(a));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" void skpo_nccl_abort(skpo_nccl *n) {
+    if (n->aborted) return;
+    ncclCommAbort(n->comm);   // ends the NCCL kernels stuck on the stream
+    n->aborted = 1;
+    cudaGetLastError();
+}
+
+// The collective just enqueued, and what else is on the stream, done.
+static skpo_status nccl_wait(skpo_nccl *n, const char *what, skpo_err *err) {
+    if (n->wait) return n->wait(n->wait_ctx, n, what, err);
     CU(cudaStreamSynchronize(STREAM(n->c)), err);
     return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_nccl_allreduce_sum(skpo_nccl *n, float *buf, size_t count, skpo_err *err) {
+    NOT_ABORTED(n, err);
+    NCCL(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, STREAM(n->c)), err);
+    return nccl_wait(n, "all-reduce", err);
 }
 
 extern "C" skpo_status skpo_nccl_reduce_scatter_sum(skpo_nccl *n, float *recv, const float *send, size_t recv_count,
                                                     skpo_err *err) {
+    NOT_ABORTED(n, err);
     NCCL(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, n->comm, STREAM(n->c)), err);
-    CU(cudaStreamSynchronize(STREAM(n->c)), err);
-    return SKPO_OK;
+    return nccl_wait(n, "reduce-scatter", err);
 }
 
 extern "C" skpo_status skpo_nccl_allgather(skpo_nccl *n, float *recv, const float *send, size_t send_count, skpo_err *err) {
+    NOT_ABORTED(n, err);
     NCCL(ncclAllGather(send, recv, send_count, ncclFloat32, n->comm, STREAM(n->c)), err);
-    CU(cudaStreamSynchronize(STREAM(n->c)), err);
-    return SKPO_OK;
+    return nccl_wait(n, "all-gather", err);
 }
 
 // Host-side collectives for a communicator without MPI (shared-file
 // bootstrap, comm.c): staged through device memory. Declared in cuda_train.h.
+// The staged collective's end: the copy back follows it on the stream, so the
+// waiter's "stream done" covers both; its failure (abort, timeout) comes first.
+static skpo_status staged_end(skpo_nccl *n, void *d, cudaError_t e, ncclResult_t r, const char *what, skpo_err *err) {
+    skpo_status st = SKPO_OK;
+    if (e == cudaSuccess && r == ncclSuccess) st = nccl_wait(n, what, err);
+    cudaFree(d);
+    if (st) return st;
+    if (r != ncclSuccess) return skpo_err_set(err, SKPO_EDEVICE, "nccl: %s: %s", what, ncclGetErrorString(r));
+    if (e != cudaSuccess) return skpo_cuda_fail(err, e, what, __FILE__, __LINE__);
+    return SKPO_OK;
+}
+
 extern "C" skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err) {
     if (!count) return SKPO_OK;
+    NOT_ABORTED(n, err);
     void *d = NULL;
     CU(cudaMalloc(&d, count * sizeof(double)), err);
     cudaError_t e = cudaMemcpyAsync(d, buf, count * sizeof(double), cudaMemcpyHostToDevice, STREAM(n->c));
     ncclResult_t r = e == cudaSuccess ? ncclAllReduce(d, d, count, ncclFloat64, ncclSum, n->comm, STREAM(n->c)) : ncclSuccess;
     if (e == cudaSuccess && r == ncclSuccess)
         e = cudaMemcpyAsync(buf, d, count * sizeof(double), cudaMemcpyDeviceToHost, STREAM(n->c));
-    if (e == cudaSuccess) e = cudaStreamSynchronize(STREAM(n->c));
-    cudaFree(d);
-    if (r != ncclSuccess) return skpo_err_set(err, SKPO_EDEVICE, "nccl: all-reduce (f64): %s", ncclGetErrorString(r));
-    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "all-reduce (f64) staging", __FILE__, __LINE__);
-    return SKPO_OK;
+    return staged_end(n, d, e, r, "all-reduce (f64, host)", err);
 }
 
 extern "C" skpo_status skpo_nccl_bcast_host(skpo_nccl *n, void *buf, size_t bytes, int root, skpo_err *err) {
     if (!bytes) return SKPO_OK;
+    NOT_ABORTED(n, err);
     void *d = NULL;
     CU(cudaMalloc(&d, bytes), err);
     cudaError_t e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, STREAM(n->c));
     ncclResult_t r = e == cudaSuccess ? ncclBroadcast(d, d, bytes, ncclChar, root, n->comm, STREAM(n->c)) : ncclSuccess;
     if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, STREAM(n->c));
-    if (e == cudaSuccess) e = cudaStreamSynchronize(STREAM(n->c));
-    cudaFree(d);
-    if (r != ncclSuccess) return skpo_err_set(err, SKPO_EDEVICE, "nccl: broadcast: %s", ncclGetErrorString(r));
-    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "broadcast staging", __FILE__, __LINE__);
-    return SKPO_OK;
+    return staged_end(n, d, e, r, "broadcast (host)", err);
 }
 
 extern "C" void skpo_nccl_free(skpo_nccl *n) {
     if (!n) return;
-    ncclCommDestroy(n->comm);
+    if (!n->aborted) ncclCommDestroy(n->comm);   // an abort freed it already
     free(n);
 }

@@ -47,6 +47,28 @@ extern "C" skpo_status skpo_cuda_linear_dx(skpo_cuda *c, skpo_bf16 *dx, const sk
     return SKPO_OK;
 }
 
+// Embedding backward without atomics (SKPO_DETERMINISTIC=1): the rows come
+// sorted by token id (order, runs of one id starting at seg); one block per
+// (run, 256 columns) sums its rows in that order and adds once.
+__global__ void k_embed_bwd_sorted(float *dwte, const bf16 *dout, const int32_t *ids, const int32_t *order,
+                                   const int32_t *seg, int C) {
+    int i = blockIdx.y * blockDim.x + threadIdx.x, a = seg[blockIdx.x], b = seg[blockIdx.x + 1];
+    if (i >= C) return;
+    float s = 0.f;
+    for (int r = a; r < b; r++) s += __bfloat162float(dout[(size_t)order[r] * C + i]);
+    dwte[(size_t)ids[order[a]] * C + i] += s;
+}
+
+extern "C" skpo_status skpo_cuda_embed_backward_sorted(skpo_cuda *c, float *dwte, const skpo_bf16 *dout,
+                                                       const int32_t *ids, const int32_t *order, const int32_t *seg,
+                                                       int nseg, int C, skpo_err *err) {
+    if (!nseg) return SKPO_OK;
+    k_embed_bwd_sorted<<<dim3((unsigned)nseg, blocks_for((size_t)C, 256)), 256, 0, c->stream>>>(
+        dwte, (const bf16 *)dout, ids, order, seg, C);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
 // Fixed grid and fixed reduction order: per-thread strided sums in double, a
 // block tree, then one block sums the partials in index order.
 #define SQ_BLOCKS 512

@@ -38,14 +38,28 @@ static int import_weights(const skpo_rollout_opts *o, const skpo_model_opts *mo,
         struct pollfd p = {.fd = o->wait_fd, .events = POLLIN};
         if (poll(&p, 1, 20) > 0 && !skpo_path_exists(o->import_weights)) why = "the sampler wrote no handle before its output";
     }
-    if (!why && skpo_model_load_shared(o->model_dir, o->import_weights, mo, &r->model, &e) == SKPO_OK) return 1;
+    if (!why && skpo_model_load_shared(o->model_dir, o->import_weights, mo, &r->model, &e) == SKPO_OK) {
+        // The exporter frees the weights once this mark says done (or this process is gone).
+        if (skpo_weights_mark(o->import_weights, SKPO_MARK_TAKEN, &e) == SKPO_OK) {
+            r->borrowed = skpo_xstrdup(o->import_weights);
+            return 1;
+        }
+        skpo_model_free(r->model);   // unmarked, the loan may end under us
+        r->model = NULL;
+    }
     fprintf(stderr, "%s: note: loading '%s' itself, not the lent weights: %s\n", skpo_progname(), o->model_dir,
             why ? why : e.msg);
+    // A lender waits for a mark: say it need not (a `none` file lends nothing).
+    skpo_weights_handle h;
+    skpo_err me = {0};
+    if (skpo_weights_handle_read(o->import_weights, &h, &me) == SKPO_OK && !h.none[0])
+        (void)skpo_weights_mark(o->import_weights, SKPO_MARK_DECLINED, &me);
     return 0;
 }
 
-// The exporter: lend the weights when the output is a pipe (its reader's exit
-// ends the loan); a `none` file otherwise, so the importer does not wait.
+// The exporter: lend the weights when the output is a pipe (the importer's
+// mark ends the loan, skpo_rollout_hold); a `none` file otherwise, so the
+// importer does not wait.
 static void export_weights(const skpo_rollout_opts *o, skpo_rollout *r) {
     struct stat st;
     skpo_err e = {0};
@@ -55,6 +69,7 @@ static void export_weights(const skpo_rollout_opts *o, skpo_rollout *r) {
         if (skpo_weights_handle_write(o->export_weights, &h, &e) == SKPO_OK) return;
     } else if (skpo_model_export_weights(r->model, o->model_dir, o->export_weights, &e) == SKPO_OK) {
         r->lent_fd = o->hold_fd;
+        r->lent = skpo_xstrdup(o->export_weights);
         return;
     } else if (skpo_model_device(r->model) != SKPO_DEV_CUDA) {
         return;  // CPU: the `none` file says why; nothing to note
@@ -120,14 +135,10 @@ void skpo_rollout_hold(skpo_rollout *r) {
     if (r->gdev) skpo_gen_dev_free(r->gdev);
     if (r->kv) skpo_kv_free(r->kv);
     r->gen = NULL, r->gdev = NULL, r->kv = NULL;
-    skpo_wait_reader_gone(r->lent_fd);
+    if (skpo_weights_lend_end(r->lent, r->lent_fd, SKPO_LEND_UNTAKEN_S) == SKPO_LOAN_UNTAKEN)
+        fprintf(stderr, "%s: note: nobody mapped the lent weights within %d s of the end of the output: freeing them\n",
+                skpo_progname(), SKPO_LEND_UNTAKEN_S);
     r->lent_fd = -1;
-}
-
-void skpo_wait_reader_gone(int fd) {
-    // A pipe's writer sees POLLERR once no reader is left; no other event is asked for.
-    struct pollfd p = {.fd = fd, .events = 0};
-    while (poll(&p, 1, -1) < 0 || !(p.revents & (POLLERR | POLLHUP | POLLNVAL))) p.revents = 0;
 }
 
 void skpo_rollout_close(skpo_rollout *r) {
@@ -136,7 +147,13 @@ void skpo_rollout_close(skpo_rollout *r) {
     if (r->stop) skpo_gen_stops_free(r->stop);
     if (r->kv) skpo_kv_free(r->kv);
     if (r->tok) skpo_tok_free(r->tok);
-    if (r->model) skpo_model_free(r->model);
+    if (r->model) skpo_model_free(r->model);   // a borrowed model unmaps the lent weights here
+    skpo_err e = {0};
+    if (r->borrowed && skpo_weights_mark(r->borrowed, SKPO_MARK_DONE, &e))
+        fprintf(stderr, "%s: note: cannot mark the lent weights done (the sampler waits until this process exits): %s\n",
+                skpo_progname(), e.msg);
+    free(r->borrowed);
+    free(r->lent);
     memset(r, 0, sizeof *r);
 }
 

@@ -36,11 +36,12 @@ typedef struct skpo_rollout_opts {
     const char *const *stops;   // (n_stops)
     int n_stops;
     // One weights load per GPU (model.h "weights_share"): the exporter lends its
-    // device weights through the handle file export_weights until the reader of
-    // hold_fd (its output pipe) is gone; an importer maps them from
-    // import_weights, waiting for the file until wait_fd (its input, which the
-    // exporter writes only after exporting) is readable. Either side falls back
-    // to the ordinary load with a note on stderr.
+    // device weights through the handle file export_weights when hold_fd (its
+    // output) is a pipe; an importer maps them from import_weights, waiting for
+    // the file until wait_fd (its input, which the exporter writes only after
+    // exporting) is readable, and marks the loan taken, then done when it closes
+    // (model.h "the loan's end"). Either side falls back to the ordinary load
+    // with a note on stderr.
     const char *export_weights;
     int hold_fd;
     const char *import_weights;
@@ -55,7 +56,7 @@ void skpo_rollout_opts_default(skpo_rollout_opts *o);
 // writing straight into the skpo_rollout_opts `ro` (base/cli.h row macros).
 // The weights-sharing rows: skpo-sample lends, skpo-splice borrows.
 #define SKPO_ROLLOUT_EXPORT_ROW(ro) \
-    SKPO_OPT_STR("export-weights", 0, &(ro).export_weights, "FILE", "lend the device weights to the next tool on this GPU through handle FILE (held until stdout's reader exits)")
+    SKPO_OPT_STR("export-weights", 0, &(ro).export_weights, "FILE", "lend the device weights to the next tool on this GPU through handle FILE (held after the output until that tool is done with them)")
 #define SKPO_ROLLOUT_IMPORT_ROW(ro) \
     SKPO_OPT_STR("import-weights", 0, &(ro).import_weights, "FILE", "map the device weights lent through handle FILE (skpo-sample --export-weights) instead of loading them")
 
@@ -85,18 +86,22 @@ typedef struct skpo_rollout {
     int ctx;                    // max_position_embeddings
     int vocab;
     int bos;                    // config bos_token_id, -1 none
-    int lent_fd;                // the weights are lent until this fd's reader is gone (-1: not lent)
+    int lent_fd;                // the output whose end starts the end of the loan (-1: not lent)
+    char *lent;                 // the handle file of the lent weights (NULL: not lent)
+    char *borrowed;             // the handle file of the mapped weights (NULL: loaded)
 } skpo_rollout;
+
+// How long a lender waits, after its output ended, for an importer to take the weights.
+#define SKPO_LEND_UNTAKEN_S 60
 
 // Open everything; on failure err names the file or setting.
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err);
 void skpo_rollout_close(skpo_rollout *r);
-// With the weights lent (export_weights): frees the engine and KV cache, then
-// waits until the importer is gone (the reader of hold_fd closed it); else
-// returns at once. Call after the last output is written, before close.
+// With the weights lent (export_weights): frees the engine and KV cache, ends
+// the output (hold_fd: its reader sees EOF) and waits until the importer is
+// done with the weights (skpo_weights_lend_end); else returns at once. Call
+// after the last output is written, before close.
 void skpo_rollout_hold(skpo_rollout *r);
-// Block until fd (the write end of a pipe) has no reader left.
-void skpo_wait_reader_gone(int fd);
 
 uint64_t skpo_rollout_seed(uint64_t seed, int64_t step, const char *tag, const char *id, uint64_t index);
 

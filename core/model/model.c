@@ -196,6 +196,9 @@ skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_mode
 
 skpo_status skpo_model_export_weights(const skpo_model *m, const char *dir, const char *path, skpo_err *err) {
     skpo_weights_handle h = {.pid = (long)getpid(), .numel = m->numel};
+    char *mk = skpo_weights_mark_path(path);   // a mark left by an earlier loan is not this one's
+    unlink(mk);
+    free(mk);
     skpo_status s = skpo_weights_identity(dir, h.weights, err);
     if (!s) {
         if (m->be->export_weights) s = m->be->export_weights(m, &h, err);

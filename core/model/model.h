@@ -156,8 +156,9 @@ skpo_status skpo_model_sync_device(skpo_model *m, skpo_err *err);
 // (a rank that writes its slice of a checkpoint downloads just that slice).
 skpo_status skpo_model_sync_host_range(skpo_model *m, size_t a, size_t b, skpo_err *err);
 // Between updates (verl's offload pattern): a trainable CUDA model frees its
-// fp32 masters and gradients on the device (8 of its 10 bytes per parameter;
-// the bf16 weights and the activation arena stay). The device optimizer
+// fp32 masters and gradients on the device (8 of its 10 bytes per parameter)
+// and its training activations (the next pass allocates them again); the bf16
+// weights stay. The device optimizer
 // keeps the masters' values: call skpo_optim_offload first, and after
 // skpo_model_reload (fresh buffers, gradients zero, masters undefined)
 // skpo_optim_reload with the new skpo_model_dev_params, which writes them
@@ -175,7 +176,7 @@ skpo_status skpo_model_grad_sumsq(skpo_model *m, double *ss, skpo_err *err);
 // small text file) and skpo-splice on the same GPU maps them instead of reading
 // and uploading the checkpoint again (docs/scaling.md). The handle file:
 //   skpo-weights-ipc 1
-//   pid <exporter>          it keeps the weights allocated until its reader is gone
+//   pid <exporter>          it keeps the weights allocated until the importer is done (below)
 //   device <PCI bus id>     the GPU they are on
 //   numel <parameters>
 //   weights <identity>      skpo_weights_identity of the checkpoint folder
@@ -209,6 +210,25 @@ skpo_status skpo_model_export_weights(const skpo_model *m, const char *dir, cons
 // loads dir as usual.
 skpo_status skpo_model_load_shared(const char *dir, const char *path, const skpo_model_opts *o, skpo_model **out,
                                    skpo_err *err);
+
+// The loan's end. The importer reads the exporter's output until EOF, so the
+// exporter cannot hold that pipe open until the importer is gone (that was a
+// deadlock: the shell running the pipeline holds it too). Instead the importer
+// writes a mark next to PATH (PATH.in): taken once it mapped the weights (if
+// it cannot write that, it must not use them), declined when it loads the
+// checkpoint itself, done after it unmapped them. The exporter, after its
+// last output, calls skpo_weights_lend_end: fd (its output) is pointed at
+// /dev/null, so the reader sees EOF, then it waits until the mark says done or
+// declined, or the marking process is gone (its exit unmaps), or, with no mark
+// at all, untaken_s seconds (nobody took the weights: the handle is removed
+// before giving up, so a late importer loads the checkpoint itself). PATH and
+// its mark are removed; the caller may then free the weights.
+typedef enum { SKPO_MARK_TAKEN, SKPO_MARK_DECLINED, SKPO_MARK_DONE } skpo_loan_mark;
+typedef enum { SKPO_LOAN_DONE, SKPO_LOAN_GONE, SKPO_LOAN_UNTAKEN } skpo_loan_end;
+skpo_status skpo_weights_mark(const char *path, skpo_loan_mark k, skpo_err *err);
+skpo_loan_end skpo_weights_lend_end(const char *path, int fd, double untaken_s);
+// PATH.in (malloc'd).
+char *skpo_weights_mark_path(const char *path);
 
 // What the trainer needs from a model (skpo_policy_of_model in train/checkpoint.h
 // wraps this model, skpo_policy_of_lora in model/lora.h an adapted one; tests

@@ -5,7 +5,9 @@
  * gradients (cuBLAS accumulates dW into the fp32 buffer). Differences forced
  * by the kernels: attention's dK/dV come out in fp32 (atomics) and are rounded
  * to bf16 before their projections; input gradients that several projections
- * feed are accumulated by the GEMM in bf16.
+ * feed are accumulated by the GEMM in bf16. SKPO_DETERMINISTIC=1 swaps the two
+ * order-dependent atomic sums (embedding rows, attention dK/dV) for ordered
+ * ones and keeps flash off (its dQ adds atomically): the same bits every run.
  * All device memory of a pass comes from one arena that grows to the largest
  * micro-batch seen and is kept until the model is closed.
  */
@@ -43,6 +45,8 @@ typedef struct cutrain {
     int N, S, nseq, R, saved, nl;   // nl: layers with their own activation buffers
     int recomputing;                // this pass saved layer inputs only
     int flash;                      // tensor-core attention (SKPO_ATTN=flash, head_dim 64 / 128)
+    int det;                        // SKPO_DETERMINISTIC=1: a backward without order-dependent atomics
+    int nseg;                       // det: runs of one token id in emb_order
     float temperature;
     int have_acts;
     int32_t *ids, *pos, *seq_start, *seq_of, *srow, *stgt;
@@ -55,6 +59,8 @@ typedef struct cutrain {
     // backward scratch (saved passes only)
     bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
     float *dk, *dv, *dlogp, *dent, *colpart, *fwork;
+    float *dwork;                   // det: the attention backward's D (N, heads)
+    int32_t *emb_order, *emb_seg;   // det: rows sorted by token id, runs of one id
 } cutrain;
 
 // model_cuda_close calls it through mc->train_free.
@@ -88,9 +94,11 @@ skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
     return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
 }
 
-// Master and grad freed: at 7B 61 GB of device memory a sampler can use until
-// the next update. The device optimizer keeps the masters' values (its
-// offload took them first; its reload writes them back).
+// Master, grad and the activation arena freed: at 7B 61 GB, plus the arena
+// (~26 GB for 8k tokens a micro-batch), of device memory the samplers can use
+// until the next update. The device optimizer keeps the masters' values (its
+// offload took them first; its reload writes them back); the next pass grows
+// a new arena.
 skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
     model_cuda *mc = m->cuda;
     if (mc->offloaded || !mc->master) return SKPO_OK;
@@ -99,6 +107,13 @@ skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
     skpo_cuda_dfree(mc->master);
     skpo_cuda_dfree(mc->grad);
     mc->master = mc->grad = NULL;
+    cutrain *t = mc->train;
+    if (t) {
+        skpo_cuda_dfree(t->arena);
+        t->arena = NULL;
+        t->cap = 0;
+        t->have_acts = 0;   // a backward now would read freed activations
+    }
     mc->offloaded = 1;
     return SKPO_OK;
 }
@@ -160,6 +175,10 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
         TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
         TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
         if (t->flash) TAKE(t->fwork, N * d->NH + N * d->QD, float);
+        if (t->det) {
+            TAKE(t->dwork, N * d->NH, float);
+            TAKE(t->emb_order, N, int32_t); TAKE(t->emb_seg, N + 1, int32_t);
+        }
         TAKE(t->dq, N * d->QD, bf); TAKE(t->datt, N * d->QD, bf);
         TAKE(t->dkb, N * d->KVD, bf); TAKE(t->dvb, N * d->KVD, bf);
         TAKE(t->dk, N * d->KVD, float); TAKE(t->dv, N * d->KVD, float);
@@ -204,6 +223,32 @@ static ct_layer layer_of(const skpo_model *m, const cutrain *t, int l) {
 // --- the batch --------------------------------------------------------------------------------
 
 
+// Deterministic mode: the rows of the batch sorted by (token id, row) and
+// where each id's run starts, for the embedding backward's ordered sums.
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+static skpo_status upload_emb_order(skpo_cuda *cu, cutrain *t, const int32_t *ids, int N, skpo_err *err) {
+    uint64_t *key = skpo_xmalloc((size_t)(N ? N : 1) * 8);   // (id, row): ids are checked non-negative
+    int32_t *order = skpo_xmalloc((size_t)(N ? N : 1) * 4), *seg = skpo_xmalloc((size_t)(N + 1) * 4);
+    for (int i = 0; i < N; i++) key[i] = (uint64_t)(uint32_t)ids[i] << 32 | (uint32_t)i;
+    qsort(key, (size_t)N, sizeof *key, cmp_u64);
+    int n = 0;
+    for (int i = 0; i < N; i++) {
+        order[i] = (int32_t)(uint32_t)key[i];
+        if (i == 0 || key[i] >> 32 != key[i - 1] >> 32) seg[n++] = i;
+    }
+    free(key);
+    seg[n] = N;
+    t->nseg = n;
+    skpo_status st = skpo_cuda_h2d(cu, t->emb_order, order, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->emb_seg, seg, (size_t)(n + 1) * 4, err);
+    free(order);
+    free(seg);
+    return st;
+}
+
 // Size the pass, fit the arena and upload ids, positions, offsets and the scored rows.
 static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int save, skpo_err *err) {
     long N = 0, S = 0;
@@ -212,8 +257,10 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
     t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
     t->recomputing = save && t->recompute;
-    const char *attn = getenv("SKPO_ATTN");
-    t->flash = attn && !strcmp(attn, "flash") && (m->c.head_dim == 64 || m->c.head_dim == 128);
+    const char *attn = getenv("SKPO_ATTN"), *det = getenv("SKPO_DETERMINISTIC");
+    t->det = det && *det && strcmp(det, "0");
+    // flash's dQ adds with atomics: deterministic mode keeps the simple kernels
+    t->flash = !t->det && attn && !strcmp(attn, "flash") && (m->c.head_dim == 64 || m->c.head_dim == 128);
     size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
     t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
     if (t->R > t->S) t->R = t->S ? t->S : 1;
@@ -230,7 +277,9 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     }
     ss[nseq] = row;
     skpo_cuda *cu = m->cuda->cu;
-    skpo_status st = skpo_cuda_h2d(cu, t->ids, ids, (size_t)N * 4, err);
+    skpo_status st = SKPO_OK;
+    if (t->det && save) st = upload_emb_order(cu, t, ids, (int)N, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->ids, ids, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->pos, pos, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->seq_start, ss, (size_t)(nseq + 1) * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->seq_of, so, (size_t)N * 4, err);
@@ -416,6 +465,11 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     if (t->flash) {
         TRY(skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
                                                t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err));
+    } else if (t->det) {   // two passes, no atomics: dk, dv written once
+        TRY(skpo_cuda_attention_backward_det(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                             t->seq_of, t->seq_start, N, NH, NKV, HS, t->dwork, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
+        TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
     } else {
         TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
         TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
@@ -451,7 +505,10 @@ static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const
         if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
         TRY(layer_bwd(m, t, l, &a, err));
     }
-    if (G(m->wte)) TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err)); // frozen (LoRA): none
+    if (G(m->wte) && t->det)
+        TRY(skpo_cuda_embed_backward_sorted(cu, G(m->wte), t->dx, t->ids, t->emb_order, t->emb_seg, t->nseg, C, err));
+    else if (G(m->wte))
+        TRY(skpo_cuda_embed_backward(cu, G(m->wte), t->dx, t->ids, N, C, err)); // frozen (LoRA): none
     if (m->lora) TRY(skpo_lora_cuda_grads_to_host(m->lora, cu, err)); // LoRA: host AdamW
     return skpo_cuda_sync(cu, err);
 }

@@ -3,16 +3,22 @@
  * device weights to the next tool on that GPU (model.h). Text, one key per
  * line, written atomically, so a reader sees a whole file or none; checked
  * line by line on read because a stale or foreign file must fail with a reason,
- * never be mapped.
+ * never be mapped. Also the loan's end: the importer's mark file next to the
+ * handle, and the exporter's wait for it.
  */
 #include "model/model.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char MAGIC[] = "skpo-weights-ipc 1";
 
@@ -141,4 +147,103 @@ skpo_status skpo_weights_handle_read(const char *path, skpo_weights_handle *h, s
         s = skpo_err_set(err, SKPO_EFORMAT, "weights handle '%s': missing %s", path,
                          !(have & PID) ? "pid" : !(have & DEV) ? "device" : !(have & NUMEL) ? "numel" : !(have & WEIGHTS) ? "weights" : "handle");
     return s;
+}
+
+// --- the loan's end ---------------------------------------------------------------------------
+//
+// The exporter cannot learn from its output pipe when the importer is done:
+// the importer reads that pipe until EOF, so the exporter must close it first,
+// and others (the shell running the pipeline) may hold it too. So the
+// importer says it in PATH.in, one line "<state> <pid> <start>": taken (it
+// mapped the weights), declined (it will not), done (it unmapped them). <start>
+// is the importer's start time from /proc (0 if unknown): a pid reused by
+// another process is not taken for the importer.
+
+char *skpo_weights_mark_path(const char *path) {
+    size_t n = strlen(path);
+    char *p = skpo_xmalloc(n + 4);
+    memcpy(p, path, n);
+    memcpy(p + n, ".in", 4);
+    return p;
+}
+
+// State (field 3) and start time in clock ticks (field 22) of /proc/PID/stat; 0 when unreadable.
+static int proc_stat(long pid, char *state, unsigned long long *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');   // the command name may hold spaces and parentheses
+    if (!p || sscanf(p + 1, " %c", state) != 1) return 0;
+    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p && sscanf(p, " %llu", start) == 1;
+}
+
+skpo_status skpo_weights_mark(const char *path, skpo_loan_mark k, skpo_err *err) {
+    static const char *const names[] = {"taken", "declined", "done"};
+    char buf[96], st;
+    unsigned long long start = 0;
+    long pid = (long)getpid();
+    if (!proc_stat(pid, &st, &start)) start = 0;
+    int len = snprintf(buf, sizeof buf, "%s %ld %llu\n", names[k], pid, start);
+    char *mk = skpo_weights_mark_path(path);
+    skpo_status s = skpo_write_file_atomic(mk, buf, (size_t)len, err);
+    free(mk);
+    return s;
+}
+
+// 1 with the mark's fields, 0 when there is none (yet) or it does not parse.
+static int read_mark(const char *mk, char kind[16], long *pid, unsigned long long *start) {
+    char buf[128];
+    FILE *f = fopen(mk, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return sscanf(buf, "%15s %ld %llu", kind, pid, start) == 3;
+}
+
+// A zombie has released its device memory already; a pid with another start time is someone else.
+static int importer_alive(long pid, unsigned long long start) {
+    if (pid <= 0 || (kill((pid_t)pid, 0) && errno == ESRCH)) return 0;
+    char st;
+    unsigned long long s;
+    if (!proc_stat(pid, &st, &s)) return 1;   // no /proc: kill's answer
+    return st != 'Z' && st != 'X' && (!start || s == start);
+}
+
+skpo_loan_end skpo_weights_lend_end(const char *path, int fd, double untaken_s) {
+    // EOF for the reader now: fd stays open (on /dev/null), so a later close of it still works.
+    if (fd == STDOUT_FILENO) fflush(stdout);
+    int nul = open("/dev/null", O_WRONLY);
+    if (nul < 0 || dup2(nul, fd) < 0) close(fd);
+    if (nul >= 0) close(nul);
+    char *mk = skpo_weights_mark_path(path);
+    double t0 = skpo_now();
+    int removed = 0;
+    skpo_loan_end how;
+    for (;;) {
+        char kind[16];
+        long pid = 0;
+        unsigned long long start = 0;
+        int got = read_mark(mk, kind, &pid, &start);
+        if (got && strcmp(kind, "taken")) { how = SKPO_LOAN_DONE; break; }
+        if (got && !importer_alive(pid, start)) { how = SKPO_LOAN_GONE; break; }
+        if (!got && skpo_now() - t0 > untaken_s) {
+            // Remove the handle first, then look once more: an importer that
+            // read it just before may have mapped the weights meanwhile.
+            if (!removed) { unlink(path); removed = 1; continue; }
+            how = SKPO_LOAN_UNTAKEN;
+            break;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    unlink(path);
+    unlink(mk);
+    free(mk);
+    return how;
 }

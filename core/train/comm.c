@@ -4,11 +4,13 @@
  */
 #include "train/comm.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__has_include)
 #if __has_include(<mpi.h>)
@@ -178,6 +180,19 @@ static const skpo_comm_ops nccl_file_ops = {
     nccl_reduce_scatter_f32, nccl_allgather_f32,
 };
 
+// Every NCCL collective of a communicator ends here (comm.h "a rank's failure").
+static int nccl_poll_op(void *n, skpo_err *err) { return skpo_nccl_poll(n, err); }
+static void nccl_abort_op(void *n) { skpo_nccl_abort(n); }
+static skpo_status nccl_waiter(void *ctx, skpo_nccl *n, const char *what, skpo_err *err) {
+    skpo_comm *c = ctx;
+    skpo_comm_op op = {nccl_poll_op, nccl_abort_op, n};
+    char w[64];
+    snprintf(w, sizeof w, "nccl %s", what);
+    skpo_status st = skpo_comm_wait(c, &op, w, err);
+    if (st && c->ops == &nccl_file_ops) c->broken = 1;   // its host collectives rode on this NCCL
+    return st;
+}
+
 static skpo_status nccl_file_open(struct skpo_cuda *cu, const char *path, skpo_comm **out, skpo_err *err) {
     int rank, size;
     if (!skpo_comm_file_rank(&rank, &size))
@@ -197,6 +212,14 @@ static skpo_status nccl_file_open(struct skpo_cuda *cu, const char *path, skpo_c
     c->size = size;
     c->impl = nc;
     c->ops = &nccl_file_ops;
+    // Failure notices next to the id file, named after this run's id (every
+    // rank knows it, no other run has it). Left there for the record.
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < 128; i++) h = (h ^ id[i]) * 1099511628211ull;
+    char *np = skpo_xmalloc(strlen(path) + 32);
+    sprintf(np, "%s.failed-%016llx", path, (unsigned long long)h);
+    c->notice = np;
+    skpo_nccl_set_waiter(nc, nccl_waiter, c);
     *out = c;
     return SKPO_OK;
 }
@@ -234,6 +257,7 @@ static skpo_status nccl_mpi_open(struct skpo_cuda *cu, skpo_comm **out, skpo_err
     }
     c->impl = nc;
     c->ops = &nccl_ops;
+    skpo_nccl_set_waiter(nc, nccl_waiter, c);
     *out = c;
     return SKPO_OK;
 }
@@ -271,40 +295,202 @@ int skpo_comm_file_rank(int *rank, int *size) {
     return 0;
 }
 
-// A waiting rank takes only an id file written at most SKPO_NCCL_ID_MAX_AGE
-// seconds (default 60) before it started waiting: an older one is left by a
-// crashed run, and joining with its id would hang in ncclCommInitRank.
+void skpo_comm_run_nonce(char out[96]) {
+    const char *n = getenv("SKPO_RUN_NONCE"), *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (n && *n) snprintf(out, 96, "%s", n);
+    else if (job && *job) snprintf(out, 96, "slurm-%s.%s", job, step && *step ? step : "0");
+    else out[0] = 0;
+    for (char *p = out; *p; p++)   // one word of the id file
+        if (*p == ' ' || *p == '\n' || *p == '\t') *p = '_';
+}
+
+// The id file: "skpo-nccl-id 2 <nonce or -> <256 hex digits>\n".
+static const char ID_MAGIC[] = "skpo-nccl-id 2";
+
+// 1 when buf is an id file; its nonce ("" for "-") and id.
+static int parse_id_file(const char *buf, char nonce[96], unsigned char id[128]) {
+    char magic[32], ver[8], hex[260];
+    if (sscanf(buf, "%31s %7s %95s %259s", magic, ver, nonce, hex) != 4) return 0;
+    if (strcmp(magic, "skpo-nccl-id") || strcmp(ver, "2") || strlen(hex) != 256) return 0;
+    for (int i = 0; i < 128; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return 0;
+        id[i] = (unsigned char)v;
+    }
+    if (!strcmp(nonce, "-")) nonce[0] = 0;
+    return 1;
+}
+
+// A waiting rank takes only an id of its own run: the file's nonce must be
+// this run's. Without a nonce it takes only a file written at most
+// SKPO_NCCL_ID_MAX_AGE seconds (default 60) before it started waiting: an
+// older one is left by a crashed run, and joining with its id would hang in
+// ncclCommInitRank.
 skpo_status skpo_comm_file_id(const char *path, int rank, unsigned char id[128], double timeout_s, skpo_err *err) {
-    if (rank == 0) return skpo_write_file_atomic(path, id, 128, err);
+    char mine[96];
+    skpo_comm_run_nonce(mine);
+    if (rank == 0) {
+        char buf[400];
+        int n = snprintf(buf, sizeof buf, "%s %s ", ID_MAGIC, *mine ? mine : "-");
+        for (int i = 0; i < 128; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%02x", id[i]);
+        buf[n++] = '\n';
+        return skpo_write_file_atomic(path, buf, (size_t)n, err);
+    }
     double t0 = skpo_now();
     time_t start = time(NULL);
     long max_age = 60;
     const char *ma = getenv("SKPO_NCCL_ID_MAX_AGE");
     if (ma && skpo_parse_long(ma, 0, 1L << 30, &max_age))
         return skpo_err_set(err, SKPO_ERANGE, "SKPO_NCCL_ID_MAX_AGE='%s': expected seconds", ma);
-    double stale = -1;   // age of a stale file seen, at the time this rank started
+    double stale = -1;      // age of a stale file seen (no nonce), at the time this rank started
+    char other[96] = "";    // the nonce of another run's file seen
+    int foreign = 0;        // a file that is no id file of this version
     for (;;) {
         FILE *f = fopen(path, "rb");
         if (f) {
+            char buf[400] = {0}, nonce[96];
+            unsigned char got[128];
             struct stat sb;
-            if (fstat(fileno(f), &sb) == 0 && (double)sb.st_mtime < (double)start - (double)max_age) {
+            int old = fstat(fileno(f), &sb) == 0 && (double)sb.st_mtime < (double)start - (double)max_age;
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            if (!parse_id_file(buf, nonce, got)) {
+                foreign = 1;
+            } else if (strcmp(nonce, mine)) {
+                snprintf(other, sizeof other, "%s", *nonce ? nonce : "none");
+            } else if (!*mine && old) {
                 stale = difftime(start, sb.st_mtime);
             } else {
-                size_t got = fread(id, 1, 128, f);
-                fclose(f);
-                if (got == 128) return SKPO_OK;   // written atomically: all or nothing
-                f = NULL;
+                memcpy(id, got, 128);   // written atomically: all or nothing
+                return SKPO_OK;
             }
-            if (f) fclose(f);
         }
-        if (skpo_now() - t0 > timeout_s && stale >= 0)
-            return skpo_err_set(err, SKPO_EIO, "rank %d: '%s' holds a stale NCCL id, written %.0f s before this rank started (left by a crashed run?); remove it and restart every rank",
-                                rank, path, stale);
-        if (skpo_now() - t0 > timeout_s)
+        if (skpo_now() - t0 > timeout_s) {
+            if (*other)
+                return skpo_err_set(err, SKPO_EIO, "rank %d: '%s' holds the NCCL id of another run (nonce %s, this run's %s): "
+                                    "left by a crashed run? remove it and restart every rank", rank, path, other, *mine ? mine : "none");
+            if (stale >= 0)
+                return skpo_err_set(err, SKPO_EIO, "rank %d: '%s' holds a stale NCCL id, written %.0f s before this rank started (left by a crashed run?); remove it and restart every rank",
+                                    rank, path, stale);
+            if (foreign)
+                return skpo_err_set(err, SKPO_EFORMAT, "rank %d: '%s' is not an NCCL id file of this skpo (line 1 is not '%s ...')",
+                                    rank, path, ID_MAGIC);
             return skpo_err_set(err, SKPO_EIO, "rank %d: no NCCL id in '%s' after %.0f s (is rank 0 running, and is the path on a filesystem all ranks share?)",
                                 rank, path, timeout_s);
+        }
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
+    }
+}
+
+// --- failure notices, waiting on a device collective (comm.h) ------------------------------
+
+#define NOTICE_TAG 7301            // the MPI tag of failure notices
+static int failed_second_hand;     // this process stopped because another rank failed
+
+void skpo_comm_set_notice_file(skpo_comm *c, const char *path) {
+    free(c->notice);
+    c->notice = path ? skpo_xstrdup(path) : NULL;
+}
+
+#ifdef SKPO_HAVE_MPI
+static int mpi_usable(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Finalized(&fin);
+    return init && !fin;
+}
+#endif
+
+void skpo_comm_announce_failure(skpo_comm *c, const char *msg) {
+    static int announced;
+    static char buf[300];   // MPI may still be sending from it after this returns
+    if (announced || !c || c->size <= 1) return;
+    announced = 1;
+    int n = snprintf(buf, sizeof buf, "%d %s", c->rank, msg && *msg ? msg : "(no message)");
+    if (n < 0 || n >= (int)sizeof buf) n = (int)sizeof buf - 1;
+    if (c->notice) {   // the first notice of the run stays (later ones are second-hand)
+        int fd = open(c->notice, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) {
+            if (write(fd, buf, (size_t)n) < 0) {}
+            close(fd);
+        }
+        return;
+    }
+#ifdef SKPO_HAVE_MPI
+    if (!mpi_usable()) return;
+    for (int r = 0; r < c->size; r++) {
+        MPI_Request q;
+        if (r != c->rank && MPI_Isend(buf, n + 1, MPI_CHAR, r, NOTICE_TAG, MPI_COMM_WORLD, &q) == MPI_SUCCESS)
+            MPI_Request_free(&q);
+    }
+#endif
+}
+
+// Another rank's notice: 1 with its rank and message.
+static int notice_of_peer(skpo_comm *c, int *rank, char *msg, size_t cap) {
+    char buf[300] = {0};
+    if (c->notice) {
+        FILE *f = fopen(c->notice, "r");
+        if (!f) return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+    } else {
+#ifdef SKPO_HAVE_MPI
+        int flag = 0;
+        MPI_Status s;
+        if (!mpi_usable() || MPI_Iprobe(MPI_ANY_SOURCE, NOTICE_TAG, MPI_COMM_WORLD, &flag, &s) != MPI_SUCCESS || !flag)
+            return 0;
+        if (MPI_Recv(buf, (int)sizeof buf, MPI_CHAR, s.MPI_SOURCE, NOTICE_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return 0;
+        buf[sizeof buf - 1] = 0;
+#else
+        return 0;
+#endif
+    }
+    int r, off = 0;
+    if (sscanf(buf, "%d %n", &r, &off) != 1 || off == 0 || r == c->rank) return 0;
+    *rank = r;
+    snprintf(msg, cap, "%s", buf + off);
+    return 1;
+}
+
+static double nccl_timeout(void) {
+    const char *v = getenv("SKPO_NCCL_TIMEOUT");
+    double t;
+    return v && !skpo_parse_double(v, 1e-3, 1e9, &t) ? t : 600.0;
+}
+
+skpo_status skpo_comm_wait(skpo_comm *c, const skpo_comm_op *op, const char *what, skpo_err *err) {
+    double t0 = skpo_now(), limit = nccl_timeout(), next_look = t0, nap = 2e-5;
+    for (;;) {
+        int r = op->poll(op->ctx, err);
+        if (r > 0) return SKPO_OK;
+        if (r < 0) {
+            op->abort(op->ctx);
+            return SKPO_EDEVICE;
+        }
+        // A file is looked at every 0.1 s (it may be on a network filesystem); MPI at every poll.
+        double now = skpo_now();
+        int peer;
+        char msg[300];
+        if ((!c->notice || now >= next_look) && notice_of_peer(c, &peer, msg, sizeof msg)) {
+            op->abort(op->ctx);
+            failed_second_hand = 1;
+            return skpo_err_set(err, SKPO_EIO, "%s: rank %d failed before joining it (%s); rank %d stopped waiting and "
+                                "aborted the communicator", what, peer, msg, c->rank);
+        }
+        if (c->notice && now >= next_look) next_look = now + 0.1;
+        if (now - t0 > limit) {
+            op->abort(op->ctx);
+            return skpo_err_set(err, SKPO_EIO, "%s did not finish in %g s (SKPO_NCCL_TIMEOUT): another rank is stuck or "
+                                "gone; rank %d aborted the communicator", what, limit, c->rank);
+        }
+        struct timespec ts = {0, (long)(nap * 1e9)};
+        nanosleep(&ts, NULL);
+        if (nap < 1e-3) nap *= 2;
     }
 }
 
@@ -340,7 +526,10 @@ skpo_status skpo_comm_init(skpo_comm_kind kind, skpo_comm **out, skpo_err *err) 
 }
 
 void skpo_comm_free(skpo_comm *c) {
-    if (c) c->ops->destroy(c);
+    if (!c) return;
+    free(c->notice);
+    c->notice = NULL;
+    c->ops->destroy(c);
 }
 
 // --- collectives ---------------------------------------------------------------------------
@@ -395,10 +584,12 @@ skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int roo
 int skpo_comm_first_failed(skpo_comm *c, int failed) {
     if (c->size == 1) return failed ? 0 : -1;
     double *v = skpo_xcalloc((size_t)c->size, sizeof *v);
-    v[c->rank] = failed ? 1.0 : 0.0;
+    v[c->rank] = failed ? (failed_second_hand ? 2.0 : 1.0) : 0.0;   // first-hand failures first
     int first = -1;
     skpo_err e = {0};
     if (skpo_comm_allreduce_f64(c, v, (size_t)c->size, &e) != SKPO_OK) first = c->rank; // cannot agree: stop
+    for (int r = 0; first < 0 && r < c->size; r++)
+        if (v[r] == 1.0) first = r;
     for (int r = 0; first < 0 && r < c->size; r++)
         if (v[r] != 0) first = r;
     free(v);
@@ -406,6 +597,12 @@ int skpo_comm_first_failed(skpo_comm *c, int failed) {
 }
 
 skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err) {
+    if (st) skpo_comm_announce_failure(c, err->msg);   // others may be waiting in a device collective
+    // Host collectives over NCCL (shared-file bootstrap) cannot agree with a
+    // rank that failed or stopped: the others may be in another collective.
+    if (st && c->notice) c->broken = 1;
+    if (c->broken)
+        return st ? st : skpo_err_set(err, SKPO_EIO, "rank %d: the communicator was aborted after another rank failed", c->rank);
     int first = skpo_comm_first_failed(c, st != SKPO_OK);
     if (first < 0) return SKPO_OK;
     if (c->size == 1) return st;

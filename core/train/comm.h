@@ -61,6 +61,8 @@ struct skpo_comm {
     int rank, size;
     int owns_runtime;   // this communicator initialised MPI and finalises it
     void *impl;         // backend state (the NCCL communicator)
+    char *notice;       // failure notices go through this file (shared-file bootstrap); NULL: MPI, or none
+    int broken;         // its host collectives can no longer run (they rode on an aborted NCCL)
 };
 
 // --- open / close ---------------------------------------------------------------
@@ -101,8 +103,39 @@ skpo_status skpo_comm_allgather_f32(skpo_comm *c, float *buf, size_t shard, skpo
 // rank and size from SKPO_RANK / SKPO_WORLD_SIZE or SLURM_PROCID /
 // SLURM_NTASKS (0 when absent or inconsistent); the 128-byte id written by
 // rank 0 (atomically) or read by the others (polling up to timeout_s).
+// The file carries the run's nonce (skpo_comm_run_nonce): a waiting rank takes
+// only an id of its own run, so an id file a crashed run left, however
+// recent, is never joined (that would hang in ncclCommInitRank). Without a
+// nonce, a file written more than SKPO_NCCL_ID_MAX_AGE seconds (60) before the
+// rank started waiting counts as stale.
 int skpo_comm_file_rank(int *rank, int *size);
 skpo_status skpo_comm_file_id(const char *path, int rank, unsigned char id[128], double timeout_s, skpo_err *err);
+// What every rank of one run, and no other run, has: $SKPO_RUN_NONCE, else
+// Slurm's job and step ($SLURM_JOB_ID.$SLURM_STEP_ID); "" when neither is set.
+void skpo_comm_run_nonce(char out[96]);
+
+// --- a rank's failure while the others wait in a device collective ---------------------
+//
+// A rank that fails before a collective never joins it, and the others would
+// wait in NCCL forever. So a failing rank posts a notice (skpo_comm_agree does,
+// before agreeing): a small MPI message to every other rank, or, under the
+// shared-file bootstrap, a file next to the id file. A rank waiting on a NCCL
+// collective (skpo_comm_wait, the NCCL communicators' waiter) polls the
+// collective, NCCL's asynchronous error, the notices and a deadline of
+// SKPO_NCCL_TIMEOUT seconds (600); the first that says no aborts the
+// communicator (ncclCommAbort) and fails the collective naming the rank and
+// its reason, or the timeout. Agreement then reports the rank that failed
+// first-hand, not the ones that stopped because of it.
+typedef struct skpo_comm_op {
+    int (*poll)(void *ctx, skpo_err *err);   // 1 done, 0 not yet, -1 failed (err set)
+    void (*abort)(void *ctx);
+    void *ctx;
+} skpo_comm_op;
+skpo_status skpo_comm_wait(skpo_comm *c, const skpo_comm_op *op, const char *what, skpo_err *err);
+// Post this rank's failure notice (once per process; nothing on one rank).
+void skpo_comm_announce_failure(skpo_comm *c, const char *msg);
+// Send and watch notices through the file PATH (the shared-file bootstrap does).
+void skpo_comm_set_notice_file(skpo_comm *c, const char *path);
 // This process's rank on its node as the launcher says
 // (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK);
 // -1 when none is set. Picks the GPU of a rank without starting MPI.
@@ -110,12 +143,14 @@ int skpo_comm_local_rank(void);
 // Broadcast a byte string whose length only root knows: *buf/*len are root's
 // input; on other ranks they are outputs (malloc'd, caller frees).
 skpo_status skpo_comm_bcast_bytes(skpo_comm *c, char **buf, size_t *len, int root, skpo_err *err);
-// Agree on a failure: returns the lowest rank whose `failed` is nonzero, or -1.
-// Lets every rank stop together instead of hanging in the next collective.
+// Agree on a failure: returns the lowest rank whose `failed` is nonzero (a
+// rank that failed first-hand before one that stopped on another's notice),
+// or -1. Lets every rank stop together instead of hanging in the next collective.
 int skpo_comm_first_failed(skpo_comm *c, int failed);
 // The same for a status: returns SKPO_OK when every rank passed SKPO_OK;
 // otherwise every rank returns the first failed rank's status with its
-// message copied into err.
+// message copied into err. A failing rank posts its notice first. On a broken
+// communicator no agreement is possible: each rank returns its own status.
 skpo_status skpo_comm_agree(skpo_comm *c, skpo_status st, skpo_err *err);
 
 #endif

@@ -51,11 +51,18 @@ skpo_optim *skpo_optim_new(const skpo_adamw_cfg *c, const skpo_param *params, in
     o->numel = skpo_xcalloc((size_t)n, sizeof *o->numel);
     o->m = skpo_xcalloc((size_t)n, sizeof *o->m);
     o->v = skpo_xcalloc((size_t)n, sizeof *o->v);
-    for (int i = 0; i < n; i++) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += params[i].numel;
+    // One block each (a device optimizer's offload copies ranges of the flat
+    // space into them); calloc'd, so pages never written cost no memory.
+    o->mflat = skpo_xcalloc(total + 1, sizeof(float));
+    o->vflat = skpo_xcalloc(total + 1, sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < n; off += params[i].numel, i++) {
         o->names[i] = skpo_xstrdup(params[i].name);
         o->numel[i] = params[i].numel;
-        o->m[i] = skpo_xcalloc(params[i].numel ? params[i].numel : 1, sizeof(float));
-        o->v[i] = skpo_xcalloc(params[i].numel ? params[i].numel : 1, sizeof(float));
+        o->m[i] = o->mflat + off;
+        o->v[i] = o->vflat + off;
     }
     return o;
 }
@@ -63,11 +70,9 @@ skpo_optim *skpo_optim_new(const skpo_adamw_cfg *c, const skpo_param *params, in
 void skpo_optim_free(skpo_optim *o) {
     if (!o) return;
     optim_dev_free(o->dev);
-    for (int i = 0; i < o->n; i++) {
-        free(o->names[i]);
-        free(o->m[i]);
-        free(o->v[i]);
-    }
+    for (int i = 0; i < o->n; i++) free(o->names[i]);
+    free(o->mflat);
+    free(o->vflat);
     free(o->names);
     free(o->numel);
     free(o->m);

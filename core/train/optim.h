@@ -72,7 +72,8 @@ typedef struct skpo_optim {
     int n;                 // parameters
     char **names;          // (n) copies of the HF names
     size_t *numel;         // (n)
-    float **m, **v;        // (n) of (numel[i]) first/second moments
+    float **m, **v;        // (n) of (numel[i]) first/second moments: views of mflat / vflat
+    float *mflat, *vflat;  // all moments, parameter after parameter (NULL on a device rank > 0)
     int64_t t;             // optimizer updates done
     struct skpo_optim_dev *dev;   // non-NULL after skpo_optim_to_device
 } skpo_optim;
@@ -139,12 +140,19 @@ void skpo_optim_zero_range(size_t total, int r, int n, size_t *a, size_t *b);
 
 // Host offload of a device optimizer between updates (verl's pattern): this
 // rank's moments and the fp32 masters of the same elements (its ZeRO-1 slice
-// and the tail; everything without ZeRO) move to pinned host memory and the
+// and the tail; everything without ZeRO) move to host memory and the
 // moments' device buffers are freed; then skpo_model_offload frees the
 // model's masters and gradients. skpo_optim_reload (after skpo_model_reload,
 // d = its new buffers) uploads the moments and this rank's masters and, under
 // ZeRO-1, all-gathers the other ranks' masters (a collective). Bit-exact:
 // nothing is recomputed. No-ops on a host optimizer.
+// No second host copy: the masters go into the params' own host data (the
+// model's float32 copy, when the params of skpo_optim_to_device are one
+// contiguous array), the moments into o->mflat / o->vflat on the rank that
+// keeps them (rank 0); only the others' moments (8 / N bytes per parameter)
+// get buffers of their own. The first offload page-locks those ranges for fast
+// copies, so free the optimizer before the model whose memory it locked.
+// docs/scaling.md "Host memory" has the budget.
 skpo_status skpo_optim_offload(skpo_optim *o, skpo_err *err);
 skpo_status skpo_optim_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err);
 // Is the device optimizer offloaded?

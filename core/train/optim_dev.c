@@ -8,6 +8,7 @@
 #include "train/optim_dev.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,9 +44,13 @@ int optim_dev_offloaded(const skpo_optim *o) { return 0; }
 
 // Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
 // [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)
-// (moments at shard) that every rank keeps whole. Offloaded: the moments and
-// the masters of the same elements are in the pinned hm / hv / hw (kept for
-// the next offload), m = v = NULL, and the model has freed its masters.
+// (moments at shard) that every rank keeps whole: its held elements.
+// Offloaded: the moments and the masters of the held elements are at their
+// host homes hm / hv / hw, m = v = NULL, and the model has freed its masters.
+// A flat home is indexed by flat element and is memory that exists anyway
+// (rank 0's host moments o->mflat / vflat, the params' host data); otherwise
+// it is a pinned buffer of this optimizer indexed by held element (A at 0, the
+// tail at shard).
 struct skpo_optim_dev {
     skpo_dev_params d;
     skpo_comm *comm;
@@ -55,6 +60,9 @@ struct skpo_optim_dev {
     size_t shard, lo, tail0;
     float *m, *v;
     float *hm, *hv, *hw;
+    int hm_flat, hw_flat;   // hv is like hm
+    void *locked[8];        // page-locked ranges of the flat homes
+    int nlocked, lock_tried;
     int offloaded;
 };
 
@@ -62,9 +70,10 @@ void optim_dev_free(struct skpo_optim_dev *d) {
     if (!d) return;
     skpo_cuda_dfree(d->m);
     skpo_cuda_dfree(d->v);
-    skpo_cuda_host_free(d->hm);
-    skpo_cuda_host_free(d->hv);
-    skpo_cuda_host_free(d->hw);
+    for (int i = 0; i < d->nlocked; i++) skpo_cuda_host_unregister(d->locked[i]);
+    if (!d->hm_flat) skpo_cuda_host_free(d->hm);
+    if (!d->hm_flat) skpo_cuda_host_free(d->hv);
+    if (!d->hw_flat) skpo_cuda_host_free(d->hw);
     free(d->off);
     free(d->decay);
     free(d);
@@ -133,11 +142,18 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
         return st;
     }
     // Only rank 0 writes the state file: the others need no host moments (8
-    // bytes per parameter each).
-    for (int i = 0; comm->rank != 0 && i < n; i++) {
-        free(o->m[i]), free(o->v[i]);
-        o->m[i] = o->v[i] = NULL;
+    // bytes per parameter each). Rank 0's are the home of its moments while
+    // offloaded; the params' host data, when one array, that of the masters.
+    if (comm->rank != 0) {
+        free(o->mflat), free(o->vflat);
+        o->mflat = o->vflat = NULL;
+        for (int i = 0; i < n; i++) o->m[i] = o->v[i] = NULL;
+    } else {
+        D->hm = o->mflat, D->hv = o->vflat, D->hm_flat = 1;
     }
+    int one = n > 0 && params[0].data;
+    for (int i = 0; one && i < n; i++) one = params[i].data == params[0].data + D->off[i];
+    if (one) D->hw = params[0].data, D->hw_flat = 1;
     o->dev = D;
     return SKPO_OK;
 }
@@ -263,8 +279,9 @@ skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float 
         size_t at = seg[k][2] + (x - seg[k][0]), bytes = (y - x) * 4;
         skpo_status st = SKPO_OK;
         if (D->offloaded) {
-            memcpy(m + (x - a), D->hm + at, bytes);
-            memcpy(v + (x - a), D->hv + at, bytes);
+            size_t h = D->hm_flat ? x : at;
+            memcpy(m + (x - a), D->hm + h, bytes);
+            memcpy(v + (x - a), D->hv + h, bytes);
         } else {
             st = skpo_cuda_d2h(D->d.cu, m + (x - a), D->m + at, bytes, err);
             if (!st) st = skpo_cuda_d2h(D->d.cu, v + (x - a), D->v + at, bytes, err);
@@ -280,22 +297,44 @@ skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float 
 
 static size_t held(const struct skpo_optim_dev *D) { return D->shard + (D->d.numel - D->tail0); }
 
-// The masters this rank steps ([lo, lo + shard) and the tail) between the
-// device buffer and the pinned hw (to_host) or back.
-static skpo_status masters_copy(struct skpo_optim_dev *D, int to_host, skpo_err *err) {
-    size_t tail = D->d.numel - D->tail0;
-    float *w = D->d.master;
-    skpo_status st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw, w + D->lo, D->shard * 4, err)
-                             : skpo_cuda_h2d(D->d.cu, w + D->lo, D->hw, D->shard * 4, err);
-    if (!st && tail)
-        st = to_host ? skpo_cuda_d2h(D->d.cu, D->hw + D->shard, w + D->tail0, tail * 4, err)
-                     : skpo_cuda_h2d(D->d.cu, w + D->tail0, D->hw + D->shard, tail * 4, err);
-    return st;
+// The held elements between a host home and a device buffer (to_host: d2h);
+// *_flat: indexed by flat element, else by held element.
+static skpo_status held_copy(const struct skpo_optim_dev *D, float *host, int host_flat, float *dev, int dev_flat,
+                             int to_host, skpo_err *err) {
+    size_t n[2] = {D->shard, D->d.numel - D->tail0}, flat[2] = {D->lo, D->tail0}, at[2] = {0, D->shard};
+    for (int k = 0; k < 2; k++) {
+        if (!n[k]) continue;
+        float *h = host + (host_flat ? flat[k] : at[k]), *dv = dev + (dev_flat ? flat[k] : at[k]);
+        skpo_status st = to_host ? skpo_cuda_d2h(D->d.cu, h, dv, n[k] * 4, err) : skpo_cuda_h2d(D->d.cu, dv, h, n[k] * 4, err);
+        if (st) return st;
+    }
+    return SKPO_OK;
+}
+
+// Page-lock the held ranges of a flat home (adjacent ones as one), so its
+// copies run at pinned speed. Failing costs only speed.
+static void lock_home(struct skpo_optim_dev *D, float *home) {
+    uintptr_t r[2][2];
+    size_t a[2] = {D->lo, D->tail0}, b[2] = {D->lo + D->shard, D->d.numel};
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        if (a[k] == b[k]) continue;
+        uintptr_t x = (uintptr_t)(home + a[k]), y = (uintptr_t)(home + b[k]);
+        if (n && x <= r[n - 1][1]) r[n - 1][1] = y > r[n - 1][1] ? y : r[n - 1][1];
+        else r[n][0] = x, r[n][1] = y, n++;
+    }
+    for (int k = 0; k < n && D->nlocked < (int)(sizeof D->locked / sizeof D->locked[0]); k++) {
+        skpo_err e = {0};
+        if (skpo_cuda_host_register((void *)r[k][0], r[k][1] - r[k][0], &e) == SKPO_OK)
+            D->locked[D->nlocked++] = (void *)r[k][0];
+        else
+            skpo_warn("offload: copies to host memory run unpinned (%s)", e.msg);
+    }
 }
 
 // Only this rank's slice of the (replicated) masters goes to the host: under
 // ZeRO-1 the reload all-gathers the rest from the other ranks over NCCL, as
-// every step does, so host memory and PCIe carry 12 P / N bytes per rank.
+// every step does, so PCIe carries 12 P / N bytes per rank each way.
 skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
     if (D->offloaded) return SKPO_OK;
@@ -304,9 +343,14 @@ skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     if (!st && !D->hm) st = skpo_cuda_host_alloc((void **)&D->hm, bytes + 4, err);
     if (!st && !D->hv) st = skpo_cuda_host_alloc((void **)&D->hv, bytes + 4, err);
     if (!st && !D->hw) st = skpo_cuda_host_alloc((void **)&D->hw, bytes + 4, err);
-    if (!st) st = skpo_cuda_d2h(D->d.cu, D->hm, D->m, bytes, err);
-    if (!st) st = skpo_cuda_d2h(D->d.cu, D->hv, D->v, bytes, err);
-    if (!st) st = masters_copy(D, 1, err);
+    if (!st && !D->lock_tried) {
+        D->lock_tried = 1;
+        if (D->hm_flat) lock_home(D, D->hm), lock_home(D, D->hv);
+        if (D->hw_flat) lock_home(D, D->hw);
+    }
+    if (!st) st = held_copy(D, D->hm, D->hm_flat, D->m, 0, 1, err);
+    if (!st) st = held_copy(D, D->hv, D->hm_flat, D->v, 0, 1, err);
+    if (!st) st = held_copy(D, D->hw, D->hw_flat, D->d.master, 1, 1, err);
     if (st) return st;
     skpo_cuda_dfree(D->m);
     skpo_cuda_dfree(D->v);
@@ -323,8 +367,8 @@ skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *
     size_t bytes = held(D) * 4;
     skpo_status st = skpo_cuda_malloc(d->cu, (void **)&D->m, bytes + 4, "AdamW first moments", err);
     if (!st) st = skpo_cuda_malloc(d->cu, (void **)&D->v, bytes + 4, "AdamW second moments", err);
-    if (!st) st = skpo_cuda_h2d(d->cu, D->m, D->hm, bytes, err);
-    if (!st) st = skpo_cuda_h2d(d->cu, D->v, D->hv, bytes, err);
+    if (!st) st = held_copy(D, D->hm, D->hm_flat, D->m, 0, 0, err);
+    if (!st) st = held_copy(D, D->hv, D->hm_flat, D->v, 0, 0, err);
     if (st) {
         skpo_cuda_dfree(D->m);
         skpo_cuda_dfree(D->v);
@@ -333,7 +377,7 @@ skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *
     }
     D->d = *d;
     D->offloaded = 0;
-    st = masters_copy(D, 0, err);
+    st = held_copy(D, D->hw, D->hw_flat, D->d.master, 1, 0, err);
     if (!st && D->zero) st = skpo_cuda_sync(D->d.cu, err);
     if (!st && D->zero) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
     if (!st) st = skpo_cuda_sync(D->d.cu, err);

@@ -176,6 +176,7 @@ std::map<const void *, int> max_dyn_smem;
 struct alloc { char *base; size_t len; };
 std::map<void *, alloc> dev_allocs;
 long n_launches;
+uint64_t block_seed = getenv("CUDA_EMU_BLOCK_ORDER") ? strtoull(getenv("CUDA_EMU_BLOCK_ORDER"), NULL, 10) : 0;
 
 cudaError_t fail(cudaError_t e) {
     last_error = e;
@@ -241,14 +242,31 @@ void emu::launch(const char *name, const void *fn, const cfg &c, std::function<v
         emu_gdim = cc.g;
         emu_bdim = cc.b;
         dyn_smem_buf.assign(cc.shm + 16, (char)0xA5);
-        for (unsigned z = 0; z < cc.g.z; z++)
-            for (unsigned y = 0; y < cc.g.y; y++)
-                for (unsigned x = 0; x < cc.g.x; x++) {
-                    emu_bid.x = x, emu_bid.y = y, emu_bid.z = z;
-                    run_block((int)(cc.b.x * cc.b.y * cc.b.z), b, x, y, z);
-                }
+        // Blocks one after another: in index order, or shuffled (block_seed):
+        // a GPU runs them in no set order, so sums by atomics across blocks
+        // come out in another order each run.
+        size_t nb = (size_t)cc.g.x * cc.g.y * cc.g.z;
+        std::vector<size_t> order(nb);
+        for (size_t i = 0; i < nb; i++) order[i] = i;
+        if (block_seed) {
+            uint64_t r = block_seed * 0x9E3779B97F4A7C15ull + (uint64_t)n_launches;
+            for (size_t i = nb; i > 1; i--) {
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                std::swap(order[i - 1], order[r % i]);
+            }
+        }
+        for (size_t i = 0; i < nb; i++) {
+            unsigned x = (unsigned)(order[i] % cc.g.x), y = (unsigned)(order[i] / cc.g.x % cc.g.y);
+            unsigned z = (unsigned)(order[i] / cc.g.x / cc.g.y);
+            emu_bid.x = x, emu_bid.y = y, emu_bid.z = z;
+            run_block((int)(cc.b.x * cc.b.y * cc.b.z), b, x, y, z);
+        }
     });
 }
+
+// Tests (test_cuda_ops' deterministic-kernel test) and CUDA_EMU_BLOCK_ORDER=N
+// choose the order of blocks: 0 in index order, else shuffled from seed N.
+extern "C" void cuda_emu_block_order(unsigned long seed) { block_seed = seed; }
 
 extern "C" {
 
@@ -302,6 +320,12 @@ static cudaError_t capture_violation(const char *what) {
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st) {
     *st = capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+// The queued work runs now (as at a synchronisation): the query then finds it done.
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (capturing) return capture_violation("cudaStreamQuery");
+    drain();
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
@@ -376,6 +400,17 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     pinned_len[*p] = bytes ? bytes : 1;
     return cudaSuccess;
+}
+// Registered host memory behaves as pinned (copies read it when they run).
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags) {
+    if (!p || !bytes) return fail(cudaErrorInvalidValue);
+    if (host_pinned(p)) return fail(cudaErrorHostMemoryAlreadyRegistered);
+    pinned_len[p] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+    drain();
+    return pinned_len.erase(p) ? cudaSuccess : fail(cudaErrorHostMemoryNotRegistered);
 }
 cudaError_t cudaFreeHost(void *p) {
     drain();
@@ -569,5 +604,8 @@ ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, n
     if (s != r) enqueue([=]() { memmove(r, s, b); });
     return ncclSuccess;
 }
+// One rank never waits on a peer: no asynchronous error; an abort frees the communicator.
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) { *e = ncclSuccess; return ncclSuccess; }
+ncclResult_t ncclCommAbort(ncclComm_t c) { delete c; return ncclSuccess; }
 
 }  // extern "C"

@@ -111,6 +111,16 @@ t "skpo-sample --export-weights on CPU writes a none handle saying why; skpo-spl
   skpo-sample --model "$0/model" --prompts "$0/p.zst" --segment --group 2 --prompts-per-step 2 --max-tokens 4 --threads 1 --seed 5 2>/dev/null |
     skpo-splice --model "$0/model" --group 2 --max-tokens 4 --threads 1 --seed 5 2>/dev/null | skpo-cat | grep -v "\"kind\":\"meta\"" >"$0/plain.jsonl" &&
   [ -s "$0/plain.jsonl" ] && cmp "$0/shared.jsonl" "$0/plain.jsonl" || { cat "$0/w.ipc" "$0/s.err" "$0/sp.err"; exit 1; }' "$TMP" "$D"
+# The loan's end (model.h) in the pipeline's shape: the lender ends its output,
+# then waits for the importer, which reads to EOF first. The pipeline element
+# running the lender must not hold the pipe (with plain `timed` it does, and the
+# stand-in lender below gives up after 10 s: the test fails instead of hanging).
+t "a lending pipeline head lets go of the pipe: the next stage sees EOF when the lender ends its output" bash -c '
+  . "$1/pipelines/common.sh"; TMPD=$0; STEP=1
+  lender() { ${STAGE_EXEC:-} sh -c "echo records; exec >/dev/null; i=0
+    while [ ! -f \"\$0/done\" ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done; [ -f \"\$0/done\" ]" "$0"; }
+  timed_head sample lender 2>"$0/lender.err" | { cat >/dev/null; touch "$0/done"; } &&
+  grep -q "^sample " "$0/times"' "$TMP" "$TOP"
 t "skpo-sample --export-weights into a file (no reader to hold the weights for) writes a none handle" sh -c '
   skpo-sample --model "$0/model" --prompts "$0/p.zst" --n 1 --max-tokens 2 --threads 1 --export-weights "$0/f.ipc" >"$0/f.zst" 2>"$0/f.err" &&
   grep -q "^none the sampler.s output is not a pipe" "$0/f.ipc" || { cat "$0/f.ipc" "$0/f.err"; exit 1; }' "$TMP"

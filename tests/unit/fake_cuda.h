@@ -21,6 +21,7 @@ struct skpo_cuda {
 
 static size_t fake_free_bytes = (size_t)8 << 30;  // what mem_free reports
 static long fake_live_allocs;                     // device allocations not yet freed
+static size_t fake_live_bytes;                    // their bytes (each block's size sits before it)
 
 int skpo_cuda_device_count(void) { return 1; }
 skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err) {
@@ -34,14 +35,22 @@ size_t skpo_cuda_mem_total(skpo_cuda *c) { return (size_t)16 << 30; }
 skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err) {
     if (bytes > fake_free_bytes)
         return skpo_err_set(err, SKPO_ENOMEM, "out of GPU memory allocating %zu MiB for %s", bytes >> 20, what);
-    *p = malloc(bytes ? bytes : 1);
+    char *b = malloc(bytes + 16);
+    memcpy(b, &bytes, sizeof bytes);
+    *p = b + 16;
     memset(*p, 0xA5, bytes);  // garbage, like fresh device memory
     fake_live_allocs++;
+    fake_live_bytes += bytes;
     return SKPO_OK;
 }
 void skpo_cuda_dfree(void *p) {
-    if (p) fake_live_allocs--;
-    free(p);
+    if (!p) return;
+    char *b = (char *)p - 16;
+    size_t bytes;
+    memcpy(&bytes, b, sizeof bytes);
+    fake_live_allocs--;
+    fake_live_bytes -= bytes;
+    free(b);
 }
 skpo_status skpo_cuda_h2d(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
 skpo_status skpo_cuda_d2h(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memcpy(d, s, n); return SKPO_OK; }
@@ -50,8 +59,21 @@ skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *d, const void *s, size_t n, 
 skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memmove(d, s, n); return SKPO_OK; }
 skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t n, skpo_err *e) { memset(p, 0, n); return SKPO_OK; }
 skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *e) { return SKPO_OK; }
-skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) { *p = skpo_xmalloc(bytes ? bytes : 1); return SKPO_OK; }
-void skpo_cuda_host_free(void *p) { free(p); }
+static size_t fake_pinned_bytes;  // pinned host buffers not yet freed (size before each, as on the device)
+skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) {
+    char *b = skpo_xmalloc(bytes + 16);
+    memcpy(b, &bytes, sizeof bytes);
+    fake_pinned_bytes += bytes;
+    *p = b + 16;
+    return SKPO_OK;
+}
+void skpo_cuda_host_free(void *p) {
+    if (!p) return;
+    size_t bytes;
+    memcpy(&bytes, (char *)p - 16, sizeof bytes);
+    fake_pinned_bytes -= bytes;
+    free((char *)p - 16);
+}
 // IPC within one process: the handle carries the pointer, "mapping" returns it
 // (model_cuda.c's export and open_shared host code runs as on a GPU).
 static long fake_mapped;  // handles opened and not yet closed

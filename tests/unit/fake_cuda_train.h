@@ -8,6 +8,19 @@
 // Include after fake_cuda.h.
 #include "cuda/cuda_train.h"
 
+// Page-locking: counted (the offload test checks what is locked, and that
+// everything locked is unlocked again).
+static size_t fake_locked_bytes;
+static long fake_locked;
+skpo_status skpo_cuda_host_register(void *p, size_t bytes, skpo_err *err) {
+    fake_locked_bytes += bytes;
+    fake_locked++;
+    return SKPO_OK;
+}
+void skpo_cuda_host_unregister(void *p) {
+    if (p) fake_locked--;
+}
+
 skpo_status skpo_cuda_add(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, size_t n, skpo_err *err) {
     for (size_t i = 0; i < n; i++) fk_st(y, i, fk_ld(y, i) + fk_ld(x, i));
     return SKPO_OK;
@@ -190,6 +203,41 @@ skpo_status skpo_cuda_embed_backward(skpo_cuda *c, float *dwte, const skpo_bf16 
     for (int t = 0; t < T; t++)
         for (int i = 0; i < C; i++) dwte[(size_t)ids[t] * C + i] += fk_ld(dout, (size_t)t * C + i);
     return SKPO_OK;
+}
+
+// The host must hand the rows sorted by (id, row) with every run of one id
+// starting at seg: checked, then each run summed in that order and added once.
+skpo_status skpo_cuda_embed_backward_sorted(skpo_cuda *c, float *dwte, const skpo_bf16 *dout, const int32_t *ids,
+                                            const int32_t *order, const int32_t *seg, int nseg, int C, skpo_err *err) {
+    for (int s = 0; s < nseg; s++)
+        for (int r = seg[s]; r < seg[s + 1]; r++) {
+            int same = r == seg[s] || (ids[order[r]] == ids[order[r - 1]] && order[r] > order[r - 1]);
+            int fresh = r != seg[s] || s == 0 || ids[order[r]] > ids[order[r - 1]];
+            if (!same || !fresh || seg[s + 1] <= seg[s])
+                return skpo_err_set(err, SKPO_ERANGE, "fake embed_backward_sorted: row %d of run %d out of order", r, s);
+        }
+    float *acc = skpo_xmalloc((size_t)(C ? C : 1) * sizeof *acc);
+    for (int s = 0; s < nseg; s++) {
+        for (int i = 0; i < C; i++) acc[i] = 0.f;
+        for (int r = seg[s]; r < seg[s + 1]; r++)
+            for (int i = 0; i < C; i++) acc[i] += fk_ld(dout, (size_t)order[r] * C + i);
+        for (int i = 0; i < C; i++) dwte[(size_t)ids[order[seg[s]]] * C + i] += acc[i];
+    }
+    free(acc);
+    return SKPO_OK;
+}
+
+// dk, dv overwritten; work is scratch (scribbled on).
+skpo_status skpo_cuda_attention_backward_det(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
+                                             const skpo_bf16 *out, const float *lse, const skpo_bf16 *q,
+                                             const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
+                                             const int32_t *seq_start, int T, int nh, int nkv, int hs, float *work,
+                                             skpo_err *err) {
+    int nseq = T ? seq_of[T - 1] + 1 : 0;
+    memset(dk, 0, (size_t)T * nkv * hs * 4);
+    memset(dv, 0, (size_t)T * nkv * hs * 4);
+    for (size_t i = 0; i < (size_t)T * nh; i++) work[i] = NAN;
+    return skpo_cuda_attention_backward(c, dq, dk, dv, dout, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
 }
 
 skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, float *v, const float *g, size_t n, float lr,

@@ -46,6 +46,29 @@ static test_state T_;
 #define TEST_SUMMARY() (printf("%d passed, %d failed, %d skipped\n", T_.passed, T_.failed, T_.skipped), \
     T_.failed ? 1 : 0)
 
+// A wait that may never end (a deadlock under test) fails after `seconds`
+// instead of hanging the suite: a FAIL line, then victim (a child, or 0) is
+// killed and the process exits 1. deadlock_guard_off() disarms it.
+#include <signal.h>
+#include <unistd.h>
+static pid_t T_victim_;
+static inline void T_deadlock_(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL deadlock: a wait under test did not end (the guard's alarm went off)\n";
+    if (write(1, msg, sizeof msg - 1) < 0) _exit(3);
+    if (T_victim_ > 0) kill(T_victim_, SIGKILL);
+    _exit(1);
+}
+static inline void deadlock_guard(unsigned seconds, pid_t victim) {
+    T_victim_ = victim;
+    signal(SIGALRM, T_deadlock_);
+    alarm(seconds);
+}
+static inline void deadlock_guard_off(void) {
+    alarm(0);
+    T_victim_ = 0;
+}
+
 // The whole file of a build that cannot run it (no CUDA, or the real backend
 // linked where the fake one is tested): one test, fn, that says why.
 #define SKIP_ONLY_MAIN(fn, why) \

@@ -655,6 +655,92 @@ static void decode_graphs_follow_a_remade_cache_of_another_size(void) {
     pair_close(&q);
 }
 
+// Prefill `prompt` (5 tokens) as a new sequence of each of n models, then
+// `steps` decode steps (the graph path: the batch of 3 is a bucket of 4);
+// logits of every step into out[model] (steps + 1 rows of 3 x V).
+static void decode_three(skpo_model **m, skpo_kv **kv, int n, int steps, float **out) {
+    skpo_err err = {0};
+    int V = skpo_model_config(m[0])->vocab_size;
+    for (int k = 0; k < n; k++) {
+        int seq[3], off[4] = {0, 5, 10, 15}, one[4] = {0, 1, 2, 3};
+        int32_t toks[15];
+        for (int i = 0; i < 3; i++) seq[i] = skpo_kv_seq_new(kv[k]);
+        for (int t = 0; t < 15; t++) toks[t] = (int32_t)((t * 11 + 3) % V);
+        CHECK_MSG(skpo_model_step(m[k], kv[k], seq, 3, toks, off, out[k], &err) == SKPO_OK, "%s", err.msg);
+        for (int t = 0; t < steps; t++) {
+            for (int i = 0; i < 3; i++) toks[i] = (int32_t)((t * 7 + i * 5 + 1) % V);
+            float *o = out[k] + (size_t)(t + 1) * 3 * V;
+            CHECK_MSG(skpo_model_step(m[k], kv[k], seq, 3, toks, one, o, &err) == SKPO_OK, "%s", err.msg);
+        }
+        for (int i = 0; i < 3; i++) skpo_kv_seq_free(kv[k], seq[i]);
+    }
+}
+
+// The trainer and the samplers' in-place weight updates (skpo_model_sync_device,
+// the device optimizer's AdamW) rewrite the bf16 weights where they are; CUDA
+// graphs keep the addresses they captured. Decoding after such an update must
+// give what a fresh load of the new weights gives (garbled rollouts after a
+// weight reload under graphs were a known failure in other trainers): the same
+// logits at every step, while graphs captured before the update replay.
+static void decoding_after_an_in_place_weight_update_equals_a_fresh_load(void) {
+    NEED_GPU();
+    pair p;
+    if (!pair_open(QWEN2, 0.05, &p)) {
+        pair_close(&p);
+        return;
+    }
+    enum { STEPS = 6 };
+    int V = p.V;
+    size_t rows = (size_t)(STEPS + 1) * 3 * V;
+    float *before = skpo_xmalloc(rows * 4), *after = skpo_xmalloc(rows * 4), *fresh = skpo_xmalloc(rows * 4);
+    decode_three(&p.gpu, &p.kg, 1, STEPS, &before);   // graphs captured for this shape
+    skpo_param *w;
+    int n = skpo_model_params(p.gpu, &w);
+    for (int i = 0; i < n; i++)   // new weights, bf16 values (what an update leaves)
+        for (size_t j = 0; j < w[i].numel; j++) w[i].data[j] = skpo_bf16_round(w[i].data[j] * 0.75f + 0.01f * frand());
+    skpo_err err = {0};
+    CHECK_MSG(skpo_model_sync_device(p.gpu, &err) == SKPO_OK, "%s", err.msg);
+#ifdef SKPO_FAKE_CUDA
+    long launches = fk_graph_launches;
+#endif
+    decode_three(&p.gpu, &p.kg, 1, STEPS, &after);
+#ifdef SKPO_FAKE_CUDA
+    CHECK_MSG(fk_graph_launches - launches == STEPS, "%ld graph launches after the update, want %d replays",
+              fk_graph_launches - launches, STEPS);
+#endif
+    char dir[] = "/tmp/skpo_cuda_reload_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_MSG(skpo_model_save(p.gpu, dir, SKPO_DT_BF16, 0, &err) == SKPO_OK, "%s", err.msg);
+    skpo_model_opts o = {.device = SKPO_DEV_CUDA};
+    skpo_model *r = NULL;
+    CHECK_MSG(skpo_model_load(dir, &o, &r, &err) == SKPO_OK, "%s", err.msg);
+    skpo_kv *rk = r ? skpo_model_kv_new(r, 4096, 16, &err) : NULL;
+    CHECK_MSG(rk != NULL, "%s", err.msg);
+    if (r && rk) {
+        decode_three(&r, &rk, 1, STEPS, &fresh);
+        int same = 0;
+        for (int t = 0; t <= STEPS; t++) {
+            size_t o = (size_t)t * 3 * V;
+            same += !memcmp(after + o, fresh + o, (size_t)3 * V * 4);
+            for (int i = 0; i < 3; i++) {
+                double e = rel_l2(after + o + (size_t)i * V, fresh + o + (size_t)i * V, V);
+                double moved = rel_l2(before + o + (size_t)i * V, fresh + o + (size_t)i * V, V);
+                CHECK_MSG(e <= 1e-5, "step %d row %d: in-place vs fresh load relative difference %.3g", t, i, e);
+                CHECK_MSG(moved > 1e-2, "step %d row %d: the update moved the logits by only %.3g", t, i, moved);
+            }
+        }
+        printf("# in-place update vs fresh load: %d of %d steps bit-identical\n", same, STEPS + 1);
+#ifdef SKPO_FAKE_CUDA
+        CHECK(same == STEPS + 1);
+#endif
+    }
+    skpo_kv_free(rk);
+    skpo_model_free(r);
+    skpo_rm_rf(dir, &err);
+    free(before), free(after), free(fresh);
+    pair_close(&p);
+}
+
 // A KV cache that cannot fit says how much it needs and how much is free;
 // saving a CUDA model writes the device weights.
 static void kv_too_large_and_save_from_the_device(void) {
@@ -763,6 +849,7 @@ int main(void) {
     RUN(step_dev_keeps_logits_on_the_device);
     RUN(decode_graphs_match_eager_launches);
     RUN(decode_graphs_follow_a_remade_cache_of_another_size);
+    RUN(decoding_after_an_in_place_weight_update_equals_a_fresh_load);
     RUN(kv_too_large_and_save_from_the_device);
 #ifdef SKPO_FAKE_CUDA
     RUN(checkpoint_too_large_for_the_device_is_refused_before_upload);

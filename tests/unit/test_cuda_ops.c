@@ -10,8 +10,13 @@
 SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
+#include "cuda/cuda_train.h"
 
 #include <string.h>
+
+// The CUDA emulator's block order (tests/emu): absent on a GPU, where blocks
+// run in no set order by themselves.
+extern void cuda_emu_block_order(unsigned long seed) __attribute__((weak));
 
 static skpo_cuda *G;
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
@@ -309,6 +314,80 @@ static void adamw_step_matches_pytorch_formula(void) {
     skpo_cuda_dfree(gw); skpo_cuda_dfree(gm); skpo_cuda_dfree(gv); skpo_cuda_dfree(gg);
 }
 
+// SKPO_DETERMINISTIC=1's backward kernels (the embedding's sorted segment
+// sum, attention's two-pass dK/dV): the same bits whatever order the blocks
+// run in, and the default (atomic) kernels' results to rounding. On the
+// emulator each run shuffles the blocks another way, and the default kernels
+// must then differ somewhere (what makes bit-exact GPU tests fail without the
+// mode); on a GPU the runs are just repeated.
+static void deterministic_backward_kernels_give_the_same_bits_in_any_block_order(void) {
+    enum { T = 70, NS = 3, NH = 14, NKV = 2, HS = 64, V = 9, C = 96, RUNS = 3 };
+    int32_t ss[NS + 1] = {0, 45, 46, 70}, sof[T], ids[T], order[T], seg[V + 1];
+    size_t nq = (size_t)T * NH * HS, nk = (size_t)T * NKV * HS, ne = (size_t)V * C;
+    float *q = skpo_xmalloc(nq * 4), *k = skpo_xmalloc(nk * 4), *v = skpo_xmalloc(nk * 4), *g = skpo_xmalloc(nq * 4);
+    float *de = skpo_xmalloc((size_t)T * C * 4);
+    fill(q, nq, 1), fill(k, nk, 1), fill(v, nk, 1), fill(g, nq, 0.5f), fill(de, (size_t)T * C, 1);
+    for (int s = 0; s < NS; s++)
+        for (int t = ss[s]; t < ss[s + 1]; t++) sof[t] = s;
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7 + t / 5) % V);   // every id some 8 times
+    int nseg = 0, n = 0;
+    for (int id = 0; id < V; id++) {   // rows by (id, row): what the model hands the kernel
+        int first = n;
+        for (int t = 0; t < T; t++)
+            if (ids[t] == id) order[n++] = t;
+        if (n > first) seg[nseg++] = first;
+    }
+    seg[nseg] = n;
+    skpo_err e = {0};
+    void *gq = dup_bf16(q, nq), *gk = dup_bf16(k, nk), *gv = dup_bf16(v, nk), *gg = dup_bf16(g, nq);
+    void *gde = dup_bf16(de, (size_t)T * C), *gss = dup_raw(ss, sizeof ss), *gsof = dup_raw(sof, sizeof sof);
+    void *gids = dup_raw(ids, sizeof ids), *gord = dup_raw(order, sizeof order), *gseg = dup_raw(seg, sizeof seg);
+    void *go = dup_bf16(q, nq), *glse = dup_raw(q, (size_t)T * NH * 4), *gdq = dup_bf16(q, nq);
+    void *gdk = dup_raw(k, nk * 4), *gdv = dup_raw(k, nk * 4), *gwork = dup_raw(q, (size_t)T * NH * 4);
+    void *gdw = dup_raw(de, ne * 4);
+    CHECK(skpo_cuda_attention(G, go, glse, gq, gk, gv, gss, NS, T, NH, NKV, HS, &e) == SKPO_OK);
+    // [run][det, atomic] of dk | dv | dwte, and dq
+    size_t nb = 2 * nk + ne;
+    float *got[RUNS][2], *dq[RUNS][2];
+    for (int r = 0; r < RUNS; r++)
+        for (int a = 0; a < 2; a++) {
+            if (cuda_emu_block_order) cuda_emu_block_order((unsigned long)(7 * r + a + 1));
+            CHECK(skpo_cuda_memset0(G, gdw, ne * 4, &e) == SKPO_OK);
+            if (a == 0) {
+                CHECK_MSG(skpo_cuda_attention_backward_det(G, gdq, gdk, gdv, gg, go, glse, gq, gk, gv, gsof, gss, T, NH, NKV,
+                                                           HS, gwork, &e) == SKPO_OK, "%s", e.msg);
+                CHECK(skpo_cuda_embed_backward_sorted(G, gdw, gde, gids, gord, gseg, nseg, C, &e) == SKPO_OK);
+            } else {
+                CHECK(skpo_cuda_memset0(G, gdk, nk * 4, &e) == SKPO_OK && skpo_cuda_memset0(G, gdv, nk * 4, &e) == SKPO_OK);
+                CHECK(skpo_cuda_attention_backward(G, gdq, gdk, gdv, gg, go, glse, gq, gk, gv, gss, NS, T, NH, NKV, HS, &e) ==
+                      SKPO_OK);
+                CHECK(skpo_cuda_embed_backward(G, gdw, gde, gids, T, C, &e) == SKPO_OK);
+            }
+            float *x = skpo_xmalloc(nb * 4), *y = back_f32(gdk, nk), *z = back_f32(gdv, nk), *w = back_f32(gdw, ne);
+            memcpy(x, y, nk * 4), memcpy(x + nk, z, nk * 4), memcpy(x + 2 * nk, w, ne * 4);
+            free(y), free(z), free(w);
+            got[r][a] = x;
+            dq[r][a] = back_bf16(gdq, nq);
+        }
+    if (cuda_emu_block_order) cuda_emu_block_order(0);
+    int same_det = 1, same_atomic = 1;
+    for (int r = 1; r < RUNS; r++) {
+        same_det &= !memcmp(got[r][0], got[0][0], nb * 4) && !memcmp(dq[r][0], dq[0][0], nq * 4);
+        same_atomic &= !memcmp(got[r][1], got[0][1], nb * 4);
+    }
+    CHECK_MSG(same_det, "the deterministic kernels gave other bits in another block order");
+    if (cuda_emu_block_order) CHECK_MSG(!same_atomic, "the atomic kernels gave the same bits in every block order");
+    double rk = relerr(got[0][0], got[0][1], nk), rv = relerr(got[0][0] + nk, got[0][1] + nk, nk);
+    double re = relerr(got[0][0] + 2 * nk, got[0][1] + 2 * nk, ne), rq = relerr(dq[0][0], dq[0][1], nq);
+    CHECK_MSG(rk < 1e-4 && rv < 1e-4 && re < 1e-5 && rq < 2e-2, "vs atomics: dk %g dv %g dwte %g dq %g", rk, rv, re, rq);
+    printf("# deterministic vs atomic kernels: dk %.1e dv %.1e dwte %.1e dq %.1e; atomic runs %s\n", rk, rv, re, rq,
+           same_atomic ? "identical" : "differ");
+    for (int r = 0; r < RUNS; r++) free(got[r][0]), free(got[r][1]), free(dq[r][0]), free(dq[r][1]);
+    void *bufs[] = {gq, gk, gv, gg, gde, gss, gsof, gids, gord, gseg, go, glse, gdq, gdk, gdv, gwork, gdw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) skpo_cuda_dfree(bufs[i]);
+    free(q), free(k), free(v), free(g), free(de);
+}
+
 static void no_gpu_present(void) { SKIP("skipped: no GPU"); }
 
 int main(void) {
@@ -329,6 +408,7 @@ int main(void) {
     RUN(chunked_logprob_and_entropy_match_cpu_on_large_vocab);
     RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);
     RUN(adamw_step_matches_pytorch_formula);
+    RUN(deterministic_backward_kernels_give_the_same_bits_in_any_block_order);
     skpo_cuda_free_ctx(G);
     return TEST_SUMMARY();
 }

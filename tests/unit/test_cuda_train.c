@@ -17,6 +17,8 @@
 //     gives cosine 0.5-0.95 and relative 0.3-1);
 //   recompute on/off: cosine > 0.9999, relative L2 < 1e-2 (attention's dK/dV
 //     are fp32 atomics, so two backward passes differ in summation order);
+//     bit for bit in deterministic mode (SKPO_DETERMINISTIC=1), which the
+//     bit-exact tests (offload) use;
 //   one update step: loss within 2e-2 (1 + |loss|) (the objective is a
 //     near-cancelling sum of A * ratio, each log-prob off by ~1e-2), grad norm within 5e-2
 //     relative, and the weight change (after - before) over all parameters
@@ -532,6 +534,49 @@ static void recompute_gives_the_same_gradients(void) {
     skpo_model_free(g);
 }
 
+// SKPO_DETERMINISTIC=1 (docs/update.md "Deterministic mode"): no
+// order-dependent sums in the backward (by default the embedding rows and
+// attention's dK/dV add with fp32 atomics in arrival order), so two passes
+// over one batch give the same gradients bit for bit, with or without
+// recomputation, and the default mode's to rounding. On the emulator,
+// CUDA_EMU_BLOCK_ORDER=N shuffles the blocks of every launch as a GPU might.
+static void deterministic_mode_repeats_the_backward_bit_for_bit(void) {
+    NEED_GPU();
+    setenv("SKPO_DETERMINISTIC", "1", 1);
+    skpo_model *g = make(CFG_SMALL, SKPO_DEV_CUDA);
+    CHECK(g != NULL);
+    if (!g) { unsetenv("SKPO_DETERMINISTIC"); return; }
+    batch b;
+    int len[] = {40, 33, 12}, start[] = {4, 7, 1};
+    batch_make(&b, 300, len, start, 3);
+    for (int t = 0; t < 12; t++) b.ids[2][t] = b.ids[0][t % 3];   // ids that repeat: the embedding's sums
+    float w[80], lp[80], ent[80];
+    for (int i = 0; i < b.S; i++) w[i] = 1.0f - frand();
+    CHECK(fwd_bwd(g, &b, lp, ent, w, NULL));
+    float *g1 = dev_grads(g);
+    CHECK(fwd_bwd(g, &b, lp, ent, w, NULL));
+    float *g2 = dev_grads(g);
+    skpo_model_set_recompute(g, 1);
+    CHECK(fwd_bwd(g, &b, lp, ent, w, NULL));
+    float *g3 = dev_grads(g);
+    skpo_model_set_recompute(g, 0);
+    unsetenv("SKPO_DETERMINISTIC");
+    CHECK(fwd_bwd(g, &b, lp, ent, w, NULL));
+    float *g4 = dev_grads(g);
+    skpo_param *p;
+    int np = skpo_model_params(g, &p);
+    size_t n = 0;
+    for (int i = 0; i < np; i++) n += p[i].numel;
+    CHECK_MSG(!memcmp(g1, g2, n * 4), "two deterministic backward passes differ");
+    CHECK_MSG(!memcmp(g1, g3, n * 4), "a deterministic backward with recomputation differs");
+    double cs, rel;
+    compare(g4, g1, n, &cs, &rel);
+    CHECK_MSG(cs > 0.9999 && rel < 1e-2, "default vs deterministic gradients: cosine %.6f, relative %.5f", cs, rel);
+    free(g1), free(g2), free(g3), free(g4);
+    batch_free(&b);
+    skpo_model_free(g);
+}
+
 // --- the update step ------------------------------------------------------------------
 
 static skpo_model *load(const char *dir, skpo_device dev) {
@@ -745,8 +790,11 @@ static void optimizer_state_round_trips_through_the_device(void) {
 // --offload: between two steps the fp32 masters, gradients and moments go to
 // host memory (their device buffers freed) and come back: the second step
 // gives the same weights and moments, bit for bit, as a run that kept them.
+// Two models trained side by side agree bit for bit only in deterministic
+// mode: by default their backward passes add with atomics in arrival order.
 static void offload_between_steps_continues_bit_exactly(void) {
     NEED_GPU();
+    setenv("SKPO_DETERMINISTIC", "1", 1);
     skpo_model *g = load(FIXM, SKPO_DEV_CUDA), *h = load(FIXM, SKPO_DEV_CUDA);
     CHECK(g && h);
     if (!g || !h) goto out;
@@ -781,9 +829,65 @@ static void offload_between_steps_continues_bit_exactly(void) {
 out:
     skpo_model_free(g);
     skpo_model_free(h);
+    unsetenv("SKPO_DETERMINISTIC");
 }
 
 #ifdef SKPO_FAKE_CUDA
+// --offload gives the device back to the samplers: after a step (activation
+// arena grown, moments on the device) the optimizer's and the model's offload
+// leave only the bf16 weights and the two fixed buffers of every CUDA model
+// (RoPE table, decode attention partials) allocated; the next step allocates
+// the rest again. Fake backend only: it counts the bytes of every allocation.
+static void offload_leaves_only_the_weights_on_the_device_and_one_host_copy(void) {
+    size_t base = fake_live_bytes;
+    skpo_model *g = load(FIXM, SKPO_DEV_CUDA);
+    CHECK(g != NULL);
+    if (!g) return;
+    skpo_optim *og = new_optim(g);
+    skpo_comm *lc;
+    skpo_err e = {0};
+    skpo_comm_init(SKPO_COMM_LOCAL, &lc, &e);
+    CHECK(run_step(g, og, lc, 0, NULL));
+    const skpo_config *c = skpo_model_config(g);
+    skpo_param *p;
+    int np = skpo_model_params(g, &p);
+    size_t numel = 0;
+    for (int i = 0; i < np; i++) numel += p[i].numel;
+    size_t fixed = (size_t)(c->head_dim / 2) * sizeof(float) +
+                   skpo_cuda_attention_paged_work(NULL, c->num_attention_heads, c->num_key_value_heads, c->head_dim);
+    size_t before = fake_live_bytes - base, pinned = fake_pinned_bytes;
+    // What the offload must keep: the device masters and moments of now.
+    float *master = skpo_xmalloc(numel * 4), *m = NULL, *v = NULL;
+    skpo_dev_params d;
+    CHECK(skpo_model_dev_params(g, &d, &e) == SKPO_OK);
+    memcpy(master, d.master, numel * 4);
+    CHECK(skpo_optim_copy_range(og, 0, numel, &m, &v, &e) == SKPO_OK);
+    CHECK_MSG(skpo_optim_offload(og, &e) == SKPO_OK && skpo_model_offload(g, &e) == SKPO_OK, "%s", e.msg);
+    size_t after = fake_live_bytes - base;
+    CHECK_MSG(after == numel * 2 + fixed, "%zu bytes on the device after the offload (%zu before it), want the %zu of the "
+              "bf16 weights and %zu fixed", after, before, numel * 2, fixed);
+    // Host side (docs/scaling.md "Host memory"): no second copy. The masters
+    // went into the model's own float32 host copy, the moments into the
+    // optimizer's host moments; no pinned buffer of their size was made, and
+    // those homes (12 bytes a parameter) were page-locked instead.
+    CHECK_MSG(fake_pinned_bytes == pinned, "%zu bytes of pinned buffers made by the offload", fake_pinned_bytes - pinned);
+    CHECK_MSG(fake_locked_bytes >= numel * 12, "%zu bytes page-locked", fake_locked_bytes);
+    int same = 1;
+    for (int i = 0, k = 0; i < np; i++)
+        for (size_t j = 0; j < p[i].numel; j++, k++)
+            same &= !memcmp(&p[i].data[j], &master[k], 4) && !memcmp(&og->m[i][j], &m[k], 4) && !memcmp(&og->v[i][j], &v[k], 4);
+    CHECK_MSG(same, "the host homes do not hold the offloaded masters and moments");
+    free(master), free(m), free(v);
+    CHECK_MSG(skpo_model_reload(g, &e) == SKPO_OK && skpo_model_dev_params(g, &d, &e) == SKPO_OK &&
+              skpo_optim_reload(og, &d, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(run_step(g, og, lc, 0, NULL));   // the arena grows again
+    skpo_optim_free(og);
+    CHECK(fake_locked == 0);   // unlocked before the model frees its memory
+    skpo_comm_free(lc);
+    skpo_model_free(g);
+    CHECK(fake_live_bytes == base);
+}
+
 // --- ZeRO-1 over several ranks (fake backend only) ---------------------------------------
 // NR threads play NR ranks; their communicator (named "nccl", as the device
 // optimizer requires) sums in rank order through shared memory, so the
@@ -947,7 +1051,7 @@ static void zranks(zrank *z, int zero, int offload) {
     for (int r = 0; r < NR; r++) {
         memset(&z[r], 0, sizeof z[r]);
         z[r].rank = r, z[r].zero = zero, z[r].offload = offload;
-        z[r].comm = (skpo_comm){&fc_ops, r, NR, 0, &S};
+        z[r].comm = (skpo_comm){.ops = &fc_ops, .rank = r, .size = NR, .impl = &S};
         pthread_create(&th[r], NULL, zthread, &z[r]);
     }
     for (int r = 0; r < NR; r++) pthread_join(th[r], NULL);
@@ -1011,6 +1115,7 @@ int main(void) {
     RUN(gradients_of_every_tensor_match_cpu);
     RUN(vocab_152k_runs_in_row_chunks_and_matches_cpu);
     RUN(recompute_gives_the_same_gradients);
+    RUN(deterministic_mode_repeats_the_backward_bit_for_bit);
     RUN(attention_backward_sums_kv_groups_and_matches_double_reference);
     RUN(flash_kernels_match_simple_kernels_hs64_hs128);
     RUN(flash_attention_gradients_match_cpu);
@@ -1022,6 +1127,7 @@ int main(void) {
     RUN(zero1_over_3_ranks_equals_one_rank);
     RUN(allreduce_over_3_ranks_equals_one_rank);
     RUN(zero1_ranks_offloaded_between_steps_equal_resident_ones_bit_for_bit);
+    RUN(offload_leaves_only_the_weights_on_the_device_and_one_host_copy);
 #endif
     return TEST_SUMMARY();
 }

@@ -3,11 +3,14 @@
 // malformed file refused with the line named, the checkpoint identity, and the
 // reasons an importer falls back to loading (a `none` file, a gone exporter,
 // other weights, a CPU model). The CUDA mapping itself needs a GPU
-// (docs/scaling.md says what never ran).
+// (docs/scaling.md says what never ran). The loan's end runs here over a
+// real pipe with forked importers: the importer reads until EOF, so the
+// lender must end its output before it waits (the old lender deadlocked).
 #include "harness.h"
 #include "gen/rollout.h"
 #include "model/model.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,33 +182,122 @@ static void an_importer_refuses_what_it_must_not_map(void) {
     free(p);
 }
 
-// The exporter's hold: it returns only once every reader of its output pipe is
-// gone (the importer unmapped the weights and exited), not when the data is read.
-static void the_lender_waits_until_its_reader_is_gone(void) {
-    int fds[2], done[2];
-    CHECK(pipe(fds) == 0 && pipe(done) == 0);
-    pid_t c = fork();
-    if (c == 0) {  // the reader: reads the records (the writer stays open), lingers, then exits
+// --- the loan's end (model.h): the pipeline's shape with a real pipe --------------------
+
+// The importer of skpo-splice --import-weights: marks the loan taken (it has
+// mapped the weights), reads its input until EOF, then does `after` (0: works
+// on, then marks the loan done; 1: dies; 2: never marks anything), telling
+// `told` when its work is finished.
+static void importer(const char *h, int in, int told, int after) {
+    skpo_err e = {0};
+    if (after != 2 && skpo_weights_mark(h, SKPO_MARK_TAKEN, &e)) _exit(2);
+    char b[64];
+    while (read(in, b, sizeof b) > 0) {}
+    if (after == 1) raise(SIGKILL);
+    usleep(200 * 1000);   // the downstream rollouts still read the weights
+    if (write(told, "x", 1) != 1) _exit(2);
+    if (after == 0 && skpo_weights_mark(h, SKPO_MARK_DONE, &e)) _exit(2);
+    _exit(0);
+}
+
+// Lender and importer over a pipe; the lender's end of the loan, how it ended
+// and whether the importer had finished its work by then.
+static skpo_loan_end lend_over_a_pipe(const char *h, int after, double untaken_s, int *finished) {
+    int fds[2], told[2];
+    SKPO_ASSERT(pipe(fds) == 0 && pipe(told) == 0);
+    skpo_weights_handle w = sample_handle();
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_weights_handle_write(h, &w, &e) == SKPO_OK);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
         close(fds[1]);
-        close(done[0]);
-        char b[16];
-        ssize_t got = 0, k;
-        while (got < 7 && (k = read(fds[0], b, sizeof b)) > 0) got += k;
-        usleep(200000);
-        if (write(done[1], "x", 1) != 1) _exit(2);
-        _exit(0);
+        close(told[0]);
+        importer(h, fds[0], told[1], after);
     }
     close(fds[0]);
-    close(done[1]);
+    close(told[1]);
+    deadlock_guard(20, pid);   // the old lender never returned here
     CHECK(write(fds[1], "records", 7) == 7);
-    skpo_wait_reader_gone(fds[1]);
+    skpo_loan_end how = skpo_weights_lend_end(h, fds[1], untaken_s);
+    deadlock_guard_off();
+    // What the importer had told by then (non-blocking: the lender returned already).
+    int fl = fcntl(told[0], F_GETFL);
+    fcntl(told[0], F_SETFL, fl | O_NONBLOCK);
     char b;
-    CHECK(read(done[0], &b, 1) == 1);  // the reader had finished its linger before the wait returned
-    int st = 0;
-    waitpid(c, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    *finished = read(told[0], &b, 1) == 1;
     close(fds[1]);
-    close(done[0]);
+    close(told[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return how;
+}
+
+// skpo-sample --export-weights | skpo-splice --import-weights: the importer
+// reads until EOF and only then finishes; the lender must end its output
+// first and free the weights only after the importer's done mark. (The old
+// lender held its output open until its reader was gone: neither could end.)
+static void a_loan_ends_after_the_importer_read_to_eof_and_marked_it_done(void) {
+    char *h = path_in("loan.ipc"), *mk = skpo_weights_mark_path(h);
+    int finished = 0;
+    double t0 = skpo_now();
+    CHECK(lend_over_a_pipe(h, 0, 30.0, &finished) == SKPO_LOAN_DONE);
+    CHECK_MSG(finished, "the lender returned before the importer was done with the weights");
+    CHECK(skpo_now() - t0 < 10);
+    CHECK(!skpo_path_exists(h) && !skpo_path_exists(mk));   // nothing left for a later importer to find
+    free(h);
+    free(mk);
+}
+
+// An importer that dies holding the weights (its exit unmaps them) ends the loan too.
+static void a_loan_ends_when_the_importer_dies(void) {
+    char *h = path_in("dies.ipc");
+    int finished = 0;
+    CHECK(lend_over_a_pipe(h, 1, 30.0, &finished) == SKPO_LOAN_GONE);
+    CHECK(!finished && !skpo_path_exists(h));
+    free(h);
+}
+
+// Nobody marks the loan (the reader is no importer): after untaken_s the
+// handle is removed and the lender frees the weights.
+static void an_untaken_loan_ends_after_its_wait_and_removes_the_handle(void) {
+    char *h = path_in("untaken.ipc");
+    int finished = 0;
+    double t0 = skpo_now();
+    CHECK(lend_over_a_pipe(h, 2, 0.3, &finished) == SKPO_LOAN_UNTAKEN);
+    CHECK(skpo_now() - t0 >= 0.3 && !skpo_path_exists(h));
+    free(h);
+}
+
+// A declined mark ends the wait at once; a taken mark whose pid now belongs
+// to another process (another start time) counts as gone, not as alive.
+static void declined_and_reused_pid_marks_end_the_loan(void) {
+    char *h = path_in("marks.ipc"), *mk = skpo_weights_mark_path(h);
+    skpo_err e = {0};
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    CHECK(skpo_weights_mark(h, SKPO_MARK_DECLINED, &e) == SKPO_OK);
+    double t0 = skpo_now();
+    CHECK(skpo_weights_lend_end(h, fds[1], 30.0) == SKPO_LOAN_DONE && skpo_now() - t0 < 5);
+    char text[64];
+    snprintf(text, sizeof text, "taken %ld 1\n", (long)getpid());   // alive, but not started at tick 1
+    CHECK(write_text(mk, text) == 0);
+    CHECK(skpo_weights_lend_end(h, fds[1], 30.0) == SKPO_LOAN_GONE);
+    CHECK(skpo_weights_mark(h, SKPO_MARK_TAKEN, &e) == SKPO_OK);   // this process, rightly marked: alive
+    CHECK(write_text(h, "x") == 0);
+    fflush(stdout);
+    pid_t c = fork();
+    if (c == 0) {   // ends the loan a moment later
+        usleep(300 * 1000);
+        _exit(skpo_weights_mark(h, SKPO_MARK_DONE, &e) ? 1 : 0);
+    }
+    t0 = skpo_now();
+    CHECK(skpo_weights_lend_end(h, fds[1], 30.0) == SKPO_LOAN_DONE && skpo_now() - t0 >= 0.25);
+    waitpid(c, NULL, 0);
+    close(fds[0]);
+    close(fds[1]);
+    free(h);
+    free(mk);
 }
 
 int main(void) {
@@ -217,7 +309,10 @@ int main(void) {
     RUN(the_identity_changes_with_the_weights_and_the_folder);
     RUN(a_cpu_model_writes_a_none_file_saying_why);
     RUN(an_importer_refuses_what_it_must_not_map);
-    RUN(the_lender_waits_until_its_reader_is_gone);
+    RUN(a_loan_ends_after_the_importer_read_to_eof_and_marked_it_done);
+    RUN(a_loan_ends_when_the_importer_dies);
+    RUN(an_untaken_loan_ends_after_its_wait_and_removes_the_handle);
+    RUN(declined_and_reused_pid_marks_end_the_loan);
     skpo_err e = {0};
     skpo_rm_rf(TMPD, &e);
     return TEST_SUMMARY();

@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
 
     skpo_err err = {0};
     skpo_rollout ro;
-    c.ro.hold_fd = 1;  // lent weights stay allocated until the reader of stdout is gone
+    c.ro.hold_fd = 1;  // lent weights stay allocated after the output until the importer is done
     if (skpo_rollout_open(&c.ro, &ro, &err) != SKPO_OK) skpo_die("%s", err.msg);
     sample_job job;
     sample_job_load(&c, &ro, &job); // dies naming the pid of a bad prompt record

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     if (skpo_writer_flush(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (splice_run(&c, &ro, rd, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
-    skpo_rollout_close(&ro);  // before stdin closes: a lending sampler frees its weights once its reader is gone
+    skpo_rollout_close(&ro);  // unmaps lent weights and marks the loan done: the sampler waits for that
     skpo_reader_close(rd);
     skpo_close_stdout_or_die();
     return SKPO_EXIT_OK;

@@ -17,9 +17,10 @@ void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err) {
     skpo_err e = {0};
     if (st && err) e = *err;
     if (skpo_comm_agree(c, st, &e) == SKPO_OK) return;
-    if (c->rank == 0) {
+    if (c->rank == 0 || c->broken) {   // broken: no agreement, each rank says its own
         fflush(stdout);
-        fprintf(stderr, "%s: %s\n", skpo_progname(), e.msg);
+        if (c->rank == 0) fprintf(stderr, "%s: %s\n", skpo_progname(), e.msg);
+        else fprintf(stderr, "%s: rank %d: %s\n", skpo_progname(), c->rank, e.msg);
     }
     skpo_comm_free(c);
     exit(SKPO_EXIT_FAIL);
