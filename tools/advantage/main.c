@@ -171,6 +171,12 @@ int main(int argc, char **argv) {
     skpo_rec *recs, metrics;
     size_t n;
     if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
+    const char *on[4] = {o.mode == SKPO_ADV_SKPO ? "skpo" : "full", NULL, NULL, NULL};
+    if (o.reward_up_self) on[1] = "self";
+    if (o.mode == SKPO_ADV_PRIME) on[1] = "prime";
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_check_needs(&recs[i], "skpo-advantage", on, strcmp(a.input, "-") ? a.input : "stdin", i + 1, &err))
+            skpo_die("%s", err.msg);
     unsigned char *keep = skpo_xmalloc(n + 1);
     skpo_rec_init(&metrics);
     if (skpo_adv_step(recs, n, &o, t, keep, &metrics, &err)) {

@@ -69,7 +69,7 @@ static skpo_status add_down(const skpo_rec *r, const char *where, void *ctx, skp
 
 void prefixes_read(prefixes *ps, const char *path) {
     skpo_err err = {{0}};
-    if (skpo_read_each(path, SKPO_KIND_DOWN, add_down, ps, &err)) skpo_die("%s", err.msg);
+    if (skpo_read_each_needed(path, SKPO_KIND_DOWN, "skpo-analyze", NULL, add_down, ps, &err)) skpo_die("%s", err.msg);
 }
 
 void prefixes_free(prefixes *ps) {

@@ -242,7 +242,8 @@ static void run(crit_cfg *c, const char *path, skpo_writer *w) {
     skpo_rec r;
     skpo_rec_init(&r);
     skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+    const char *on[] = {c->mode, c->with_answer ? "with-answer" : NULL, NULL};
+    while ((st = skpo_reader_next_needed(rd, &r, "skpo-critique", on, &err)) == SKPO_OK) {
         const char *where = skpo_reader_name(rd);
         uint64_t k = skpo_reader_count(rd);
         if (skpo_rec_is_kind(&r, SKPO_KIND_META)) put(w, &r);

@@ -125,7 +125,8 @@ static void run(const cut_cfg *c, const char *path, skpo_writer *w) {
     skpo_rec r;
     skpo_rec_init(&r);
     skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+    const char *on[] = {c->only_correct ? "only-correct" : NULL, NULL};
+    while ((st = skpo_reader_next_needed(rd, &r, "skpo-cut", on, &err)) == SKPO_OK) {
         if (skpo_rec_is_kind(&r, SKPO_KIND_FULL) || skpo_rec_is_kind(&r, SKPO_KIND_DOWN))
             cut_one(c, &r, skpo_reader_name(rd), skpo_reader_count(rd), w);
         else if (!c->cuts_only && skpo_writer_put(w, &r, &err)) // meta records too: the provenance chain

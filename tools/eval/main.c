@@ -92,7 +92,7 @@ static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, s
 
 static void read_input(const char *path, evalset *es) {
     skpo_err err = {{0}};
-    if (skpo_read_each(path, SKPO_KIND_FULL, add_sample, es, &err)) skpo_die("%s", err.msg);
+    if (skpo_read_each_needed(path, SKPO_KIND_FULL, "skpo-eval", NULL, add_sample, es, &err)) skpo_die("%s", err.msg);
 }
 
 // --- one group's numbers ----------------------------------------------------------------

@@ -196,9 +196,16 @@ int main(int argc, char **argv) {
         if (boundary && (skpo_rec_is_kind(&r, SKPO_KIND_META) || skpo_rec_is_kind(&r, SKPO_KIND_METRICS))) batch_run(&cb, rd);
         if (boundary && !cb.n && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
         if (g) snprintf(gid, sizeof gid, "%s", g);
+        const char *on[4];
+        int non = 0;
+        bool code = skpo_reward_task(&o, &r) == SKPO_TASK_CODE;
+        on[non++] = code ? "code" : "answer";
+        if (o.overlong_max > 0) on[non++] = "overlong";
+        on[non] = NULL;
+        if (skpo_rec_check_needs(&r, "skpo-reward", on, skpo_reader_name(rd), skpo_reader_count(rd), &err))
+            skpo_die("%s", err.msg);
         if (skpo_reward_record(&o, &r, &changed, &err))
             skpo_die("%s (%s record %llu)", err.msg, skpo_reader_name(rd), (unsigned long long)skpo_reader_count(rd));
-        bool code = skpo_reward_task(&o, &r) == SKPO_TASK_CODE;
         if (code || cb.n) {
             batch_add(&cb, &r, code);
             if (cb.ncode >= (size_t)a.code_batch) batch_run(&cb, rd);
