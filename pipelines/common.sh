@@ -234,10 +234,23 @@ durable_due() {
 }
 # has_optim CKPT: does the checkpoint hold optimizer state (one file, or one per rank)?
 has_optim() { [ -f "$1/optim.safetensors" ] || [ -f "$1/optim.index.json" ]; }
-# durable_step RUN: the newest committed step whose checkpoint holds the optimizer state (0: the start).
+# complete CKPT: does the checkpoint carry its completion marker, the file its
+# save writes last (core/base/marker.c)? The tools check the files' sizes too.
+complete() { grep -q '"complete": true' "$1/skpo-checkpoint.json" 2>/dev/null; }
+# durable_step RUN: the newest committed step whose checkpoint is complete and holds
+# the optimizer state (0: the start). A checkpoint without its completion marker
+# is never resumed from, and named.
 durable_step() {
   local n; n=$(last_step "$1")
-  while [ "$n" -gt 0 ] && { ! has_optim "$1/ckpt/$n" || [ ! -d "$1/state/$n" ]; }; do n=$((n - 1)); done
+  while [ "$n" -gt 0 ]; do
+    if ! complete "$1/ckpt/$n"; then
+      [ -e "$1/ckpt/$n" ] &&
+        echo "skpo-pipeline: $1/ckpt/$n has no completion marker (skpo-checkpoint.json): its save did not finish; not resuming from it" >&2
+    elif has_optim "$1/ckpt/$n" && [ -d "$1/state/$n" ]; then
+      break
+    fi
+    n=$((n - 1))
+  done
   echo "$n"
 }
 # serve_step ARGS...: hand the step's records (stdin) and command line to the
@@ -418,6 +431,8 @@ enter_step() {
   load_config "$RUN"
   CK="$RUN/ckpt/$((STEP - 1))"
   [ -f "$CK/config.json" ] || [ -f "$CK/adapter_config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
+  [ "$STEP" = 1 ] || complete "$CK" ||
+    die "step $STEP: checkpoint '$CK' has no completion marker (skpo-checkpoint.json): its save did not finish (train.sh redoes that step)"
   TMPD="$RUN/tmp/$STEP"
   OUT="$TMPD/ckpt"
   ST="$TMPD/state"
@@ -454,6 +469,7 @@ check_pipe() {
 # commit_step: move the step's products into place, then write the marker.
 commit_step() {
   [ -f "$OUT/config.json" ] || [ -f "$OUT/adapter_config.json" ] || die "step $STEP: the update wrote no checkpoint in '$OUT'"
+  complete "$OUT" || die "step $STEP: the checkpoint in '$OUT' has no completion marker (skpo-checkpoint.json)"
   mkdir -p "$RUN/ckpt" "$RUN/state" "$RUN/rollouts" "$RUN/metrics" "$RUN/logs"
   rm -rf "$RUN/ckpt/$STEP"
   mv "$OUT" "$RUN/ckpt/$STEP"

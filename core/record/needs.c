@@ -42,9 +42,29 @@ const skpo_need skpo_needs[] = {
     {"skpo-critique", "attach", "attach", "full", "critique_of tokens", NULL},
     {"skpo-cut", NULL, NULL, "full down", "uid prompt+ tokens", NULL},
     {"skpo-cut", "only-correct", "--only-correct", "full down", "correct|reward", NULL},
-    {"skpo-analyze", NULL, NULL, "down", "gid rel tokens correct|reward", NULL},
+    {"skpo-analyze", NULL, NULL, "down", "gid correct|reward rel tokens", NULL},
     {NULL, NULL, NULL, NULL, NULL, NULL},
 };
+
+// The stage that writes a field, named when it is missing.
+static const struct { const char *field, *hint; } hints[] = {
+    {F_REWARD, "; run skpo-reward first"},
+    {F_CORRECT, "; run skpo-reward first"},
+    {F_ADV, "; run skpo-advantage first"},
+    {F_REF_LOGP, "; add it with skpo-score --field ref_logp"},
+    {F_OLD_LOGP, "; add it with skpo-score --field old_logp"},
+    {F_PRM_LOGP, "; add it with skpo-score --field prm_logp"},
+    {F_TESTS, "; prepare LiveCodeBench rows with skpo-prep"},
+    {F_CRITIQUE_OF, "; not a record from skpo-critique"},
+    {"rel", "; cut the responses with skpo-cut before skpo-splice"},
+    {NULL, NULL},
+};
+
+static const char *hint_of(const char *f, size_t n) {
+    for (int i = 0; hints[i].field; i++)
+        if (strlen(hints[i].field) == n && !memcmp(hints[i].field, f, n)) return hints[i].hint;
+    return "";
+}
 
 // Is the space-separated word w (length n) in list?
 static bool in_list(const char *list, const char *w, size_t n) {
@@ -82,6 +102,7 @@ skpo_status skpo_rec_check_needs(const skpo_rec *r, const char *tool, const char
     const char *kind = skpo_rec_str(r, F_KIND);
     if (!kind) return SKPO_OK;
     const char *uid = skpo_rec_str(r, F_UID);
+    if (!uid) uid = skpo_rec_str(r, F_PID); // prompt records have no uid
     char who[160];
     if (uid) snprintf(who, sizeof who, "%s record '%.100s'", kind, uid);
     else snprintf(who, sizeof who, "%s record", kind);
@@ -93,20 +114,22 @@ skpo_status skpo_rec_check_needs(const skpo_rec *r, const char *tool, const char
             if (!k) break;
             bool plus = p[k - 1] == '+';
             size_t alt = strcspn(p, "|");
-            int st;
             if (alt < k) { // "a|b": either will do
+                const char *h = hint_of(p + alt + 1, k - alt - 1);
                 if (field_state(r, p, alt, false) != 3 && field_state(r, p + alt + 1, k - alt - 1, false) != 3)
-                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s has neither '%.*s' nor '%.*s' (in '%s' at record %llu)",
-                                        who, (int)alt, p, (int)(k - alt - 1), p + alt + 1, name, (unsigned long long)index);
+                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s has neither '%.*s' nor '%.*s' (in '%s' at record %llu%s)",
+                                        who, (int)alt, p, (int)(k - alt - 1), p + alt + 1, name, (unsigned long long)index,
+                                        *h ? h : hint_of(p, alt));
             } else {
                 size_t fl = k - plus;
-                st = field_state(r, p, fl, plus);
+                int st = field_state(r, p, fl, plus);
+                const char *h = hint_of(p, fl);
                 if (st == 0)
-                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s has no '%.*s' (in '%s' at record %llu)", who, (int)fl, p,
-                                        name, (unsigned long long)index);
+                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s has no '%.*s' (in '%s' at record %llu%s)", who, (int)fl, p,
+                                        name, (unsigned long long)index, h);
                 if (st == 1)
-                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%.*s' is nil (in '%s' at record %llu)", who,
-                                        (int)fl, p, name, (unsigned long long)index);
+                    return skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%.*s' is nil (in '%s' at record %llu%s)", who,
+                                        (int)fl, p, name, (unsigned long long)index, h);
                 if (st == 2)
                     return skpo_err_set(err, SKPO_ENOTFOUND, "%s: field '%.*s' is empty (in '%s' at record %llu)", who,
                                         (int)fl, p, name, (unsigned long long)index);

@@ -79,7 +79,7 @@ refuses() {
     *) case $how in drop) what="has no '$field'";; nil) what=": field '$field' is nil";; *) what=": field '$field' is empty";; esac;;
   esac
   src="$TMP/in.zst"; [ "$tool" = skpo-splice ] && src=stdin
-  want="$tool: $kind record( '[^']*')? ?$what \\(in '$src' at record $n\\)"
+  want="$tool: $kind record( '[^']*')? ?$what \\(in '$src' at record $n(; [^)]*)?\\)"
   if [ "$rc" != 1 ] || [ "$(wc -l <"$TMP/err")" != 1 ] || ! grep -Eq "^$want\$" "$TMP/err"; then
     echo "$tool ${when#-} on a $kind record, '$field' $how: exit $rc, want 1 and one line matching"
     echo "  $want"; echo "got:"; sed 's/^/  /' "$TMP/err" | head -n 5

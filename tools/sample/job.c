@@ -63,10 +63,11 @@ static void check_prompt(const skpo_rec *r, size_t idx, const char *name, const 
     const int32_t *ids = skpo_rec_i32s(r, F_PROMPT, &n);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= ro->vocab)
-            skpo_die("prompt record %zu: token %zu is id %d, outside the vocabulary [0, %d) (pid %s)", idx + 1, i,
-                     (int)ids[i], ro->vocab, pid);
+            skpo_die("prompt record '%s': token %zu is id %d, outside the vocabulary [0, %d) (in '%s' at record %zu)", pid,
+                     i, (int)ids[i], ro->vocab, name, idx + 1);
     if ((long)n >= ro->ctx)
-        skpo_die("prompt record %zu: %zu tokens leave no room in the context of %d (pid %s)", idx + 1, n, ro->ctx, pid);
+        skpo_die("prompt record '%s': %zu tokens leave no room in the context of %d (in '%s' at record %zu)", pid, n,
+                 ro->ctx, name, idx + 1);
     *it = (sample_item){.rec = r, .pid = pid, .prompt = ids, .n_prompt = (int)n};
 }
 
