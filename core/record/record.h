@@ -116,6 +116,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_REFINE "refine"       // bool: full record that is a Critique-GRPO refinement (skpo-update: shaped loss)
 #define F_CRITIQUE_OF "critique_of" // str: critique/refinement records: uid of the direct response they come from
 #define F_CRITIQUE "critique"   // str: refinement records: the critique text they were conditioned on
+#define F_REWARD_STATUS "reward_status" // str: "timeout" | "error": the verifier gave no verdict (reward = wrong); absent: judged
 
 // --- records in memory ---------------------------------------------------------
 

@@ -536,7 +536,8 @@ static int scale_matrix(vctx *c, int id) {
 }
 
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
-    if (g <= 0 || p <= 0 || depth > 24) return false;
+    // every comparison is bounded, but a set of 64 items against 64 is 4096 of them
+    if (g <= 0 || p <= 0 || depth > 24 || vctx_expired(c)) return false;
     g = scale_matrix(c, g);
     p = scale_matrix(c, p);
     vnode *x = N(c, g), *y = N(c, p);

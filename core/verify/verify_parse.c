@@ -40,6 +40,11 @@ void vctx_init(vctx *c) {
     c->full = false;
 }
 
+bool vctx_expired(vctx *c) {
+    if (!c->expired && c->deadline > 0 && skpo_now() > c->deadline) c->expired = true;
+    return c->expired;
+}
+
 int vnode_new(vctx *c, int kind) {
     if (c->nn >= VMAX_NODES) { c->full = true; return -1; }
     vnode *n = &c->nodes[c->nn];
@@ -668,6 +673,7 @@ static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_g
 }
 
 int vparse(vctx *c, const char *s, size_t len) {
+    if (vctx_expired(c)) return -1;
     // every token but T_END consumes at least one byte of s
     int cap = len + 2 < VMAX_TOKS ? (int)len + 2 : VMAX_TOKS;
     vtok *toks = skpo_xmalloc(sizeof(vtok) * (size_t)cap);

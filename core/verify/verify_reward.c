@@ -56,8 +56,13 @@ static skpo_status prologue(const skpo_reward_opts *o, const skpo_rec *r, bool n
     return SKPO_OK;
 }
 
-static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, double shaping) {
+// status: SKPO_JUDGED, or why there is no verdict (then correct is false and
+// the record says so in reward_status, for skpo-advantage and skpo-eval to count).
+static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, double shaping, int status) {
     const char *finish = skpo_rec_str(r, F_FINISH);
+    if (status == SKPO_JUDGE_TIMEOUT) skpo_rec_set_str(r, F_REWARD_STATUS, "timeout");
+    else if (status == SKPO_JUDGE_ERROR) skpo_rec_set_str(r, F_REWARD_STATUS, "error");
+    else skpo_rec_del(r, F_REWARD_STATUS);
     if (!o->keep_truncated && finish && !strcmp(finish, "length")) {
         if (correct && skpo_rec_get(r, F_REASON)) skpo_rec_set_str(r, F_REASON, "cut at the length limit");
         correct = false;
@@ -85,7 +90,7 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
         else skpo_rec_del(r, F_PRED);
         skpo_rec_set_str(r, F_REASON, ok ? "chose the gold letter" : !pred[0] ? "no answer letter found"
                                       : strchr(pred, ',') ? "hedged: several letters" : "chose another letter");
-        set_verdict(o, r, ok, shaping);
+        set_verdict(o, r, ok, shaping, SKPO_JUDGED);
         *changed = true;
         return SKPO_OK;
     }
@@ -93,7 +98,12 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
     skpo_verify(&o->verify, text->data, text->len, answer->data, answer->len, &res);
     if (res.found || o->verify.mode == SKPO_VERIFIER_DAPO) skpo_rec_set_str(r, F_PRED, res.pred);
     else skpo_rec_del(r, F_PRED);
-    set_verdict(o, r, res.correct, shaping);
+    if (res.timed_out) {
+        char why[96];
+        snprintf(why, sizeof why, "verifier timed out after %g s (--math-timeout)", o->verify.timeout_s);
+        skpo_rec_set_str(r, F_REASON, why);
+    }
+    set_verdict(o, r, res.correct, shaping, res.timed_out ? SKPO_JUDGE_TIMEOUT : SKPO_JUDGED);
     *changed = true;
     return SKPO_OK;
 }
@@ -125,7 +135,7 @@ skpo_status skpo_reward_code(const skpo_reward_opts *o, struct skpo_sandbox *sb,
         items[m] = (skpo_code_item){.code = codes[m], .code_len = codes[m] ? strlen(codes[m]) : 0, .tests = &tests[m]};
         idx[m++] = i;
     }
-    skpo_code_opts co = {.timeout_s = o->code_timeout > 0 ? o->code_timeout : 6};
+    skpo_code_opts co = {.timeout_s = o->code_timeout > 0 ? o->code_timeout : 6, .record_s = o->code_record};
     if (st == SKPO_OK && m) st = skpo_code_judge(sb, &co, items, m, err);
     for (size_t k = 0; k < m; k++) {
         if (st == SKPO_OK) {
@@ -134,7 +144,7 @@ skpo_status skpo_reward_code(const skpo_reward_opts *o, struct skpo_sandbox *sb,
             else skpo_rec_del(r, F_PRED);
             skpo_rec_set_str(r, F_REASON, items[k].reason);
             skpo_rec_set_int(r, F_TESTS_PASSED, items[k].passed);
-            set_verdict(o, r, items[k].correct, shaping[k]);
+            set_verdict(o, r, items[k].correct, shaping[k], items[k].status);
         }
         skpo_code_tests_free(&tests[k]);
         free(codes[k]);
