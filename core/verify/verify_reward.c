@@ -9,6 +9,7 @@
 #include "record/record.h"
 #include "verify/verify_task.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,16 @@ static skpo_status prologue(const skpo_reward_opts *o, const skpo_rec *r, bool n
         return skpo_err_set(err, SKPO_ENOTFOUND, "rollout '%s' has no 'text' to verify", uid);
     if (need_answer && (!answer || answer->type != SKPO_V_STR))
         return skpo_err_set(err, SKPO_ENOTFOUND, "rollout '%s' has no gold 'answer'", uid);
+    // a blank gold would score every response wrong, silently
+    bool blank = true;
+    for (size_t i = 0; need_answer && i < answer->len && blank; i++) blank = isspace((unsigned char)answer->data[i]);
+    if (need_answer && blank) return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': the gold 'answer' is blank", uid);
+    // values the judge does not know would be read as the default (math, stopped): say so instead
+    const char *task = skpo_rec_str(r, F_TASK), *fin = skpo_rec_str(r, F_FINISH);
+    if (o->task == SKPO_TASK_AUTO && task && strcmp(task, "math") && strcmp(task, "choice") && strcmp(task, "code"))
+        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': task '%.40s' is not math, choice or code", uid, task);
+    if (fin && strcmp(fin, "stop") && strcmp(fin, "length"))
+        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': finish '%.40s' is not stop or length", uid, fin);
     *shaping = 0;
     if (o->overlong_max > 0) {
         size_t nt;

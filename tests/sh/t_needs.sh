@@ -20,19 +20,23 @@ Q="$FIX/sample/tiny-qwen2"     # samples (with a tokenizer)
 TOK="$FIX/demo/tokenizer"
 
 # lines KIND FIELDS HOW: base.txt as JSON lines, the first KIND record's FIELDS
-# ("a|b": both) dropped (HOW=drop), null (nil) or emptied (empty); its position
-# (from 1, after the meta record skpo-cat --pack writes first) into $TMP/at.
+# ("a|b": both) dropped (HOW=drop), null (nil), emptied (empty) or set to the
+# JSON value V (HOW is =V); its position (from 1, after the meta record
+# skpo-cat --pack writes first) into $TMP/at.
 lines() {
   awk -v kind="$1" -v fields="$2" -v how="$3" -v at="$TMP/at" '
     BEGIN { nf = split(fields, f, "|"); for (i = 1; i <= nf; i++) want[f[i]] = 1 }
-    function flush() { if (body != "") { print "{" body "}"; n++ }; if (dmg) { done = 1; print n + 1 > at }; body = ""; dmg = 0 }
+    function flush() {
+      if (dmg && how ~ /^=/ && !set) body = body ",\"" fields "\":" substr(how, 2) # a value the record did not have
+      if (body != "") { print "{" body "}"; n++ }; if (dmg) { done = 1; print n + 1 > at }; body = ""; dmg = 0; set = 0 }
     /^#/ { next }
     /^$/ { flush(); next }
     { k = $0; sub(/^"/, "", k); sub(/".*/, "", k); v = $0; sub(/^"[^"]*": /, "", v)
       if (k == "kind" && v == "\"" kind "\"" && !done) dmg = 1
       if (dmg && (k in want)) {
+        set = 1
         if (how == "drop") next
-        v = how == "nil" ? "null" : v ~ /^\[/ ? "[]" : "\"\""
+        v = how ~ /^=/ ? substr(how, 2) : how == "nil" ? "null" : v ~ /^\[/ ? "[]" : "\"\""
       }
       body = body (body == "" ? "" : ",") "\"" k "\":" v }
     END { flush() }' "$BASE"
@@ -131,3 +135,80 @@ docs_table() {
     { echo "docs/reliability.md lists rows the table does not have"; return 1; }
 }
 t "docs/reliability.md lists every row of the needs table, and no other" docs_table
+
+# --- beyond missing fields: values a tool must not take ------------------------------
+# TOOL|WHEN|KIND|FIELD|VALUE|what the one line must say. Each must be refused;
+# weight -1, a blank answer, an unknown task or finish, a cut logp of the wrong
+# length, rel 5 and a NaN reward in skpo-critique were taken silently before
+# issue 36.
+battery() {
+  bad=0 n=0
+  while IFS='|' read -r tool when kind field val want; do
+    [ -n "$tool" ] || continue
+    n=$((n + 1))
+    lines "$kind" "$field" "=$val" | skpo-cat --pack >"$TMP/in.zst" || { echo "cannot pack $kind.$field=$val"; return 1; }
+    run_tool "$tool" "$when" "$TMP/in.zst" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    if [ "$rc" != 1 ] || [ "$(wc -l <"$TMP/err")" != 1 ] || ! grep -q "^$tool: " "$TMP/err" || ! grep -qF -- "$want" "$TMP/err"; then
+      echo "$tool ${when#-}: $kind.$field = $val: exit $rc, want 1 and one line with '$want':"; sed 's/^/  /' "$TMP/err" | head -n 3
+      bad=$((bad + 1))
+    fi
+  done <<'LIST'
+skpo-score|-|down|tokens|[6, 7, 999]|token id 999 outside the vocabulary
+skpo-score|-|down|tokens|[6, -1, 8]|token id -1 outside the vocabulary
+skpo-score|-|down|prompt|[4, 5, 999]|token id 999 outside the vocabulary
+skpo-update|-|down|tokens|[6, 7, 999]|token id 999 outside the vocabulary
+skpo-update|-|down|logp|[-0.5]|'logp' length differs from 'tokens'
+skpo-update|-|down|logp|[-0.5, "NaN", -0.2]|rollout log-prob of token 1 is nan
+skpo-update|--kl-coef 0.1|down|ref_logp|[-0.5]|'ref_logp' length differs
+skpo-update|-|down|adv|"NaN"|advantage is not finite
+skpo-update|-|up|adv|"Infinity"|advantage is not finite
+skpo-update|-|down|weight|"NaN"|'weight' is not a finite number
+skpo-update|-|down|weight|-1.0|'weight' is negative
+skpo-update|-|down|tokens|[]|'logp' length differs from 'tokens'
+skpo-splice|-|up|tokens|[4, 999]|outside the vocabulary
+skpo-splice|-|up|prompt|[1, 2, 9999]|outside the vocabulary
+skpo-sample|-|prompt|prompt|[1, 2, 999]|outside the vocabulary
+skpo-advantage|--mode skpo|down|reward|"NaN"|non-finite reward
+skpo-advantage|--mode skpo|down|reward|"Infinity"|non-finite reward
+skpo-advantage|--mode skpo|down|gid|"nosuchup"|no up record has that uid
+skpo-advantage|--mode skpo|up|uid|"p0:1:up:0"|no up record has that uid
+skpo-advantage|--mode grpo|full|pid|"p9"|expected 2
+skpo-advantage|--mode prime|full|prm_logp|[-0.4]|one per token
+skpo-advantage|--mode prime|full|ref_logp|[-0.4, "NaN"]|reference nan
+skpo-reward|-|down|answer|"   "|the gold 'answer' is blank
+skpo-reward|-|down|task|"sql"|task 'sql' is not math, choice or code
+skpo-reward|-|down|finish|"banana"|finish 'banana' is not stop or length
+skpo-reward|--task code|down|tests|"not json"|not a JSON object
+skpo-reward|--task code|down|tests|"{}"|need non-empty 'inputs' and 'outputs'
+skpo-eval|-|full|reward|"NaN"|reward is nan, not a finite number
+skpo-cut|-|full|logp|[-1.0]|'logp' has 1 values for 2 tokens
+skpo-analyze|-|down|rel|5.0|not a cut position in [0, 1]
+skpo-analyze|-|down|rel|"x"|has no 'rel'
+skpo-critique|critique|full|reward|"NaN"|not a finite number
+skpo-critique|attach|full|critique_of|"nosuch"|which is not a full record of --direct
+LIST
+  echo "$n damaged values" >&2
+  [ "$bad" = 0 ]
+}
+t "every tool refuses values it must not take (out-of-vocabulary ids, lengths, non-finite and negative numbers, dangling ids, blank golds, unknown task and finish), in one line" battery
+
+# The stream itself damaged, for every tool in the table: cut in the middle of
+# a record, not a stream at all, or empty.
+streams() {
+  bad=0
+  lines - - drop | skpo-cat --pack | head -c 300 >"$TMP/cut.zst"
+  printf 'this is not a record stream\n' >"$TMP/garbage.zst"
+  : >"$TMP/empty.zst"
+  for tool in $(cut -f1 "$TMP/needs" | sort -u); do
+    when=$(awk -F'\t' -v t="$tool" '$1 == t { print $2; exit }' "$TMP/needs")
+    for f in cut garbage empty; do
+      run_tool "$tool" "$when" "$TMP/$f.zst" >"$TMP/out" 2>"$TMP/err"; rc=$?
+      if [ "$rc" != 1 ] || [ "$(wc -l <"$TMP/err")" != 1 ] || ! grep -q "^$tool: " "$TMP/err"; then
+        echo "$tool ${when#-} on a $f stream: exit $rc, want 1 and one line:"; sed 's/^/  /' "$TMP/err" | head -n 3
+        bad=$((bad + 1))
+      fi
+    done
+  done
+  [ "$bad" = 0 ]
+}
+t "every tool refuses a stream that is cut, garbage or empty, in one line" streams

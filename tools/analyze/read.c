@@ -22,6 +22,7 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     if (!skpo_rec_float(r, "rel", &rel))
         skpo_die("down record of segment '%s' (%s) has no 'rel': cut the responses with skpo-cut before skpo-splice",
                  gid, where);
+    if (!(rel >= 0 && rel <= 1)) skpo_die("down record of segment '%s' (%s): 'rel' is %g, not a cut position in [0, 1]", gid, where, rel);
     skpo_xgrow((void **)&ps->p, &ps->cap, ps->n + 1, sizeof *ps->p);
     prefix *p = &ps->p[ps->n];
     memset(p, 0, sizeof *p);

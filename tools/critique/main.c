@@ -38,6 +38,7 @@
 #include "record/record.h"
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,7 @@ static void take_direct(crit_cfg *c, const skpo_rec *r, const char *where, uint6
     need_str(r, F_UID, where, k, "");
     double rew, cur;
     if (!skpo_rec_float(r, F_REWARD, &rew)) skpo_die("record %llu of %s: no 'reward' (run skpo-reward first)", (unsigned long long)k, where);
+    if (!isfinite(rew)) skpo_die("record %llu of %s: reward is %g, not a finite number", (unsigned long long)k, where, rew);
     for (size_t i = 0; i < c->nbest; i++) {
         if (strcmp(skpo_rec_str(&c->best[i], F_PID), pid)) continue;
         skpo_rec_float(&c->best[i], F_REWARD, &cur);

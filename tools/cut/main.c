@@ -81,6 +81,7 @@ static void cut_one(const cut_cfg *c, const skpo_rec *r, const char *where, uint
     if (c->only_correct && ok < 0) skpo_die("response '%s' (%s): --only-correct needs 'correct' or 'reward' (run skpo-reward first)", uid, where);
     if (c->only_correct && ok != 1) return;
     const float *lp = skpo_rec_f32s(r, F_LOGP, &nl);
+    if (lp && nl != nt) skpo_die("response '%s' (%s): 'logp' has %zu values for %zu tokens", uid, where, nl, nt);
     int32_t *t = skpo_xmalloc((nt + 1) * sizeof *t); // copies: the setters free the fields they replace
     float *l = skpo_xmalloc((nt + 1) * sizeof *l);
     memcpy(t, tok, nt * sizeof *t);
