@@ -93,6 +93,7 @@ stage_advantage() {
     $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
     ${RHO_RESCORE:+--rescored} \
     --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT" \
+    --max-reward-failures "${MAX_REWARD_FAILURES:-0.05}" \
     --metrics "$TMPD/metrics.msgpack.zst" "$@"
 }
 # stage_update [extra flags]: the step's update. With an update server running
