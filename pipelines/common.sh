@@ -93,6 +93,7 @@ stage_advantage() {
     $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
     ${RHO_RESCORE:+--rescored} \
     --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT" \
+    --max-reward-failures "${MAX_REWARD_FAILURES:-0.05}" \
     --metrics "$TMPD/metrics.msgpack.zst" "$@"
 }
 # stage_update [extra flags]: the step's update. With an update server running
@@ -234,10 +235,30 @@ durable_due() {
 }
 # has_optim CKPT: does the checkpoint hold optimizer state (one file, or one per rank)?
 has_optim() { [ -f "$1/optim.safetensors" ] || [ -f "$1/optim.index.json" ]; }
-# durable_step RUN: the newest committed step whose checkpoint holds the optimizer state (0: the start).
+# complete CKPT: does the checkpoint carry its completion marker, the file its
+# save writes last (core/base/marker.c), and has every file it lists that size?
+# (The marker is written with one file per line: "    "NAME": BYTES,".)
+complete() {
+  local m="$1/skpo-checkpoint.json" f s
+  grep -q '"complete": true' "$m" 2>/dev/null || return 1
+  awk -F'"' '/^    "/ { s = $3; gsub(/[^0-9]/, "", s); print $2, s }' "$m" | {
+    while read -r f s; do [ "$(wc -c <"$1/$f" 2>/dev/null)" = "$s" ] || return 1; done
+  }
+}
+# durable_step RUN: the newest committed step whose checkpoint is complete and holds
+# the optimizer state (0: the start). A checkpoint without its completion marker
+# is never resumed from, and named.
 durable_step() {
   local n; n=$(last_step "$1")
-  while [ "$n" -gt 0 ] && { ! has_optim "$1/ckpt/$n" || [ ! -d "$1/state/$n" ]; }; do n=$((n - 1)); done
+  while [ "$n" -gt 0 ]; do
+    if ! complete "$1/ckpt/$n"; then
+      [ -e "$1/ckpt/$n" ] &&
+        echo "skpo-pipeline: $1/ckpt/$n is not a complete checkpoint (its skpo-checkpoint.json is missing or not complete, or a file it lists has another size): not resuming from it" >&2
+    elif has_optim "$1/ckpt/$n" && [ -d "$1/state/$n" ]; then
+      break
+    fi
+    n=$((n - 1))
+  done
   echo "$n"
 }
 # serve_step ARGS...: hand the step's records (stdin) and command line to the
@@ -442,6 +463,8 @@ enter_step() {
   load_config "$RUN"
   CK="$RUN/ckpt/$((STEP - 1))"
   [ -f "$CK/config.json" ] || [ -f "$CK/adapter_config.json" ] || die "step $STEP: checkpoint '$CK' is missing"
+  [ "$STEP" = 1 ] || complete "$CK" ||
+    die "step $STEP: checkpoint '$CK' is not complete (skpo-checkpoint.json missing or not complete, or a file of another size; train.sh redoes that step)"
   TMPD="$RUN/tmp/$STEP"
   OUT="$TMPD/ckpt"
   ST="$TMPD/state"
@@ -478,6 +501,7 @@ check_pipe() {
 # commit_step: move the step's products into place, then write the marker.
 commit_step() {
   [ -f "$OUT/config.json" ] || [ -f "$OUT/adapter_config.json" ] || die "step $STEP: the update wrote no checkpoint in '$OUT'"
+  complete "$OUT" || die "step $STEP: the checkpoint in '$OUT' is not complete (skpo-checkpoint.json)"
   mkdir -p "$RUN/ckpt" "$RUN/state" "$RUN/rollouts" "$RUN/metrics" "$RUN/logs"
   rm -rf "$RUN/ckpt/$STEP"
   mv "$OUT" "$RUN/ckpt/$STEP"

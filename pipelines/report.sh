@@ -20,7 +20,7 @@ run_eval() {
       ${THREADS:+--threads "$THREADS"} 2>"$tmp/sample.err" \
     | eval "$REWARD_CMD" 2>"$tmp/reward.err" \
     | tee "$tmp/eval.msgpack.zst" \
-    | skpo-eval 2>"$tmp/table.txt" >"$tmp/metrics.msgpack.zst"
+    | skpo-eval --max-reward-failures "${MAX_REWARD_FAILURES:-0.05}" 2>"$tmp/table.txt" >"$tmp/metrics.msgpack.zst"
   local st=("${PIPESTATUS[@]}")
   if [ "${st[0]}${st[1]}${st[2]}${st[3]}" != 0000 ]; then
     echo "skpo-pipeline: evaluation of step $n failed (sample=${st[0]} reward=${st[1]} tee=${st[2]} eval=${st[3]})" >&2
@@ -50,12 +50,13 @@ print_eval() {
 # step_row RUN N: one TSV row of step N:
 # step reward acc len len_up kl entropy clip_frac grad_norm tokens seconds tok_per_s
 # mismatch_k3 mismatch_dlogp_mean mismatch_dlogp_max mismatch_trunc_masked (rollout vs pi_old; nan when not measured)
+# reward_timeouts reward_errors (rewards the verifier gave no verdict, skpo-advantage's count)
 step_row() {
   local t; t=$(head -n 1 "$1/logs/$2.time" 2>/dev/null); t=${t:-0}
   skpo-cat --where kind=metrics "$1/metrics/$2.msgpack.zst" 2>/dev/null | awk -v step="$2" -v secs="$t" "$JNUM"'
     function add(k, v) { if (v != "") { s[k] += v; c[k]++ } }
     function mean(k) { return c[k] ? s[k] / c[k] : "nan" }
-    /"tool":"skpo-advantage"/ { rew = jnum($0, "reward_mean"); acc = jnum($0, "accuracy")
+    /"tool":"skpo-advantage"/ { rew = jnum($0, "reward_mean"); acc = jnum($0, "accuracy"); rto = jnum($0, "reward_timeouts"); rer = jnum($0, "reward_errors")
       len = jnum($0, "len_down_mean"); if (len == "") len = jnum($0, "len_full_mean"); lup = jnum($0, "len_up_mean") }
     /"tool":"(skpo-)?update"/ { for (i = 0; i < 3; i++) { ph = i == 0 ? "_down" : i == 1 ? "_full" : "_up"
         add("kl", jnum($0, "approx_kl" ph)); add("ent", jnum($0, "entropy" ph))
@@ -64,15 +65,15 @@ step_row() {
       add("mk3", jnum($0, "mismatch_k3")); add("mdm", jnum($0, "mismatch_dlogp_mean"))
       v = jnum($0, "mismatch_dlogp_max"); if (v != "" && (mdx == "" || v > mdx)) mdx = v
       v = jnum($0, "mismatch_truncated"); if (v != "") add("mtm", v + jnum($0, "mismatch_masked")) }
-    END { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\n", step, rew == "" ? "nan" : rew,
+    END { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\n", step, rew == "" ? "nan" : rew,
       acc == "" ? "nan" : acc, len == "" ? "nan" : len, lup == "" ? "nan" : lup, mean("kl"), mean("ent"),
       mean("clip"), mean("gn"), tok, secs, (secs > 0 ? tok / secs : 0), mean("mk3"), mean("mdm"),
-      mdx == "" ? "nan" : mdx, mean("mtm") }'
+      mdx == "" ? "nan" : mdx, mean("mtm"), rto, rer }'
 }
 
 print_step() {
   step_row "$1" "$2" | awk -v total="$STEPS" -v sp="$(time_split "$1" "$2")" -F'\t' '{
-    printf "step %s/%s  reward %+.3f  acc %.3f  len %.1f", $1, total, $2, $3, $4
+    printf "step %s/%s  reward %+.3f (t/o %d, err %d)  acc %.3f  len %.1f", $1, total, $2, $17, $18, $3, $4
     if ($5 != "nan") printf " (up %.1f)", $5
     printf "  kl %.4f  ent %.3f  clip %.3f", $6, $7, $8
     if ($13 != "nan" && $13 != "") printf "  mismatch k3 %.2g max|dlogp| %.3g", $13, $15
@@ -98,7 +99,7 @@ time_split() {
 # steps_tsv RUN: every committed step's row (header first); evals_tsv RUN: step mean pass.
 steps_tsv() {
   printf 'step\treward\taccuracy\tlength\tlength_up\tkl\tentropy\tclip_frac\tgrad_norm\ttokens\tseconds\ttok_per_s'
-  printf '\tmismatch_k3\tmismatch_dlogp_mean\tmismatch_dlogp_max\tmismatch_trunc_masked\n'
+  printf '\tmismatch_k3\tmismatch_dlogp_mean\tmismatch_dlogp_max\tmismatch_trunc_masked\treward_timeouts\treward_errors\n'
   local n last; last=$(last_step "$1")
   for ((n = 1; n <= last; n++)); do [ -f "$1/metrics/$n.msgpack.zst" ] && step_row "$1" "$n"; done
 }

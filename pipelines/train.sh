@@ -57,7 +57,7 @@ prune() {
   has_optim "$RUN/ckpt/$last" && kept=1
   for ((n = last - 1; n > 0; n--)); do
     [ -e "$RUN/ckpt/$n" ] || [ -e "$RUN/state/$n" ] || continue
-    if has_optim "$RUN/ckpt/$n" && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
+    if has_optim "$RUN/ckpt/$n" && complete "$RUN/ckpt/$n" && [ "$kept" -lt "$KEEP" ]; then kept=$((kept + 1)); continue; fi
     rm -rf "$RUN/ckpt/$n" "$RUN/state/$n" "$RUN/prm/$n"   # prm/: PRIME's implicit PRM of the step
   done
   return 0

@@ -120,6 +120,19 @@ skpo_status skpo_copy_file(const char *src, const char *dst, skpo_err *err);
 // Join dir and name into a new malloc'd string.
 char *skpo_path_join(const char *dir, const char *name);
 
+// Completion marker of a checkpoint folder (marker.c): SKPO_MARKER_FILE, the
+// first file a save writes ("complete": false) and the last, after every other
+// file was written and fsynced ("complete": true and each file's size).
+#define SKPO_MARKER_FILE "skpo-checkpoint.json"
+#define SKPO_MARKER_FORMAT "skpo-checkpoint-1"
+skpo_status skpo_dir_mark_begin(const char *dir, skpo_err *err);
+skpo_status skpo_dir_mark_complete(const char *dir, skpo_err *err);
+// Before loading a folder: OK when its marker is complete and every file it
+// lists has its size, or when it has no marker and no trainer files
+// (trainer_state.json, optim*: a plain Hugging Face folder). Else an error
+// naming the folder and what is wrong.
+skpo_status skpo_dir_check_complete(const char *dir, skpo_err *err);
+
 // --- time and progress --------------------------------------------------------
 
 double skpo_now(void); // monotonic seconds

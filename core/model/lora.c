@@ -296,10 +296,12 @@ static int parse_name(const char *n, int *l, int *t, char *which) {
 
 skpo_status skpo_lora_load(const char *dir, const skpo_config *mc, int trainable, skpo_lora **out, skpo_err *err) {
     *out = NULL;
+    skpo_status s = skpo_dir_check_complete(dir, err);  // a half-saved adapter is never loaded
+    if (s) return s;
     char *cp = skpo_path_join(dir, SKPO_LORA_CONFIG_FILE), *wp = skpo_path_join(dir, SKPO_LORA_WEIGHTS_FILE);
     skpo_lora_cfg c;
     char *base = NULL;
-    skpo_status s = read_config(cp, &c, &base, err);
+    s = read_config(cp, &c, &base, err);
     if (!s && trainable && c.dropout != 0)
         s = skpo_err_set(err, SKPO_EUNSUPPORTED, "'%s': lora_dropout %g: only 0 is implemented for training", cp, c.dropout);
     c.dropout = 0;

@@ -163,8 +163,10 @@ void skpo_model_zero_grad(skpo_model *m) {
 
 skpo_status skpo_model_load(const char *dir, const skpo_model_opts *o, skpo_model **out, skpo_err *err) {
     skpo_config c;
+    skpo_status s = skpo_dir_check_complete(dir, err);  // a half-saved checkpoint is never loaded
+    if (s) return s;
     char *cp = skpo_path_join(dir, "config.json");
-    skpo_status s = skpo_config_load(cp, &c, err);
+    s = skpo_config_load(cp, &c, err);
     free(cp);
     if (s) return s;
     skpo_st *st;

@@ -60,6 +60,7 @@ const skpo_field_def skpo_schema[] = {
     {F_REFINE, SKPO_FT_BOOL, "full records: a Critique-GRPO refinement, trained with skpo-update's shaped loss"},
     {F_CRITIQUE_OF, SKPO_FT_STR, "critique prompts and refinements: uid of the direct response critiqued"},
     {F_CRITIQUE, SKPO_FT_STR, "refinement prompts and refinements: the critique they were conditioned on"},
+    {F_REWARD_STATUS, SKPO_FT_STR, "timeout or error: the verifier gave no verdict in its bound (the reward is a wrong answer's, counted); absent: judged"},
     {NULL, 0, NULL},
 };
 

@@ -116,6 +116,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_REFINE "refine"       // bool: full record that is a Critique-GRPO refinement (skpo-update: shaped loss)
 #define F_CRITIQUE_OF "critique_of" // str: critique/refinement records: uid of the direct response they come from
 #define F_CRITIQUE "critique"   // str: refinement records: the critique text they were conditioned on
+#define F_REWARD_STATUS "reward_status" // str: "timeout" | "error": the verifier gave no verdict (reward = wrong); absent: judged
 
 // --- records in memory ---------------------------------------------------------
 
@@ -187,6 +188,25 @@ skpo_status skpo_rec_validate(const skpo_rec *r, skpo_err *err);
 // Strict UTF-8 check (no overlongs, surrogates or code points above U+10FFFF).
 bool skpo_utf8_valid(const char *s, size_t n);
 
+// What each tool needs from the records it consumes (needs.c; docs/reliability.md).
+// A row applies to records of one of `kinds` (space-separated) when `cond` is
+// NULL or one of the conditions the tool says hold; each of `fields` must then
+// be present and not nil ("name+": also not empty; "a|b": either). `when` is
+// the options under which cond holds in a plain run ("" = the defaults), for
+// the generated test (tests/sh/t_needs.sh) and the docs; `note` says more.
+typedef struct skpo_need {
+    const char *tool, *cond, *when, *kinds, *fields, *note;
+} skpo_need;
+extern const skpo_need skpo_needs[];   // ends with a row of NULLs
+
+// Check r, record `index` (from 1) of stream `name`, against the rows of
+// `tool` (e.g. "skpo-score") whose condition is NULL or in `on` (NULL-ended,
+// may be NULL). SKPO_ENOTFOUND with "<kind> record '<uid>' has no '<field>'
+// (in '<name>' at record N)" (or "... is nil", "... is empty") on the first
+// field missing.
+skpo_status skpo_rec_check_needs(const skpo_rec *r, const char *tool, const char *const *on, const char *name,
+                                 uint64_t index, skpo_err *err);
+
 // --- reading -----------------------------------------------------------------------
 
 typedef struct skpo_reader skpo_reader;
@@ -208,6 +228,9 @@ skpo_status skpo_reader_open_fd(int fd, const char *name, skpo_reader **out, skp
 // in that error. nil is accepted for every schema field ("not known yet").
 skpo_status skpo_reader_next(skpo_reader *rd, skpo_rec *r, skpo_err *err);
 uint64_t skpo_reader_count(const skpo_reader *rd);   // records returned so far
+// skpo_reader_next, then skpo_rec_check_needs on the record it read.
+skpo_status skpo_reader_next_needed(skpo_reader *rd, skpo_rec *r, const char *tool, const char *const *on,
+                                    skpo_err *err);
 const char *skpo_reader_name(const skpo_reader *rd);
 void skpo_reader_close(skpo_reader *rd);
 
@@ -219,6 +242,9 @@ void skpo_recs_free(skpo_rec *recs, size_t n);
 // error, fn's or the reader's, and returns it.
 typedef skpo_status (*skpo_rec_fn)(const skpo_rec *r, const char *name, void *ctx, skpo_err *err);
 skpo_status skpo_read_each(const char *path, const char *kind, skpo_rec_fn fn, void *ctx, skpo_err *err);
+// The same, every record first checked with skpo_rec_check_needs(tool, on).
+skpo_status skpo_read_each_needed(const char *path, const char *kind, const char *tool, const char *const *on,
+                                  skpo_rec_fn fn, void *ctx, skpo_err *err);
 
 // --- writing -----------------------------------------------------------------------
 

@@ -153,11 +153,14 @@ static skpo_status tmp_begin(const char *out, char **base, char **tmp, skpo_err 
     skpo_status s = SKPO_OK;
     if (skpo_path_exists(*tmp)) s = skpo_rm_rf(*tmp, err);
     if (!s) s = skpo_mkdir_p(*tmp, err);   // parents too: --out ckpt/7 may be the first in ckpt/
+    if (!s) s = skpo_dir_mark_begin(*tmp, err);
     return s;
 }
 
-// Sync and swap tmp in for base (s == OK), else remove tmp; frees both.
+// Mark complete (every file is written and fsynced by now), sync and swap tmp
+// in for base (s == OK), else remove tmp; frees both.
 static skpo_status tmp_finish(skpo_status s, char *base, char *tmp, skpo_err *err) {
+    if (!s) s = skpo_dir_mark_complete(tmp, err);
     if (!s) s = skpo_fsync_dir(tmp, err);
     if (!s) s = skpo_dir_replace(tmp, base, err);
     if (s) {

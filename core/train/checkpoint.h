@@ -20,8 +20,12 @@
  *   adapter_model.safetensors instead of config.json + model.safetensors; the
  *   rest as above, the base referenced by path, never copied.
  * Atomicity: everything is written into "<out>.tmp.<pid>" next to <out> (each
- * file fsynced), the folder is fsynced, then skpo_dir_replace() swaps it in;
- * a crash at any point leaves the previous <out> (or none) intact. A stale
+ * file fsynced), the completion marker SKPO_MARKER_FILE first as "complete":
+ * false and last as "complete": true with every file's size (base/common.h),
+ * the folder is fsynced, then skpo_dir_replace() swaps it in; a crash at any
+ * point leaves the previous <out> (or none) intact. Loaders
+ * (skpo_model_load, skpo_lora_load) refuse a folder whose marker is not
+ * complete or whose files do not match it, naming the folder. A stale
  * temp folder of a crashed run is removed by the next save to the same <out>
  * from the same pid only; others are left for the user.
  */

@@ -147,6 +147,7 @@ static skpo_status sample_from_rec(const skpo_rec *r, size_t idx, const skpo_upd
     s->weight = 1;
     if (skpo_rec_get(r, F_WEIGHT) && (!skpo_rec_float(r, F_WEIGHT, &s->weight) || !isfinite(s->weight)))
         return bad(err, s, "'weight' is not a finite number", "");
+    if (s->weight < 0) return bad(err, s, "'weight' is negative (it would turn the phase's gradient around)", "");
     if (!isnan(o->phase_weight[phase])) s->weight = o->phase_weight[phase];
     if (o->loss.kl_coef != 0 || prm) {
         s->ref = skpo_rec_f32s(r, F_REF_LOGP, &nr);

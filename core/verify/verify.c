@@ -13,6 +13,7 @@
 void skpo_verify_opts_default(skpo_verify_opts *o) {
     o->mode = SKPO_VERIFIER_MATH;
     o->fallback = true;
+    o->timeout_s = SKPO_VERIFY_TIMEOUT;
 }
 
 bool skpo_verifier_parse(const char *name, skpo_verifier *out) {
@@ -24,6 +25,7 @@ bool skpo_verifier_parse(const char *name, skpo_verifier *out) {
 }
 
 static bool parsed_equal(vctx *c, const char *g, size_t gl, const char *p, size_t pl) {
+    if (vctx_expired(c)) return false;
     vctx_init(c);
     int gr = vparse(c, g, gl);
     int pr = gr > 0 ? vparse(c, p, pl) : -1;
@@ -113,7 +115,7 @@ static void set_pred(skpo_verify_result *res, const char *p) {
 
 void skpo_verify(const skpo_verify_opts *o, const char *response, size_t rlen,
                  const char *gold, size_t glen, skpo_verify_result *res) {
-    res->correct = res->found = false;
+    res->correct = res->found = res->timed_out = false;
     res->pred[0] = 0;
     if (o->mode == SKPO_VERIFIER_DAPO) { skpo_verify_dapo(response, rlen, gold, glen, res); return; }
     size_t tn, gn;
@@ -123,11 +125,14 @@ void skpo_verify(const skpo_verify_opts *o, const char *response, size_t rlen,
     char *p = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
     vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
     vctx *c = skpo_xmalloc(sizeof *c); // one parse arena per call, reused
+    c->deadline = o->timeout_s > 0 ? skpo_now() + o->timeout_s : 0;
+    c->expired = false;
     res->found = vextract(c, t, tn, o, p, SKPO_VERIFY_ANSWER_MAX);
     if (res->found) {
         set_pred(res, p);
         res->correct = answers_equal(c, g, p);
     }
+    if (vctx_expired(c)) res->timed_out = true, res->correct = false; // no verdict, not a silent "wrong"
     free(t); free(gs); free(g); free(p); free(c);
 }
 
@@ -138,6 +143,8 @@ bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t p
     vgold_clean(gs, gn, g, SKPO_VERIFY_ANSWER_MAX);
     vgold_clean(ps, pn, p, SKPO_VERIFY_ANSWER_MAX);
     vctx *c = skpo_xmalloc(sizeof *c);
+    c->deadline = skpo_now() + SKPO_VERIFY_TIMEOUT; // maj@k votes compare every pair: bounded too
+    c->expired = false;
     bool eq = answers_equal(c, g, p);
     free(gs); free(ps); free(g); free(p); free(c);
     return eq;

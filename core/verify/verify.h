@@ -23,7 +23,13 @@
  *
  * Work is bounded: inputs are scanned linearly, an extracted answer is capped at
  * SKPO_VERIFY_ANSWER_MAX bytes, expression trees at a fixed node count and
- * depth; anything over a cap is "no answer" (false), never a crash or a hang.
+ * depth, exact and high-precision arithmetic at fixed sizes; anything over a
+ * cap is "no answer" or "not equal" (false), never a crash or a hang. On top,
+ * a wall-clock bound per call (timeout_s, default 2 s): the comparison checks
+ * it before every sub-comparison and parse (each of those is bounded by the
+ * caps), and when it has passed the call stops with timed_out set, which the
+ * reward stage counts (reward_status "timeout") instead of a silent wrong
+ * verdict. tests/unit/test_verify_bound.c fuzzes pathological expressions.
  * Invalid UTF-8, NUL bytes and unknown characters are treated as garbage text.
  * The module holds no global state and is safe to call from many threads.
  */
@@ -50,11 +56,17 @@ typedef struct skpo_verify_opts {
     // whole response if it is a bare answer, else the last math segment or
     // number, whichever comes last (default on).
     bool fallback;
+    // math and boxed: wall-clock bound of one call in seconds (0 = none;
+    // default SKPO_VERIFY_TIMEOUT). Past it the call returns timed_out.
+    double timeout_s;
 } skpo_verify_opts;
+
+#define SKPO_VERIFY_TIMEOUT 2.0
 
 typedef struct skpo_verify_result {
     bool correct;
     bool found;                      // an answer was extracted
+    bool timed_out;                  // stopped at timeout_s: correct is false, but no verdict
     char pred[SKPO_VERIFY_PRED_MAX]; // the extracted answer (ASCII, truncated),
                                      // "" if none; dapo: "[INVALID]" if none
 } skpo_verify_result;
@@ -70,7 +82,8 @@ bool skpo_verifier_parse(const char *name, skpo_verifier *out);
 void skpo_verify(const skpo_verify_opts *o, const char *response, size_t rlen,
                  const char *gold, size_t glen, skpo_verify_result *res);
 
-// Compare two bare answers (no extraction): is `pred` equal to `gold`?
+// Compare two bare answers (no extraction): is `pred` equal to `gold`? Bounded
+// by SKPO_VERIFY_TIMEOUT: past it, "not equal".
 bool skpo_verify_equal(const char *gold, size_t glen, const char *pred, size_t plen);
 
 // --- dapo (verl math_dapo) ----------------------------------------------------
@@ -91,6 +104,7 @@ typedef struct skpo_reward_opts {
     skpo_verify_opts verify;
     skpo_task task;
     double code_timeout;   // code: seconds per test (LiveCodeBench: 6)
+    double code_record;    // code: wall seconds per record (0: (code_timeout + 1) per test + 5 s)
     bool zero_one;         // rewards 1/0 instead of +1/-1
     long overlong_max;     // DAPO soft overlong penalty on len(tokens): L_max (0 = off)
     long overlong_cache;   //   and L_cache (docs/algorithm.md 4.7)

@@ -178,7 +178,10 @@ static bool is_label(const vctx *c, int id, int depth) {
     if (depth > 8) return false;
     if (n->kind == VN_VAR) return true;
     if (n->kind == VN_FUNC && n->op == VF_ABS) return is_label(c, kid(c, id, 0), depth + 1);
-    if (n->kind == VN_RATIO) return is_label(c, kid(c, id, 0), depth + 1) && is_label(c, kid(c, id, 1), depth + 1);
+    if (n->kind == VN_RATIO) {
+        for (int i = 0; i < n->n; i++) if (!is_label(c, kid(c, id, i), depth + 1)) return false;
+        return true;
+    }
     if (n->kind == VN_MUL) {
         bool var = false;
         for (int i = 0; i < n->n; i++) {
@@ -469,8 +472,32 @@ static bool ordered_eq(vctx *c, int g, int p, int depth) {
 static bool is_tuple(const vnode *x) { return x->kind == VN_BRACKET && (x->op == '(' || x->op == '['); }
 static bool is_bag(const vnode *x) { return x->kind == VN_BRACKET && (x->op == 'L' || x->op == 'S'); }
 
+// Are the items of a bare list "name = value" with distinct names (1: all, 0:
+// none, or one name for all, as the roots x = 2, x = 3; -1: some)?
+static int named_items(const vctx *c, int id) {
+    const vnode *x = &c->nodes[id];
+    int named = 0;
+    bool distinct = true;
+    for (int i = 0; i < x->n; i++) {
+        int k = kid(c, id, i);
+        const vnode *r = &c->nodes[k];
+        if (!(r->kind == VN_REL && r->n == 2 && rel_op(c, k, 0) == VR_EQ && is_name(c, kid(c, k, 0)))) continue;
+        named++;
+        for (int j = 0; j < i; j++)
+            if (c->nodes[kid(c, id, j)].kind == VN_REL && same_tree(c, kid(c, kid(c, id, j), 0), kid(c, k, 0))) distinct = false;
+    }
+    if (named == x->n) return distinct ? 1 : 0;
+    return named == 0 ? 0 : -1;
+}
+
 static bool struct_eq(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
     vnode *x = N(c, g), *y = N(c, p);
+    // "x=2, y=3" against "2, 3": the labels give the values an order, so the bare
+    // list must follow it ("3, 2" is x=3, y=2); two labelled lists match by name
+    if (x->kind == VN_BRACKET && x->op == 'L' && y->kind == VN_BRACKET && y->op == 'L' && x->n == y->n) {
+        int a = named_items(c, g), b = named_items(c, p);
+        if (a != b && a >= 0 && b >= 0) return ordered_eq(c, g, p, depth);
+    }
     if (x->kind == VN_MATRIX && y->kind == VN_MATRIX) {
         if (x->n != y->n || x->aux != y->aux) return false;
         for (int i = 0; i < x->n; i++) if (!cmp(c, kid(c, g, i), 0, kid(c, p, i), 0, depth + 1)) return false;
@@ -513,6 +540,29 @@ static int eq_chain_value(const vctx *c, int r) {
     return kid(c, r, last);
 }
 
+// "E \approx w": the approximate value w (the last operand, after an \approx), or 0.
+static int approx_value(const vctx *c, int r) {
+    const vnode *x = &c->nodes[r];
+    for (int i = 0; i < x->n - 1; i++)
+        if (rel_op(c, r, i) == VR_APPROX) return vhas_vars(c, kid(c, r, x->n - 1), 0) ? 0 : kid(c, r, x->n - 1);
+    return 0;
+}
+
+// Is w a fair rounding of E: E within half a unit of w's last digit? (Both
+// variable-free; w a plain number. Anything else is not judged here: true.)
+static bool consistent(vctx *c, int e, int w) {
+    int lit = w;
+    if (c->nodes[lit].kind == VN_NEG) lit = kid(c, lit, 0);
+    if (c->nodes[lit].kind != VN_NUM || vhas_vars(c, e, 0)) return true;
+    vpoint P = {0};
+    double complex x = veval(c, e, &P, 0);
+    P.pmi = 0;
+    double complex y = veval(c, w, &P, 0);
+    if (isnan(creal(x)) || isnan(creal(y)) || cimag(x) != 0) return true;
+    int nd = c->nodes[lit].flags & NF_DECIMAL ? c->nodes[lit].ndec : 0;
+    return rounds_to(creal(y), nd, creal(x));
+}
+
 // k * matrix (or matrix * k) as the matrix of k * entries: 2\begin{pmatrix}1\\2\end{pmatrix}
 static int scale_matrix(vctx *c, int id) {
     const vnode *x = N(c, id);
@@ -536,13 +586,16 @@ static int scale_matrix(vctx *c, int id) {
 }
 
 static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
-    if (g <= 0 || p <= 0 || depth > 24) return false;
+    // every comparison is bounded, but a set of 64 items against 64 is 4096 of them
+    if (g <= 0 || p <= 0 || depth > 24 || vctx_expired(c)) return false;
     g = scale_matrix(c, g);
     p = scale_matrix(c, p);
     vnode *x = N(c, g), *y = N(c, p);
     if (x->kind == VN_UNIT || y->kind == VN_UNIT) {
         if (x->kind == VN_UNIT && y->kind == VN_UNIT && x->slen && y->slen && strcmp(vstr(c, x), vstr(c, y)))
             return false;
+        // a percent against a named unit ("60 degrees" for 60\%): an explicit wrong unit
+        if ((x->kind == VN_PERCENT && y->slen) || (y->kind == VN_PERCENT && x->slen)) return false;
         return cmp(c, x->kind == VN_UNIT ? kid(c, g, 0) : g, gm, y->kind == VN_UNIT ? kid(c, p, 0) : p, pm, depth + 1);
     }
     if (x->kind == VN_PERCENT && y->kind == VN_PERCENT) return cmp(c, kid(c, g, 0), gm, kid(c, p, 0), pm, depth + 1);
@@ -573,11 +626,6 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         while (*s2 == '0' && s2[1]) s2++;
         return !strcmp(s1, s2);
     }
-    if (x->kind == VN_RATIO || y->kind == VN_RATIO) {
-        if (x->kind != y->kind) return false;
-        int a = new_node(c, VN_DIV, kid(c, g, 0), kid(c, g, 1)), b = new_node(c, VN_DIV, kid(c, p, 0), kid(c, p, 1));
-        return a > 0 && b > 0 && scalar_eq(c, a, 0, b, 0);
-    }
     if (x->kind == VN_REL && y->kind == VN_REL) return rel_eq(c, g, p, depth);
     if (x->kind == VN_REL) {
         int op = rel_op(c, g, 0);
@@ -587,9 +635,24 @@ static bool cmp(vctx *c, int g, unsigned gm, int p, unsigned pm, int depth) {
         return interval_like(c, g) && intervals_eq(c, g, p);
     }
     if (y->kind == VN_REL) {
-        int v = eq_chain_value(c, p);
+        int v = eq_chain_value(c, p), w = approx_value(c, p);
+        if (w > 0) { // "E \approx w", "x \approx w", "\approx w"
+            if (v > 0 && !consistent(c, v, w)) return false; // the answer contradicts itself: 4\sqrt3 \approx 6.98
+            if (v > 0 && cmp(c, g, gm, v, pm, depth + 1)) return true;
+            // the decimal it commits to answers a rounded gold (or a plain one when E is only a name)
+            return (v <= 0 || vhas_decimal(c, g, 0)) && cmp(c, g, gm, w, pm, depth + 1);
+        }
         if (v > 0) return cmp(c, g, gm, v, pm, depth + 1);
         return intervals_eq(c, g, p);
+    }
+    // a ratio a:b(:c...) equals another with the same proportions (after any label is off)
+    if (x->kind == VN_RATIO || y->kind == VN_RATIO) {
+        if (x->kind != y->kind || x->n != y->n) return false;
+        for (int i = 1; i < x->n; i++) {
+            int a = new_node(c, VN_DIV, kid(c, g, i), kid(c, g, 0)), b = new_node(c, VN_DIV, kid(c, p, i), kid(c, p, 0));
+            if (a <= 0 || b <= 0 || !scalar_eq(c, a, 0, b, 0)) return false;
+        }
+        return true;
     }
     if ((interval_like(c, g) || interval_like(c, p)) && intervals_eq(c, g, p)) return true;
     if (x->kind == VN_UNION && y->kind == VN_UNION) return false;

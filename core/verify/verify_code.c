@@ -402,11 +402,17 @@ static bool on_result(void *vctx, const char *buf, size_t len) {
         char status[16];
         char head[96];
         size_t hl = (size_t)(nl - (buf + c->pos));
-        if (hl >= sizeof head) { c->decided = true; snprintf(it->reason, sizeof it->reason, "sandbox: bad driver report"); return true; }
+        if (hl >= sizeof head) {
+            c->decided = true;
+            it->status = SKPO_JUDGE_ERROR;
+            snprintf(it->reason, sizeof it->reason, "sandbox: bad driver report");
+            return true;
+        }
         memcpy(head, buf + c->pos, hl);
         head[hl] = 0;
         if (sscanf(head, "%zu %15s %zu", &idx, status, &plen) != 3 || idx != c->next || idx >= t->n) {
             c->decided = true;
+            it->status = SKPO_JUDGE_ERROR;
             snprintf(it->reason, sizeof it->reason, "sandbox: bad driver report");
             return true;
         }
@@ -469,6 +475,7 @@ skpo_status skpo_code_judge(skpo_sandbox *sb, const skpo_code_opts *o, skpo_code
         skpo_code_item *it = &items[i];
         it->correct = false;
         it->passed = 0;
+        it->status = SKPO_JUDGED;
         if (!it->code) { snprintf(it->reason, sizeof it->reason, "no fenced code block"); continue; }
         if (!it->tests || !it->tests->n) { snprintf(it->reason, sizeof it->reason, "no tests"); continue; }
         if (memchr(it->code, 0, it->code_len)) { snprintf(it->reason, sizeof it->reason, "program holds a NUL byte"); continue; }
@@ -485,8 +492,9 @@ skpo_status skpo_code_judge(skpo_sandbox *sb, const skpo_code_opts *o, skpo_code
         j->files[1] = (skpo_sandbox_file){"prog.py", progs[nj], pl + it->code_len + 1};
         j->files[2] = (skpo_sandbox_file){"tests.json", specs[nj], strlen(specs[nj])};
         j->nfiles = 3;
-        // LiveCodeBench's global budget: (timeout + 1) per test + 5 s
+        // LiveCodeBench's global budget: (timeout + 1) per test + 5 s, or the record bound
         j->wall_s = (o->timeout_s + 1) * (double)it->tests->n + 5;
+        if (o->record_s > 0 && o->record_s < j->wall_s) j->wall_s = o->record_s;
         ctx[nj] = (judge_ctx){.it = it};
         j->on_result = on_result;
         j->ctx = &ctx[nj];
@@ -497,9 +505,11 @@ skpo_status skpo_code_judge(skpo_sandbox *sb, const skpo_code_opts *o, skpo_code
         skpo_sandbox_job *j = &jobs[k];
         skpo_code_item *it = &items[map[k]];
         if (st == SKPO_OK && !ctx[k].decided) {
-            // the driver ended without a verdict: the program took the sandbox down
+            // the driver ended without a verdict: no verdict, counted as a timeout
+            // (the record's wall bound) or an error (the sandbox went down)
             char why[128];
             it->correct = false;
+            it->status = j->end == SKPO_SB_WALL ? SKPO_JUDGE_TIMEOUT : SKPO_JUDGE_ERROR;
             if (j->end == SKPO_SB_EXITED && j->code == 0) snprintf(it->reason, sizeof it->reason, "sandbox: driver ended early");
             else {
                 char pre[160];

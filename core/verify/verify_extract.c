@@ -153,18 +153,77 @@ static bool connector(const char *t, size_t a, size_t b) {
     return words <= 8;
 }
 
+// The name written just before a box, "h = \\boxed{4}": sets [*ls, *le) to "h".
+// A plain name only (letters, a subscript, a command such as \\alpha), so
+// "2a = \\boxed{..}" or "f(x) = \\boxed{..}" have none.
+static bool box_label(const char *t, size_t start, size_t *ls, size_t *le) {
+    size_t i = start;
+    while (i > 0 && (t[i - 1] == ' ' || t[i - 1] == '{')) i--;
+    if (i == 0 || t[i - 1] != '=') return false;
+    size_t e = --i;
+    while (e > 0 && t[e - 1] == ' ') e--;
+    size_t s = e;
+    while (s > 0 && e - s < 24 && (isalnum((unsigned char)t[s - 1]) || strchr("_{}\\", t[s - 1]))) s--;
+    if (s == e || !(isalpha((unsigned char)t[s]) || t[s] == '\\')) return false;
+    if (s > 0 && !strchr(" $(\n", t[s - 1])) return false;
+    *ls = s;
+    *le = e;
+    return true;
+}
+
+// Does the text between two boxes say "or" (a choice between them)?
+static bool says_or(const char *t, size_t a, size_t b) {
+    for (size_t i = a; i + 2 <= b; i++)
+        if (!strncasecmp(t + i, "or", 2) && (i == a || !isalpha((unsigned char)t[i - 1])) &&
+            (i + 2 == b || !isalpha((unsigned char)t[i + 2])))
+            return true;
+    return false;
+}
+
+// The name an answer labels itself with ("y = 3" -> "y"): [0, *n) of s, or 0.
+static size_t own_label(const char *s, size_t *n) {
+    const char *e = strchr(s, '=');
+    if (!e || e == s || strchr(e + 1, '=')) return 0;
+    size_t k = (size_t)(e - s);
+    while (k > 0 && s[k - 1] == ' ') k--;
+    for (size_t i = 0; i < k; i++)
+        if (!(isalnum((unsigned char)s[i]) || strchr("_{}\\", s[i]))) return 0;
+    *n = k;
+    return k;
+}
+
 static bool boxes_answer(const char *t, box *ring, int nb, char *out, size_t cap) {
+    // a box's name ("a = \\boxed{5}") starts its stretch of text
+    size_t ls[RING], le[RING];
+    bool lab[RING];
+    for (int i = 0; i < nb; i++) lab[i] = box_label(t, ring[i].start, &ls[i], &le[i]);
     int first = nb - 1;
-    while (first > 0 && connector(t, ring[first - 1].end, ring[first].start)) first--;
+    while (first > 0 && connector(t, ring[first - 1].end, lab[first] ? ls[first] : ring[first].start)) first--;
     size_t o = 0;
     char *one = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
     char *prev = skpo_xmalloc(SKPO_VERIFY_ANSWER_MAX);
-    bool all_same = true, ok = true;
+    char names[RING][32];
+    int nnames = 0;
+    bool all_same = true, ok = true, either = false;
     prev[0] = 0;
     for (int i = first; i < nb && ok; i++) {
         if (!clean_answer(t, ring[i].cs, ring[i].ce, one, SKPO_VERIFY_ANSWER_MAX)) { ok = false; break; }
+        size_t l = strlen(one), nl = 0;
+        // several boxes, each after its name: "a = \\boxed{5} and b = \\boxed{12}" is "a = 5, b = 12"
+        if (nb - first > 1 && lab[i] && !strchr(one, '=') && l + (le[i] - ls[i]) + 4 < SKPO_VERIFY_ANSWER_MAX) {
+            size_t k = le[i] - ls[i];
+            memmove(one + k + 3, one, l + 1);
+            memcpy(one, t + ls[i], k);
+            memcpy(one + k, " = ", 3);
+            l += k + 3;
+        }
+        if (i > first) either |= says_or(t, ring[i - 1].end, lab[i] ? ls[i] : ring[i].start);
+        if (own_label(one, &nl) && nl < sizeof names[0] && nnames < RING) {
+            bool seen = false;
+            for (int k = 0; k < nnames; k++) seen |= strlen(names[k]) == nl && !memcmp(names[k], one, nl);
+            if (!seen) { memcpy(names[nnames], one, nl); names[nnames++][nl] = 0; }
+        }
         if (i > first && strcmp(one, prev)) all_same = false;
-        size_t l = strlen(one);
         if (i == first || strcmp(one, prev)) {
             if (o + l + 3 > cap) { ok = false; break; }
             if (o) { memcpy(out + o, ", ", 2); o += 2; }
@@ -173,6 +232,9 @@ static bool boxes_answer(const char *t, box *ring, int nb, char *out, size_t cap
         }
         memcpy(prev, one, l + 1);
     }
+    // "x = 2 or y = 3" names two unknowns and commits to neither: a hedge, no answer
+    // ("x = 2 or x = -3" lists the roots of one unknown, and stays a list)
+    if (either && nnames > 1) ok = false;
     if (ok && all_same) { size_t l = strlen(prev); memcpy(out, prev, l + 1); o = l; }
     out[o] = 0;
     free(one);
@@ -376,6 +438,22 @@ static bool last_number(const char *t, size_t n, size_t *ns, size_t *ne) {
                      ((t[s - 1] == ',' || t[s - 1] == '.') && s >= 2 && isdigit((unsigned char)t[s - 2]))))
         s--;
     if (s > 0 && t[s - 1] == '-') s--;
+    // a unit's power ("16 cm^2.", "125 cm^{3}" from cm³) is not the number: the value before the unit is
+    size_t k = s > 0 && t[s - 1] == '^' ? s - 1 : s > 1 && t[s - 1] == '{' && t[s - 2] == '^' ? s - 2 : 0;
+    if (k && !(s == e) && e - s <= 2) {
+        size_t u = k;
+        while (u > 0 && k - u < 12 && isalpha((unsigned char)t[u - 1])) u--;
+        size_t v = u;
+        while (v > 0 && t[v - 1] == ' ') v--;
+        if (u < k && v < u && v > 0 && isdigit((unsigned char)t[v - 1])) {
+            size_t w = v;
+            while (w > 0 && (isdigit((unsigned char)t[w - 1]) || (t[w - 1] == '.' && w >= 2 && isdigit((unsigned char)t[w - 2])))) w--;
+            if (w == 0 || strchr(" \t\n([{$=:~", t[w - 1])) {
+                s = w;
+                if (t[k + 1] == '{' && e < n && t[e] == '}') e++;
+            }
+        }
+    }
     // never a digit out of noise: the number stands alone ("user12", "x7f9", "ERR_3_" are not answers)
     if (s > 0 && !strchr(" \t\n([{$=:~+-", t[s - 1])) return false;
     if (e < n && t[e] == '%') e++;
@@ -395,6 +473,29 @@ static bool last_number(const char *t, size_t n, size_t *ns, size_t *ne) {
     }
     *ns = s; *ne = e;
     return true;
+}
+
+// "(-infinity, 0)", "[2, infinity)" in prose: the last number is an end of an
+// interval written with words; widen it to the interval. Only infinity words
+// (and signs) may stand inside, so "(see 3, page 4)" stays the number.
+static void widen_interval(const char *t, size_t n, size_t *ns, size_t *ne) {
+    static const char *const ok[] = {"infinity", "inf", "infty", "negative", "minus", "positive", "plus", NULL};
+    size_t a = *ns, b = *ne, i = a, j = b;
+    int commas = 0;
+    while (i > 0 && a - i < 48 && (isalnum((unsigned char)t[i - 1]) || strchr(" .,+-\\", t[i - 1]))) commas += t[--i] == ',';
+    while (j < n && j - b < 48 && (isalnum((unsigned char)t[j]) || strchr(" .,+-\\", t[j]))) commas += t[j++] == ',';
+    if (i == 0 || j >= n || commas != 1 || !strchr("([", t[i - 1]) || !strchr(")]", t[j])) return;
+    for (size_t k = i; k < j;) {
+        if (!isalpha((unsigned char)t[k])) { k++; continue; }
+        size_t w = k;
+        while (w < j && isalpha((unsigned char)t[w])) w++;
+        bool known = false;
+        for (int q = 0; ok[q] && !known; q++) known = strlen(ok[q]) == w - k && !strncasecmp(ok[q], t + k, w - k);
+        if (!known) return;
+        k = w;
+    }
+    *ns = i - 1;
+    *ne = j + 1;
 }
 
 // A phrase with no box anywhere counts only if little follows its line: an
@@ -464,6 +565,7 @@ bool vextract(vctx *c, const char *t, size_t n, const skpo_verify_opts *o, char 
     bool m = last_math(t, n, &ms, &me), d = last_number(t, n, &ns, &ne);
     if (m && (!d || me >= ne || (ns >= ms && ne <= me))) return clean_answer(t, ms, me, out, cap);
     if (!d) return false;
+    widen_interval(t, n, &ns, &ne);
     if (!clean_answer(t, ns, ne, out, cap)) return false;
     // "2,74" in running text: a decimal comma (a thousands comma takes 3 digits)
     char *cm = strchr(out, ',');

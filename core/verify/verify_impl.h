@@ -96,9 +96,16 @@ typedef struct vctx {
     char vars[VMAX_VARS][24];
     int nv;
     bool full;         // an arena overflowed: the parse is invalid
+    // The wall-clock bound of one verification (skpo_verify_opts.timeout_s):
+    // set once per skpo_verify, kept across vctx_init. 0 = none.
+    double deadline;
+    bool expired;      // the deadline passed: stop, the verdict is "timed out"
 } vctx;
 
 void vctx_init(vctx *c);
+// Has the deadline passed? Checked where work can add up (each comparison,
+// each parse, each exact or high-precision evaluation); sticky once true.
+bool vctx_expired(vctx *c);
 int vnode_new(vctx *c, int kind);
 int vctx_str(vctx *c, const char *s, size_t len);       // returns offset or -1
 int vctx_var(vctx *c, const char *name, size_t len);    // returns index or -1

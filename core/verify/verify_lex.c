@@ -27,7 +27,8 @@ static const word WORDS[] = {
     {"sqrt", T_SQRT, 0, 0},
     {"and", T_SEP, 0, 0}, {"or", T_SEP, 0, 0},
     {"pct", T_PERCENT, 0, 0}, {"percent", T_PERCENT, 0, 0},
-    {"degree", T_SKIP, 0, 0}, {"degrees", T_SKIP, 0, 0}, {"deg", T_SKIP, 0, 0},
+    // a unit, so "60 degrees" is 60 (as 60^\circ is) but never 60\%
+    {"degree", T_UNIT, 0, "deg"}, {"degrees", T_UNIT, 0, "deg"}, {"deg", T_UNIT, 0, "deg"},
     {"cm", T_UNIT, 0, "cm"}, {"centimeter", T_UNIT, 0, "cm"}, {"centimeters", T_UNIT, 0, "cm"},
     {"meter", T_UNIT, 0, "m"}, {"meters", T_UNIT, 0, "m"}, {"metres", T_UNIT, 0, "m"},
     {"km", T_UNIT, 0, "km"}, {"kilometers", T_UNIT, 0, "km"}, {"mm", T_UNIT, 0, "mm"},
@@ -49,7 +50,10 @@ static const word WORDS[] = {
     {"pounds", T_UNIT, 0, "lb"}, {"lb", T_UNIT, 0, "lb"}, {"lbs", T_UNIT, 0, "lb"},
     {"ounce", T_UNIT, 0, "oz"}, {"ounces", T_UNIT, 0, "oz"}, {"oz", T_UNIT, 0, "oz"},
     {"sq", T_UNIT, 0, "sq"}, {"square", T_UNIT, 0, "sq"}, {"cubic", T_UNIT, 0, "cu"},
-    {"infinity", T_CONST, VC_INF, NULL}, {"unit", T_UNIT, 0, ""}, {"units", T_UNIT, 0, ""}, {"per", T_UNIT, 0, "/"},
+    {"infinity", T_CONST, VC_INF, NULL}, {"inf", T_CONST, VC_INF, NULL},
+    // interval ends in words: "negative infinity", "minus infinity", "positive infinity"
+    {"negative", T_OP, '-', NULL}, {"minus", T_OP, '-', NULL}, {"plus", T_OP, '+', NULL}, {"positive", T_SKIP, 0, NULL},
+    {"unit", T_UNIT, 0, ""}, {"units", T_UNIT, 0, ""}, {"per", T_UNIT, 0, "/"},
     {"radian", T_UNIT, 0, "rad"}, {"radians", T_UNIT, 0, "rad"},
     {"ways", T_UNIT, 0, ""}, {"people", T_UNIT, 0, ""}, {"students", T_UNIT, 0, ""},
     {"points", T_UNIT, 0, ""},
@@ -378,6 +382,12 @@ static void lex_word(lexer *L, frame *f, size_t st, size_t en) {
     const char *s = f->s + st;
     size_t n = en - st;
     const word *w = find_word(s, n);
+    if (w && w->tok == T_UNIT && !strcmp(w->unit, "cent") && L->nt > 0 && L->toks[L->nt - 1].type == T_UNIT &&
+        !strcmp(L->toks[L->nt - 1].txt, "/")) { // "per cent" is a percent, not a unit per cent
+        L->toks[L->nt - 1].type = T_PERCENT;
+        L->toks[L->nt - 1].txt[0] = 0;
+        return;
+    }
     if (w && !(n == 1)) {
         if (w->tok == T_SKIP) return;
         vtok *t = emit(L, w->tok);
@@ -414,6 +424,73 @@ static void lex_word(lexer *L, frame *f, size_t st, size_t en) {
     }
 }
 
+// Unit symbols that only count inside \text{}/\mathrm{} after a value (one
+// letter alone would be a variable): "m/s", "kg m^2", "km/h".
+static const char *const UNIT_SYMS[] = {"m", "s", "g", "h", "kg", "cm", "mm", "km", "min", "N", "J", "W", "Pa", "L",
+                                        "mL", "ml", "in", "ft", "yd", "mi", "lb", "oz", "K", "Hz", "mol", "rad",
+                                        "kW", "kWh", "V", "cal", "kcal", "hr", "sec", "mg", "dm", NULL};
+
+// Is s[a, b) a unit expression ("m/s", "m/s^2", "kg m^2", "meters per second")?
+// Writes its canonical form (no spaces, atoms joined by / or *, powers ^N) into out.
+static bool unit_expr(const char *s, size_t a, size_t b, char *out, size_t cap) {
+    size_t o = 0;
+    int atoms = 0;
+    char join = 0, pending = 0; // pending: "square"/"cubic" before an atom, its power
+    for (size_t i = a; i < b;) {
+        if (s[i] == ' ' || s[i] == '~') { i++; continue; }
+        if (s[i] == '/' || s[i] == '*') { if (!atoms || join) return false; join = s[i++]; continue; }
+        if (!strncmp(s + i, "\\cdot", 5)) { if (!atoms || join) return false; join = '*'; i += 5; continue; }
+        if (s[i] == '^') { // a power of the last atom: ^2, ^{3}
+            if (!atoms || join) return false;
+            size_t j = i + 1;
+            bool br = j < b && s[j] == '{';
+            if (br) j++;
+            size_t d = j;
+            while (j < b && isdigit((unsigned char)s[j])) j++;
+            if (j == d || j - d > 2 || (br && (j >= b || s[j] != '}'))) return false;
+            if (o + 2 + (j - d) >= cap) return false;
+            out[o++] = '^';
+            memcpy(out + o, s + d, j - d);
+            o += j - d;
+            i = j + br;
+            continue;
+        }
+        if (!isalpha((unsigned char)s[i])) return false;
+        size_t j = i;
+        while (j < b && isalpha((unsigned char)s[j])) j++;
+        const char *u = NULL;
+        for (int k = 0; UNIT_SYMS[k] && !u; k++)
+            if (strlen(UNIT_SYMS[k]) == j - i && !memcmp(UNIT_SYMS[k], s + i, j - i)) u = UNIT_SYMS[k];
+        const word *w = u ? NULL : find_word(s + i, j - i);
+        if (!u && w && w->tok == T_UNIT && w->unit && !strcmp(w->unit, "/")) { // "per"
+            if (!atoms || join) return false;
+            join = '/';
+            i = j;
+            continue;
+        }
+        if (!u && w && w->tok == T_UNIT && w->unit && (!strcmp(w->unit, "sq") || !strcmp(w->unit, "cu"))) {
+            if (pending) return false;
+            pending = w->unit[0] == 's' ? '2' : '3';
+            i = j;
+            continue;
+        }
+        if (!u && w && w->tok == T_UNIT && w->unit && *w->unit) u = w->unit;
+        if (!u) return false;
+        if (atoms && !join) join = '*'; // "kg m": a product
+        size_t ul = strlen(u);
+        if (o + ul + 2 >= cap) return false;
+        if (join) out[o++] = join;
+        memcpy(out + o, u, ul);
+        o += ul;
+        if (pending) { out[o++] = '^'; out[o++] = pending; pending = 0; }
+        atoms++;
+        join = 0;
+        i = j;
+    }
+    out[o] = 0;
+    return atoms > 0 && !join && !pending;
+}
+
 // A \text{...} group: math inside is lexed as math, words as words.
 static void lex_textgroup(lexer *L, frame *f) {
     size_t st = f->i, en = skip_group(f->s, f->i, f->n);
@@ -436,6 +513,24 @@ static void lex_textgroup(lexer *L, frame *f) {
         vtok *t = emit(L, T_UNIT); // 5\,\text{m}: a one-letter unit after a number
         if (t) { t->txt[0] = f->s[a]; t->txt[1] = 0; }
         return;
+    }
+    // a unit made of symbols after a value, 9.8\ \text{m/s}^2, or the next part of
+    // one, \mathrm{m}/\mathrm{s}^{2}: one unit token (its power is added by the parser)
+    char u[48];
+    const vtok *p1 = L->nt > 0 ? &L->toks[L->nt - 1] : NULL, *p2 = L->nt > 1 ? &L->toks[L->nt - 2] : NULL;
+    if (p1 && unit_expr(f->s, a, b, u, sizeof u)) {
+        if (p1->type == T_OP && p1->op == '/' && p2 && p2->type == T_UNIT && strlen(p2->txt) + strlen(u) + 2 < sizeof p2->txt) {
+            vtok *t = &L->toks[L->nt - 2];
+            strcat(t->txt, "/");
+            strcat(t->txt, u);
+            L->nt--; // the '/' is part of the unit
+            return;
+        }
+        if (p1->type == T_NUM || p1->type == T_CONST || p1->type == T_UNIT) {
+            vtok *t = emit(L, T_UNIT);
+            if (t) snprintf(t->txt, sizeof t->txt, "%s", u);
+            return;
+        }
     }
     frame nf = {f->s, cs, ce, text};
     L->fr[L->nf++] = nf;

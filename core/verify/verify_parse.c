@@ -40,6 +40,11 @@ void vctx_init(vctx *c) {
     c->full = false;
 }
 
+bool vctx_expired(vctx *c) {
+    if (!c->expired && c->deadline > 0 && skpo_now() > c->deadline) c->expired = true;
+    return c->expired;
+}
+
 int vnode_new(vctx *c, int kind) {
     if (c->nn >= VMAX_NODES) { c->full = true; return -1; }
     vnode *n = &c->nodes[c->nn];
@@ -580,10 +585,17 @@ static int parse_union(parser *P) {
         int a = n == 1 ? u[0] : mk(P, VN_UNION, u, n);
         return a < 0 ? -1 : mk2(P, VN_SETMINUS, a, x);
     }
-    if (is_op(P, ':') && n == 1) { // ratio a:b
-        P->p++;
-        x = parse_sum(P);
-        return x < 0 ? -1 : mk2(P, VN_RATIO, u[0], x);
+    if (is_op(P, ':') && n == 1) { // ratio a:b, a:b:c, ...
+        int r[8], nr = 0;
+        r[nr++] = u[0];
+        while (is_op(P, ':')) {
+            if (nr >= 8) return fail(P);
+            P->p++;
+            x = parse_sum(P);
+            if (x < 0) return -1;
+            r[nr++] = x;
+        }
+        return mk(P, VN_RATIO, r, nr);
     }
     return n == 1 ? u[0] : mk(P, VN_UNION, u, n);
 }
@@ -591,6 +603,9 @@ static int parse_union(parser *P) {
 static int parse_item(parser *P) {
     if (!enter(P)) return -1;
     int o[16], n = 0;
+    // "\approx 2.5": the value it gives (compared like any decimal: an
+    // approximation of an exact gold stays wrong)
+    if (cur(P)->type == T_REL && cur(P)->op == VR_APPROX && P->t[P->p + 1].type != T_END) P->p++;
     uint8_t ops[16];
     int x = parse_union(P);
     if (x < 0) LEAVE(P, -1);
@@ -668,6 +683,7 @@ static int parse_items(parser *P, int *items, int cap, int *nitems, bool *semi_g
 }
 
 int vparse(vctx *c, const char *s, size_t len) {
+    if (vctx_expired(c)) return -1;
     // every token but T_END consumes at least one byte of s
     int cap = len + 2 < VMAX_TOKS ? (int)len + 2 : VMAX_TOKS;
     vtok *toks = skpo_xmalloc(sizeof(vtok) * (size_t)cap);

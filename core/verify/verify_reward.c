@@ -9,6 +9,7 @@
 #include "record/record.h"
 #include "verify/verify_task.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,16 @@ static skpo_status prologue(const skpo_reward_opts *o, const skpo_rec *r, bool n
         return skpo_err_set(err, SKPO_ENOTFOUND, "rollout '%s' has no 'text' to verify", uid);
     if (need_answer && (!answer || answer->type != SKPO_V_STR))
         return skpo_err_set(err, SKPO_ENOTFOUND, "rollout '%s' has no gold 'answer'", uid);
+    // a blank gold would score every response wrong, silently
+    bool blank = true;
+    for (size_t i = 0; need_answer && i < answer->len && blank; i++) blank = isspace((unsigned char)answer->data[i]);
+    if (need_answer && blank) return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': the gold 'answer' is blank", uid);
+    // values the judge does not know would be read as the default (math, stopped): say so instead
+    const char *task = skpo_rec_str(r, F_TASK), *fin = skpo_rec_str(r, F_FINISH);
+    if (o->task == SKPO_TASK_AUTO && task && strcmp(task, "math") && strcmp(task, "choice") && strcmp(task, "code"))
+        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': task '%.40s' is not math, choice or code", uid, task);
+    if (fin && strcmp(fin, "stop") && strcmp(fin, "length"))
+        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': finish '%.40s' is not stop or length", uid, fin);
     *shaping = 0;
     if (o->overlong_max > 0) {
         size_t nt;
@@ -56,8 +67,13 @@ static skpo_status prologue(const skpo_reward_opts *o, const skpo_rec *r, bool n
     return SKPO_OK;
 }
 
-static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, double shaping) {
+// status: SKPO_JUDGED, or why there is no verdict (then correct is false and
+// the record says so in reward_status, for skpo-advantage and skpo-eval to count).
+static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, double shaping, int status) {
     const char *finish = skpo_rec_str(r, F_FINISH);
+    if (status == SKPO_JUDGE_TIMEOUT) skpo_rec_set_str(r, F_REWARD_STATUS, "timeout");
+    else if (status == SKPO_JUDGE_ERROR) skpo_rec_set_str(r, F_REWARD_STATUS, "error");
+    else skpo_rec_del(r, F_REWARD_STATUS);
     if (!o->keep_truncated && finish && !strcmp(finish, "length")) {
         if (correct && skpo_rec_get(r, F_REASON)) skpo_rec_set_str(r, F_REASON, "cut at the length limit");
         correct = false;
@@ -85,7 +101,7 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
         else skpo_rec_del(r, F_PRED);
         skpo_rec_set_str(r, F_REASON, ok ? "chose the gold letter" : !pred[0] ? "no answer letter found"
                                       : strchr(pred, ',') ? "hedged: several letters" : "chose another letter");
-        set_verdict(o, r, ok, shaping);
+        set_verdict(o, r, ok, shaping, SKPO_JUDGED);
         *changed = true;
         return SKPO_OK;
     }
@@ -93,7 +109,12 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
     skpo_verify(&o->verify, text->data, text->len, answer->data, answer->len, &res);
     if (res.found || o->verify.mode == SKPO_VERIFIER_DAPO) skpo_rec_set_str(r, F_PRED, res.pred);
     else skpo_rec_del(r, F_PRED);
-    set_verdict(o, r, res.correct, shaping);
+    if (res.timed_out) {
+        char why[96];
+        snprintf(why, sizeof why, "verifier timed out after %g s (--math-timeout)", o->verify.timeout_s);
+        skpo_rec_set_str(r, F_REASON, why);
+    }
+    set_verdict(o, r, res.correct, shaping, res.timed_out ? SKPO_JUDGE_TIMEOUT : SKPO_JUDGED);
     *changed = true;
     return SKPO_OK;
 }
@@ -125,7 +146,7 @@ skpo_status skpo_reward_code(const skpo_reward_opts *o, struct skpo_sandbox *sb,
         items[m] = (skpo_code_item){.code = codes[m], .code_len = codes[m] ? strlen(codes[m]) : 0, .tests = &tests[m]};
         idx[m++] = i;
     }
-    skpo_code_opts co = {.timeout_s = o->code_timeout > 0 ? o->code_timeout : 6};
+    skpo_code_opts co = {.timeout_s = o->code_timeout > 0 ? o->code_timeout : 6, .record_s = o->code_record};
     if (st == SKPO_OK && m) st = skpo_code_judge(sb, &co, items, m, err);
     for (size_t k = 0; k < m; k++) {
         if (st == SKPO_OK) {
@@ -134,7 +155,7 @@ skpo_status skpo_reward_code(const skpo_reward_opts *o, struct skpo_sandbox *sb,
             else skpo_rec_del(r, F_PRED);
             skpo_rec_set_str(r, F_REASON, items[k].reason);
             skpo_rec_set_int(r, F_TESTS_PASSED, items[k].passed);
-            set_verdict(o, r, items[k].correct, shaping[k]);
+            set_verdict(o, r, items[k].correct, shaping[k], items[k].status);
         }
         skpo_code_tests_free(&tests[k]);
         free(codes[k]);

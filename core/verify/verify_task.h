@@ -62,6 +62,8 @@ bool skpo_code_stdout_equal(const char *got, size_t glen, const char *want, size
 // Python == of two JSON texts (a functional test's result and its expected value).
 bool skpo_code_json_equal(const char *got, size_t glen, const char *want, size_t wlen);
 
+enum { SKPO_JUDGED = 0, SKPO_JUDGE_TIMEOUT, SKPO_JUDGE_ERROR };
+
 typedef struct skpo_code_item {
     const char *code;       // program text (NULL: no code block -> wrong)
     size_t code_len;
@@ -69,11 +71,14 @@ typedef struct skpo_code_item {
     // out
     bool correct;
     int passed;             // tests passed before the first failure (all when correct)
+    int status;             // SKPO_JUDGED, or no verdict: SKPO_JUDGE_TIMEOUT (the record's wall bound), SKPO_JUDGE_ERROR
     char reason[200];       // short, valid UTF-8: why it is wrong, or "passed N/N tests"
 } skpo_code_item;
 
 typedef struct skpo_code_opts {
     double timeout_s;       // per test, wall and CPU (LiveCodeBench: 6)
+    double record_s;        // wall bound of one record (0: LiveCodeBench's (timeout_s + 1) per test + 5 s);
+                            // a record that reaches it has no verdict (status SKPO_JUDGE_TIMEOUT)
 } skpo_code_opts;
 
 // Judge n programs (in parallel, opts of sb). Fails only when the host cannot

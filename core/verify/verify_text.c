@@ -206,6 +206,51 @@ void vtext_canon(const char *s, size_t len, char *out, size_t cap) {
 
 // --- choice letters -----------------------------------------------------------------------
 
+// Skip what carries no meaning around a choice letter: spaces, braces, $, text
+// commands (\text{, \textbf{, ...), "\ " and "\," spacing.
+static size_t skip_layout(const char *s, size_t i, size_t len) {
+    while (i < len) {
+        size_t k = textcmd_at(s + i, len - i);
+        if (k) { i += k; continue; }
+        if (s[i] == '{' || s[i] == '}' || s[i] == '$' || s[i] == ' ') { i++; continue; }
+        if (s[i] == '\\' && i + 1 < len && strchr(",;:! ", s[i + 1])) { i += 2; continue; }
+        break;
+    }
+    return i;
+}
+
+// A letter followed by its explanation: "C since 12 > 10", "A. 7", "C: x = 3",
+// "B) 42", "B - the only even one", "D. The lines are parallel", "C, as shown".
+// The letter must end its word, and a separator (. : , ) or a spaced dash) or a
+// word of two letters or more must follow; an equation ("A = 5"), a name ("CD")
+// or a second lone letter anywhere after it (a hedge, "B or C") is not a choice.
+static char choice_explained(const char *s, size_t len) {
+    size_t i = skip_layout(s, 0, len);
+    if (i >= len || s[i] < 'A' || s[i] > 'E') return 0;
+    char letter = s[i++];
+    size_t j = i;
+    while (j < len && (s[j] == '}' || s[j] == ' ')) j++;
+    if (i < len && isalnum((unsigned char)s[i])) return 0;
+    bool sep = false;
+    if (j < len && strchr(".:,)", s[j])) sep = true, j++;
+    else if (j + 1 < len && s[j] == '-' && j > i && s[j + 1] == ' ') sep = true, j++;
+    j = skip_layout(s, j, len);
+    if (!sep) { // no punctuation: a word must follow, "C since ..."
+        size_t w = j;
+        while (w < len && isalpha((unsigned char)s[w])) w++;
+        if (w - j < 2 || j == i) return 0;
+    }
+    if (j >= len) return 0;
+    if (s[j] == '=' || s[j] == '<' || s[j] == '>' || s[j] == '^' || s[j] == '_') return 0;
+    for (size_t k = j; k < len; k++) { // another lone capital A-E: a hedge or a comparison of options
+        if (s[k] < 'A' || s[k] > 'E') continue;
+        bool before = k == 0 || !isalnum((unsigned char)s[k - 1]) ;
+        bool after = k + 1 == len || !isalnum((unsigned char)s[k + 1]);
+        if (before && after && !(k > 0 && s[k - 1] == '\\')) return 0;
+    }
+    return letter;
+}
+
 char vtext_choice(const char *s, size_t len, bool strict) {
     char buf[64];
     size_t o = 0;
@@ -233,5 +278,5 @@ char vtext_choice(const char *s, size_t len, bool strict) {
         return buf[1];
     }
     if (o == 2 && buf[1] == ')' && buf[0] >= 'A' && buf[0] <= 'E') return buf[0];
-    return 0;
+    return choice_explained(s, len);
 }

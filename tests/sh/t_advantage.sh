@@ -49,7 +49,7 @@ t "missing downstream record fails naming the group and keeps the state" \
 t "NaN reward fails naming the record and keeps the state" \
   fails_keeping_state "$A/skpo_nan.msgpack.zst" "'d-p1-3' has a non-finite reward" --mode skpo
 t "record without a reward fails and keeps the state" \
-  fails_keeping_state "$A/skpo_noreward.msgpack.zst" "'d-p3-0' has no reward" --mode skpo
+  fails_keeping_state "$A/skpo_noreward.msgpack.zst" "'d-p3-0' has no 'reward' .*run skpo-reward first" --mode skpo
 head -c 200 "$A/skpo_step2.msgpack.zst" >"$TMP/c/trunc.zst"
 t "truncated input fails and keeps the state" fails_keeping_state "$TMP/c/trunc.zst" "." --mode skpo
 t "stdout that cannot be written fails before the state is saved" sh -c '

@@ -52,7 +52,7 @@ t "critique --with-answer shows the gold answer; without it the critic does not 
 t "critique refuses unrewarded responses, naming the stage to run" sh -c '
   skpo-cat "$TMP/direct.msgpack.zst" | sed "s/,\"reward\":[-0-9.]*//" | skpo-cat --pack |
     skpo-critique critique --tokenizer "$TMP/model" 2>"$TMP/e1" >/dev/null; rc=$?
-  [ "$rc" = 1 ] && grep -q "no .reward. (run skpo-reward first)" "$TMP/e1" || { cat "$TMP/e1"; exit 1; }'
+  [ "$rc" = 1 ] && grep -q "has no .reward. (in .stdin. at record [0-9]*; run skpo-reward first)" "$TMP/e1" || { cat "$TMP/e1"; exit 1; }'
 t "refine and attach refuse a critique_of that --direct does not hold" sh -c '
   skpo-cat --where refine=true "$R" | sed "s/\"critique_of\":\"[^\"]*\"/\"critique_of\":\"nosuch\"/" | skpo-cat --pack >"$TMP/bad.msgpack.zst"
   ! skpo-critique attach --direct "$TMP/direct.msgpack.zst" "$TMP/bad.msgpack.zst" 2>"$TMP/e2" >/dev/null &&

@@ -27,11 +27,11 @@ t "a record whose kind is nil is refused (skpo-update)" \
 t "a record whose kind is nil is refused (skpo-eval)" \
   refuse skpo-eval nil-kind "field 'kind' is nil"
 t "a full record without tokens is refused by skpo-update, naming it" \
-  refuse skpo-update full-no-tokens "record 'p0:1:1': missing field 'tokens'" --model "$M" --out "$TMP/o4"
+  refuse skpo-update full-no-tokens "full record 'p0:1:1' has no 'tokens' (in '.*full-no-tokens.msgpack.zst' at record 3)" --model "$M" --out "$TMP/o4"
 t "a full record without prompt is refused by skpo-update, naming it" \
-  refuse skpo-update full-no-prompt "record 'p0:1:1': missing or empty field 'prompt'" --model "$M" --out "$TMP/o5"
+  refuse skpo-update full-no-prompt "full record 'p0:1:1' has no 'prompt' (in '.*' at record 3)" --model "$M" --out "$TMP/o5"
 t "a spliced down record without tokens is refused by skpo-update, naming it" \
-  refuse skpo-update down-no-tokens "record 'p0:1:1': missing field 'tokens'" --model "$M" --out "$TMP/o6"
+  refuse skpo-update down-no-tokens "down record 'p0:1:1' has no 'tokens'" --model "$M" --out "$TMP/o6"
 t "a full record without tokens is refused by skpo-advantage" \
-  refuse skpo-advantage full-no-tokens "has no tokens" --mode grpo --group 2 --state "$TMP/st"
+  refuse skpo-advantage full-no-tokens "full record 'p0:1:1' has no 'tokens'" --mode grpo --group 2 --state "$TMP/st"
 t "nothing was written by the refused updates" sh -c "! ls -d '$TMP'/o? 2>/dev/null"

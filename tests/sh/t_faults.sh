@@ -113,14 +113,30 @@ t "skpo-advantage: disk full on state or stdout fails in one line, keeps the sta
 
 # --- the stage is killed while it writes ---------------------------------------------
 
+# unfinished_refused DIR: the temp folder a killed save left is refused by a
+# loader naming it, unless its completion marker was written (killed between
+# the marker and the swap: then it is whole). Counts the refusals in $TMP/refused.
+unfinished_refused() {
+  for u in "$1".tmp.*; do
+    [ -d "$u" ] || continue
+    grep -q '"complete": true' "$u/skpo-checkpoint.json" 2>/dev/null && continue
+    skpo-score --model "$u" </dev/null >/dev/null 2>"$TMP/err2"; urc=$?
+    [ "$urc" = 1 ] && [ "$(wc -l <"$TMP/err2")" = 1 ] && grep -qF "'$u" "$TMP/err2" ||
+      { echo "the unfinished '$u' was not refused naming it (exit $urc):"; cat "$TMP/err2"; ls -la "$u"; return 1; }
+    echo x >>"$TMP/refused"
+  done
+}
+
 # kill_every TOOL DIR KEEP REF STRIDE CMD...: for every STRIDE-th event N of CMD,
-# SIGKILL it there; DIR must then equal KEEP (before) or REF (after), and a
-# plain re-run must complete to REF.
+# SIGKILL it there; DIR must then equal KEEP (before) or REF (after), a temp
+# folder left behind must be refused by a loader, and a plain re-run must
+# complete to REF.
 kill_every() {
   tool=$1 dir=$2 keep=$3 ref=$4 stride=$5; shift 5
   n=$(events /dev/null "$@") || return 1
   rm -rf "$dir" && cp -r "$keep" "$dir"
   [ "$n" -gt 3 ] || { echo "only $n events seen"; return 1; }
+  : >"$TMP/refused"
   k=1
   while [ "$k" -le "$n" ]; do
     killed_at "$k" /dev/null "$@"; rc=$?
@@ -129,12 +145,14 @@ kill_every() {
       echo "killed at event $k of $n: '$dir' is neither the old nor the new one:"; ls -la "$dir" "$dir".* 2>&1 | head
       return 1
     fi
+    unfinished_refused "$dir" || { echo "killed at event $k of $n"; return 1; }
     "$@" >/dev/null 2>"$TMP/err" || { echo "re-run after a kill at event $k failed:"; cat "$TMP/err"; return 1; }
     same "$ref" "$dir" || return 1
     rm -rf "$dir" "$dir".tmp.* "$dir".old.* && cp -r "$keep" "$dir"
     k=$((k + stride))
   done
-  echo "$n events, killed at 1 in $stride" >&2
+  echo "$n events, killed at 1 in $stride; $(wc -l <"$TMP/refused") unfinished folders refused" >&2
+  [ -s "$TMP/refused" ] || { echo "no kill left an unfinished folder to check"; return 1; }
 }
 
 if [ -n "$SHIM" ]; then
@@ -191,6 +209,39 @@ if [ -n "$SHIM" ]; then
 else
   skip "kill tests" "cannot build tests/fault/killshim.c: $(head -n 1 "$TMP/shim.err")"
 fi
+
+# --- a checkpoint that is not whole is never loaded ----------------------------------
+
+# Variants of a finished checkpoint: as a copy cut short before its marker
+# leaves it, a marker still pending, a weight or optimizer file cut short or
+# missing under a complete marker. Every loader refuses each in one line naming
+# the folder; skpo-update writes nothing.
+not_whole_refused() {
+  skpo-update --model "$M" --out "$TMP/w0" $A "$R" 2>/dev/null || return 1
+  grep -q '"complete": true' "$TMP/w0/skpo-checkpoint.json" || { echo "no complete marker"; return 1; }
+  for how in nomarker pending cut-weights cut-optim no-optim; do
+    rm -rf "$TMP/w1" && cp -r "$TMP/w0" "$TMP/w1"
+    case $how in
+      nomarker) rm "$TMP/w1/skpo-checkpoint.json"; want="has no completion marker";;
+      pending) printf '{"format": "skpo-checkpoint-1", "complete": false}\n' >"$TMP/w1/skpo-checkpoint.json"; want="is incomplete";;
+      cut-weights) truncate -s -1 "$TMP/w1/model.safetensors"; want="is not whole: 'model.safetensors' has";;
+      cut-optim) truncate -s -100 "$TMP/w1/optim.safetensors"; want="is not whole: 'optim.safetensors' has";;
+      no-optim) rm "$TMP/w1/optim.safetensors"; want="is not whole: 'optim.safetensors' is missing";;
+    esac
+    for tool in skpo-score skpo-update; do
+      rm -rf "$TMP/w2"
+      if [ "$tool" = skpo-score ]; then skpo-score --model "$TMP/w1" "$R" >/dev/null 2>"$TMP/err"; rc=$?
+      else skpo-update --model "$TMP/w1" --out "$TMP/w2" $A "$R" 2>"$TMP/err"; rc=$?; fi
+      one_line "$tool" "$rc" && grep -qF "checkpoint '$TMP/w1' $want" "$TMP/err" && [ ! -e "$TMP/w2" ] ||
+        { echo "$tool on $how: want '$want'"; cat "$TMP/err"; return 1; }
+    done
+  done
+  # a LoRA adapter folder: the same marker, checked by the adapter loader
+  skpo-update --model "$M" --out "$TMP/la" --lora-rank 2 $A "$R" 2>/dev/null && rm "$TMP/la/skpo-checkpoint.json" &&
+  skpo-score --model "$M" --adapter "$TMP/la" "$R" >/dev/null 2>"$TMP/err"; rc=$?
+  one_line skpo-score "$rc" && grep -qF "checkpoint '$TMP/la' has no completion marker" "$TMP/err" || { cat "$TMP/err"; return 1; }
+}
+t "a checkpoint that is not whole (no marker, marker pending, a file cut short or missing) is never loaded, and named" not_whole_refused
 
 # --- the input stream is cut --------------------------------------------------------
 

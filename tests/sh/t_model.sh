@@ -59,6 +59,9 @@ t "skpo-score without --model is a usage error" score_needs_model
 score_truncated_checkpoint() {
   cp -r "$TMP/a" "$TMP/trunc" && truncate -s 100000 "$TMP/trunc/model.safetensors" &&
   expect_exit 1 skpo-score --model "$TMP/trunc" </dev/null >/dev/null 2>"$TMP/err" &&
+  grep -q "checkpoint '$TMP/trunc' is not whole: 'model.safetensors' has 100000 bytes, its save wrote" "$TMP/err" &&
+  rm "$TMP/trunc/skpo-checkpoint.json" &&   # without the marker: a foreign folder, read as it is
+  expect_exit 1 skpo-score --model "$TMP/trunc" </dev/null >/dev/null 2>"$TMP/err" &&
   grep -q "model.safetensors.*truncated" "$TMP/err"
 }
-t "skpo-score on a truncated checkpoint fails naming the file" score_truncated_checkpoint
+t "skpo-score on a truncated checkpoint fails naming the file (by its completion marker, and without one)" score_truncated_checkpoint

@@ -69,7 +69,7 @@ t "without bwrap the code reward stops with a clear error and runs nothing" sh -
 
 t "a code rollout without tests is an error naming it" sh -c '
   printf "%s\n" "{\"kind\":\"full\",\"uid\":\"x1\",\"pid\":\"p\",\"task\":\"code\",\"text\":\"\`\`\`\nprint(1)\n\`\`\`\"}" | skpo-cat --pack |
-    skpo-reward >/dev/null 2>"$0/e2"; [ $? = 1 ] && grep -q "code rollout .x1. has no .tests." "$0/e2"' "$TMP"
+    skpo-reward >/dev/null 2>"$0/e2"; [ $? = 1 ] && grep -q "full record .x1. has no .tests. .*skpo-prep" "$0/e2"' "$TMP"
 
 t "bad --task is a usage error" expect_exit 2 skpo-reward --task sql
 

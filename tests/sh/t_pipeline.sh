@@ -26,10 +26,10 @@ run() { # run DIR [KEY=VALUE...]: train.sh with the test's small config
     EVAL_DATA="$TMP/test.msgpack.zst" $CONF "$@"
 }
 R=$TMP/run
-run "$R" >"$TMP/run.out" 2>"$TMP/run.err"
+run "$R" >"$R.out" 2>"$R.err"
 t "two SKPO steps commit steps 1 and 2" sh -c '[ "$(cat "$0/last")" = 2 ] && [ -f "$0/ckpt/1/config.json" ] && [ -f "$0/ckpt/2/config.json" ]' "$R"
-t "one summary line per step and evals at steps 0 and 2" sh -c '
-  grep -q "^step 1/2  reward" "$0.out" && grep -q "^step 2/2  reward" "$0.out" &&
+t "one summary line per step (rewards without a verdict counted on it) and evals at steps 0 and 2" sh -c '
+  grep -q "^step 1/2  reward [-+][0-9.]* (t/o 0, err 0)  acc" "$0.out" && grep -q "^step 2/2  reward" "$0.out" &&
   grep -q "^eval step 0 " "$0.out" && grep -q "^eval step 2 " "$0.out" || { cat "$0.out" "$0.err"; exit 1; }' "$R"
 t "every record the run wrote is well-formed (skpo-cat reads it all)" sh -c '
   for f in "$0"/rollouts/*.msgpack.zst "$0"/metrics/*.msgpack.zst "$0"/eval/*.msgpack.zst "$0"/state/*/state-*.msgpack.zst; do

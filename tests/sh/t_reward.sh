@@ -47,7 +47,7 @@ t "rewarded full records feed skpo-eval: 3 of 4 right for p2" sh -c '
 
 t "a rollout without a gold answer is an error naming its uid" sh -c '
   ! skpo-reward "$0/verify/missing_answer.msgpack.zst" >/dev/null 2>"$1/err" &&
-  grep -q "skpo-reward: rollout .d-x. has no gold .answer." "$1/err" && [ "$(wc -l <"$1/err")" = 1 ]' "$FIX" "$TMP"
+  grep -q "skpo-reward: down record .d-x. has no .answer. (in .*missing_answer.msgpack.zst. at record [0-9]*)" "$1/err" && [ "$(wc -l <"$1/err")" = 1 ]' "$FIX" "$TMP"
 
 t "bad flags are usage errors (exit 2)" sh -c '
   expect_exit() { want=$1; shift; "$@" >/dev/null 2>&1; [ "$?" = "$want" ]; }

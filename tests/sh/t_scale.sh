@@ -110,6 +110,21 @@ if [ -n "$SHIM" ] && [ "$(cat "$K/last" 2>/dev/null)" = 2 ]; then
     cmp "$0/ckpt/4/optim.safetensors" "$1/ckpt/4/optim.safetensors" &&
     [ "$(skpo-cat "$0/state/4/$(cat "$0/state/4/CURRENT")")" = "$(skpo-cat "$1/state/4/$(cat "$1/state/4/CURRENT")")" ] ||
     { cat "$0.err1" "$0.err2"; exit 1; }' "$TMP/rb" "$S"
+  # A checkpoint that is not whole (its marker gone, as a copy cut short before
+  # the marker leaves it, or a file cut short under a complete marker) is never
+  # resumed from: train.sh names it, goes back to the newest complete durable
+  # step (here the start) and ends equal to the uninterrupted run.
+  for how in nomarker cut; do
+    cp -r "$K" "$TMP/$how" && rm -f "$TMP/$how/lock"
+    if [ "$how" = nomarker ]; then rm "$TMP/$how/ckpt/2/skpo-checkpoint.json"
+    else truncate -s -1 "$TMP/$how/ckpt/2/optim.safetensors"; fi
+    run "$TMP/$how" STEPS=3 >"$TMP/$how.out" 2>"$TMP/$how.err"
+    t "a checkpoint that is not whole ($how) is named, never resumed from, and its steps are redone equal to the uninterrupted run" sh -c '
+      grep -q "$0/ckpt/2 is not a complete checkpoint" "$0.err" && grep -q "redoing steps 1..2" "$0.err" &&
+      [ "$(cat "$0/last")" = 3 ] && cmp "$0/ckpt/3/model.safetensors" "$1/ckpt/3/model.safetensors" &&
+      [ "$(skpo-cat "$0/state/3/$(cat "$0/state/3/CURRENT")")" = "$(skpo-cat "$1/state/3/$(cat "$1/state/3/CURRENT")")" ] ||
+      { cat "$0.err"; exit 1; }' "$TMP/$how" "$O"
+  done
 else
   skip "kill tests" "no killshim or no base run: $(head -n 3 "$TMP/shim.err" "$K.err")"
 fi

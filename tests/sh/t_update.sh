@@ -104,7 +104,7 @@ t "an empty mismatch band is a usage error" expect_exit 2 skpo-update --model "$
 
 t "missing ref_logp with --kl-coef names the record" sh -c "
   { skpo-update --model '$M' --out '$TMP/kl' $A --kl-coef 0.1 '$R' 2>'$TMP/err-kl'; [ \$? = 1 ]; } &&
-  grep -q \"record 'q0-up': missing field 'ref_logp'\" '$TMP/err-kl' && [ ! -e '$TMP/kl' ]"
+  grep -q \"up record 'q0-up' has no 'ref_logp'\" '$TMP/err-kl' && [ ! -e '$TMP/kl' ]"
 
 t "truncated input fails with exit 1" sh -c "
   head -c 500 '$R' > '$TMP/trunc.zst'

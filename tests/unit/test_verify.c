@@ -140,10 +140,8 @@ static char *rep(const char *pre, const char *unit, size_t reps, const char *pos
     return s;
 }
 
-// tests/fixtures/verify/gen_{dev,heldout}.jsonl (make_gen_cases.py): labelled by
-// construction from real benchmark golds and per-class variants. Rules were
-// tuned on dev only; the held-out third is checked here in aggregate.
-static void generated_set(const char *path, double min_acc) {
+// A scored case set: at least min_n cases, accuracy >= min_acc, no false positive.
+static void scored_set(const char *path, double min_acc, size_t min_n) {
     skpo_verify_case *c;
     size_t n;
     char err[512];
@@ -152,16 +150,47 @@ static void generated_set(const char *path, double min_acc) {
     for (size_t i = 0; i < n; i++) {
         bool got = verify_math(c[i].response, c[i].rlen, c[i].gold);
         right += got == c[i].expect;
-        fp += got && !c[i].expect;
+        if (got && !c[i].expect && fp++ < 5) fprintf(stderr, "  false positive %s\n", c[i].id);
     }
     printf("  %s: %zu/%zu %.2f%%, %zu false positives\n", path, right, n, 100.0 * (double)right / (double)n, fp);
-    CHECK(n > 3000);
+    CHECK(n >= min_n);
     CHECK_MSG(fp == 0, "%zu false positives on %s", fp, path);
     CHECK_MSG((double)right >= min_acc * (double)n, "%s: accuracy %.4f below %.2f", path, (double)right / (double)n, min_acc);
     skpo_verify_cases_free(c, n);
 }
-static void generated_dev_set_is_right_with_no_false_positive(void) { generated_set("tests/fixtures/verify/gen_dev.jsonl", 0.99); }
-static void generated_heldout_set_meets_the_target(void) { generated_set("tests/fixtures/verify/gen_heldout.jsonl", 0.97); }
+
+// tests/fixtures/verify/gen_{dev,heldout}.jsonl (make_gen_cases.py): labelled by
+// construction from real benchmark golds and per-class variants. Rules were
+// tuned on dev only; the held-out third is checked here in aggregate.
+static void generated_dev_set_is_right_with_no_false_positive(void) { scored_set("tests/fixtures/verify/gen_dev.jsonl", 0.99, 3000); }
+static void generated_heldout_set_meets_the_target(void) { scored_set("tests/fixtures/verify/gen_heldout.jsonl", 0.97, 3000); }
+
+// tests/fixtures/verify/unseen_{dev,heldout,fresh}.jsonl (make_unseen_cases.py):
+// hand-judged answers in the forms issue 36 names (labelled golds and bare
+// values, boxed lists against labelled golds, percent and interval ends in
+// words, units with powers, choice letters with explanations, \approx). Rules
+// were changed looking at dev only; held-out and fresh are scored here.
+static void unseen_forms_dev_set_is_all_right(void) { scored_set("tests/fixtures/verify/unseen_dev.jsonl", 1.0, 100); }
+static void unseen_forms_held_out_sets_have_no_false_positive(void) {
+    scored_set("tests/fixtures/verify/unseen_heldout.jsonl", 0.95, 60);
+    scored_set("tests/fixtures/verify/unseen_fresh.jsonl", 0.95, 40);
+}
+
+// The rules behind them, and what they must not turn into.
+static void labelled_lists_ratios_and_approximations(void) {
+    CHECK(V("\\boxed{3}, \\boxed{2}", "x=2, x=3"));          // roots of one unknown: any order
+    CHECK(!V("\\boxed{3}, \\boxed{2}", "x=2, y=3"));         // two unknowns: the labels give the order
+    CHECK(V("$p = \\boxed{7}$ and $q = \\boxed{11}$", "p=7, q=11"));
+    CHECK(!V("\\boxed{x=2} or \\boxed{y=3}", "x=2, y=3"));   // a hedge between unknowns
+    CHECK(V("x = \\boxed{3} or x = \\boxed{-3}", "3, -3"));
+    CHECK(!V("\\boxed{y = 1}", "x = 1"));
+    CHECK(EQ("a:b:c = 3:4:5", "6:8:10") && !EQ("a:b:c = 3:4:5", "3:5:4"));
+    CHECK(EQ("2.5", "x \\approx 2.5") && !EQ("\\frac13", "\\approx 0.333") && !EQ("6.93", "4\\sqrt3 \\approx 6.98"));
+    CHECK(!EQ("60\\%", "60 \\text{ degrees}") && EQ("60^\\circ", "60 \\text{ degrees}"));
+    CHECK(EQ("9.8", "9.8\\ \\mathrm{m}/\\mathrm{s}^{2}") && !EQ("9.8 \\text{ m/s}^2", "9.8\\ \\mathrm{m}/\\mathrm{s}"));
+    CHECK(!V("\\boxed{B because A is smaller}", "B") && !V("\\boxed{CD}", "C") && !V("\\boxed{A = 5}", "A"));
+    CHECK(V("See (item 3, page 4).", "4"));                  // not an interval: only infinity words widen a number
+}
 
 static void integers_and_rationals_are_exact_beyond_128_bits(void) {
     const char *p200 = "1606938044258990275541962092341162602522202993782792835301376";
@@ -371,6 +400,9 @@ int main(void) {
     RUN(different_values_and_forms_that_matter_are_wrong);
     RUN(generated_dev_set_is_right_with_no_false_positive);
     RUN(generated_heldout_set_meets_the_target);
+    RUN(unseen_forms_dev_set_is_all_right);
+    RUN(unseen_forms_held_out_sets_have_no_false_positive);
+    RUN(labelled_lists_ratios_and_approximations);
     RUN(integers_and_rationals_are_exact_beyond_128_bits);
     RUN(rational_functions_compare_exactly);
     RUN(near_coincidences_are_told_apart);

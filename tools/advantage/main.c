@@ -21,7 +21,7 @@ static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
-    "       [--metrics FILE] [--summary] [FILE]";
+    "       [--max-reward-failures F] [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
     "Reads one step of rewarded records (FILE or stdin), writes them back in the same order with `adv` and\n"
     "`weight` added (and `reward` = mean downstream reward on `up` records), then a `metrics` record, and\n"
@@ -29,18 +29,21 @@ static const char about[] =
     "Without --rescored, rho = rho_max (SPO's constant-rho variant); with --rescored, rho = clamp(2^(-D/tau))\n"
     "where D (mean |dlogp| of each revisited prompt's stored segment under the weights that sampled this\n"
     "step) is the `seg_div` field skpo-sample --rescore wrote on the prompt's records. Loads no model.\n"
-    "Tracker options given on the command line replace those stored in the state.";
+    "Tracker options given on the command line replace those stored in the state.\n"
+    "Rewards the verifier could not judge (reward_status timeout or error, skpo-reward) count as wrong and\n"
+    "are counted in the metrics (reward_timeouts, reward_errors); above --max-reward-failures of the step's\n"
+    "rewarded records the step fails and the state stays.";
 
 typedef struct args {
     const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm;
     skpo_prime_opts prime;
     long step, group;
-    double w_up, w_down, tau, rho_min, rho_max, eps, len_init;
+    double w_up, w_down, tau, rho_min, rho_max, eps, len_init, max_fail;
     int norm_down, summary, rescored;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
+    *a = (args){.step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch"};
     skpo_prime_opts_default(&a->prime);
     const skpo_opt opts[] = {
@@ -60,6 +63,8 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_DOUBLE("lq-init", 0, &a->len_init, 1, 1e9, "L", "initial tracked length L_q (default 1024)"),
         SKPO_OPT_FLAG("summary", 0, &a->summary, "print the metrics as one key=value line on stderr"),
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "also append the metrics record to FILE"),
+        SKPO_OPT_DOUBLE("max-reward-failures", 0, &a->max_fail, 0, 1, "F",
+                        "fail the step when more than this fraction of its rewards timed out or failed (default 0.05)"),
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
         SKPO_OPT_DOUBLE("prime-beta", 0, &a->prime.beta, 1e-12, 1e12, "X", "prime: implicit reward beta log(pi_prm/pi_ref) (0.05)"),
         SKPO_OPT_DOUBLE("prime-coef-process", 0, &a->prime.coef_process, 0, 1e12, "X", "prime: weight of the process rewards' RLOO (5)"),
@@ -151,6 +156,23 @@ static void append_metrics(const char *path, const skpo_rec *metrics) {
     if (skpo_writer_put(w, metrics, &err) || skpo_writer_close(w, &err)) skpo_die("metrics file '%s': %s", path, err.msg);
 }
 
+// Rewards without a verdict (skpo-reward's reward_status): counted; the step
+// fails when there are more than max_fail of the rewarded records, before
+// anything is written, so the state stays and the step can be redone.
+typedef struct unjudged { int64_t rewarded, timeouts, errors; } unjudged;
+
+static unjudged count_unjudged(const skpo_rec *recs, size_t n) {
+    unjudged u = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (!skpo_rec_get(&recs[i], F_REWARD) || skpo_rec_is_kind(&recs[i], SKPO_KIND_UP)) continue;
+        u.rewarded++;
+        const char *s = skpo_rec_str(&recs[i], F_REWARD_STATUS);
+        if (s && !strcmp(s, "timeout")) u.timeouts++;
+        else if (s) u.errors++;
+    }
+    return u;
+}
+
 int main(int argc, char **argv) {
     args a;
     parse(argc, argv, &a);
@@ -171,12 +193,27 @@ int main(int argc, char **argv) {
     skpo_rec *recs, metrics;
     size_t n;
     if (skpo_read_all(a.input, &recs, &n, &err)) skpo_die("%s", err.msg);
+    const char *on[4] = {o.mode == SKPO_ADV_SKPO ? "skpo" : "full", NULL, NULL, NULL};
+    if (o.reward_up_self) on[1] = "self";
+    if (o.mode == SKPO_ADV_PRIME) on[1] = "prime";
+    for (size_t i = 0; i < n; i++)
+        if (skpo_rec_check_needs(&recs[i], "skpo-advantage", on, strcmp(a.input, "-") ? a.input : "stdin", i + 1, &err))
+            skpo_die("%s", err.msg);
+    unjudged u = count_unjudged(recs, n);
+    if (u.timeouts + u.errors > 0 && (double)(u.timeouts + u.errors) > a.max_fail * (double)u.rewarded)
+        skpo_die("step %lld: %lld of %lld rewards have no verdict (%lld timed out, %lld failed), over "
+                 "--max-reward-failures %g: the reward stage cannot judge this step (their records say why in "
+                 "reward_status and reason)",
+                 (long long)skpo_tracker_step(t), (long long)(u.timeouts + u.errors), (long long)u.rewarded,
+                 (long long)u.timeouts, (long long)u.errors, a.max_fail);
     unsigned char *keep = skpo_xmalloc(n + 1);
     skpo_rec_init(&metrics);
     if (skpo_adv_step(recs, n, &o, t, keep, &metrics, &err)) {
         free(keep);   // LeakSanitizer checks the error exits too
         skpo_die("step %lld: %s", (long long)skpo_tracker_step(t), err.msg);
     }
+    skpo_rec_set_int(&metrics, "reward_timeouts", u.timeouts);
+    skpo_rec_set_int(&metrics, "reward_errors", u.errors);
     int64_t dropped;
     if (skpo_rec_int(&metrics, "dropped_groups", &dropped) && dropped)
         skpo_warn("dropped %lld groups whose rewards are all equal (dynamic sampling)", (long long)dropped);

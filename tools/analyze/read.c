@@ -22,6 +22,7 @@ static prefix *prefix_of(prefixes *ps, const skpo_rec *r, const char *gid, const
     if (!skpo_rec_float(r, "rel", &rel))
         skpo_die("down record of segment '%s' (%s) has no 'rel': cut the responses with skpo-cut before skpo-splice",
                  gid, where);
+    if (!(rel >= 0 && rel <= 1)) skpo_die("down record of segment '%s' (%s): 'rel' is %g, not a cut position in [0, 1]", gid, where, rel);
     skpo_xgrow((void **)&ps->p, &ps->cap, ps->n + 1, sizeof *ps->p);
     prefix *p = &ps->p[ps->n];
     memset(p, 0, sizeof *p);
@@ -69,7 +70,7 @@ static skpo_status add_down(const skpo_rec *r, const char *where, void *ctx, skp
 
 void prefixes_read(prefixes *ps, const char *path) {
     skpo_err err = {{0}};
-    if (skpo_read_each(path, SKPO_KIND_DOWN, add_down, ps, &err)) skpo_die("%s", err.msg);
+    if (skpo_read_each_needed(path, SKPO_KIND_DOWN, "skpo-analyze", NULL, add_down, ps, &err)) skpo_die("%s", err.msg);
 }
 
 void prefixes_free(prefixes *ps) {

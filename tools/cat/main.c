@@ -15,7 +15,7 @@
 
 static const char SYNOPSIS[] =
     "[--where FIELD=VALUE]... [--fields A,B,C] [--head N] [--count | --stats | --view | --pack [--no-meta]] [FILE|-]...\n"
-    "       skpo-cat --schema";
+    "       skpo-cat --schema | --needs";
 static const char ABOUT[] =
     "Print skpo record streams (zstd-compressed msgpack) as JSON lines, one record per line.\n"
     "Inputs are read one after another; none or '-' means standard input.\n"
@@ -28,7 +28,7 @@ typedef struct cat_opts {
     skpo_strlist where;
     const char *fields;
     long head;
-    int count, stats, view, pack, no_meta, schema;
+    int count, stats, view, pack, no_meta, schema, needs;
 } cat_opts;
 
 typedef struct cat_out {
@@ -66,8 +66,19 @@ static void print_schema(void) {
     exit(SKPO_EXIT_OK);
 }
 
+// One line per row of skpo_needs[]: TOOL, WHEN, KINDS, FIELDS, COND, NOTE,
+// tab-separated, "-" for an empty column (tests/sh/t_needs.sh reads it).
+static void print_needs(void) {
+    for (const skpo_need *d = skpo_needs; d->tool; d++)
+        printf("%s\t%s\t%s\t%s\t%s\t%s\n", d->tool, d->when && *d->when ? d->when : "-", d->kinds, d->fields,
+               d->cond ? d->cond : "-", d->note ? d->note : "-");
+    skpo_close_stdout_or_die();
+    exit(SKPO_EXIT_OK);
+}
+
 static void check_opts(const cat_opts *o, cat_out *out) {
     if (o->schema) print_schema();
+    if (o->needs) print_needs();
     if (o->count + o->stats + o->view + o->pack > 1)
         skpo_cli_usage_error(SYNOPSIS, "--count, --stats, --view and --pack exclude each other");
     if (o->fields && (o->count || o->stats || o->view))
@@ -148,6 +159,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_FLAG("pack", 'p', &o.pack, "read JSON lines, write a record stream"),
         SKPO_OPT_FLAG("no-meta", 0, &o.no_meta, "with --pack: do not write skpo-cat's own meta record first"),
         SKPO_OPT_FLAG("schema", 0, &o.schema, "print the record schema (field, type, meaning) and exit"),
+        SKPO_OPT_FLAG("needs", 0, &o.needs, "print what each tool needs from the records it reads (tool, options, kinds, fields) and exit"),
         {0},
     };
     const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);

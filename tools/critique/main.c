@@ -38,6 +38,7 @@
 #include "record/record.h"
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,7 @@ static void take_direct(crit_cfg *c, const skpo_rec *r, const char *where, uint6
     need_str(r, F_UID, where, k, "");
     double rew, cur;
     if (!skpo_rec_float(r, F_REWARD, &rew)) skpo_die("record %llu of %s: no 'reward' (run skpo-reward first)", (unsigned long long)k, where);
+    if (!isfinite(rew)) skpo_die("record %llu of %s: reward is %g, not a finite number", (unsigned long long)k, where, rew);
     for (size_t i = 0; i < c->nbest; i++) {
         if (strcmp(skpo_rec_str(&c->best[i], F_PID), pid)) continue;
         skpo_rec_float(&c->best[i], F_REWARD, &cur);
@@ -242,7 +244,8 @@ static void run(crit_cfg *c, const char *path, skpo_writer *w) {
     skpo_rec r;
     skpo_rec_init(&r);
     skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+    const char *on[] = {c->mode, c->with_answer ? "with-answer" : NULL, NULL};
+    while ((st = skpo_reader_next_needed(rd, &r, "skpo-critique", on, &err)) == SKPO_OK) {
         const char *where = skpo_reader_name(rd);
         uint64_t k = skpo_reader_count(rd);
         if (skpo_rec_is_kind(&r, SKPO_KIND_META)) put(w, &r);

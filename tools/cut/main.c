@@ -81,6 +81,7 @@ static void cut_one(const cut_cfg *c, const skpo_rec *r, const char *where, uint
     if (c->only_correct && ok < 0) skpo_die("response '%s' (%s): --only-correct needs 'correct' or 'reward' (run skpo-reward first)", uid, where);
     if (c->only_correct && ok != 1) return;
     const float *lp = skpo_rec_f32s(r, F_LOGP, &nl);
+    if (lp && nl != nt) skpo_die("response '%s' (%s): 'logp' has %zu values for %zu tokens", uid, where, nl, nt);
     int32_t *t = skpo_xmalloc((nt + 1) * sizeof *t); // copies: the setters free the fields they replace
     float *l = skpo_xmalloc((nt + 1) * sizeof *l);
     memcpy(t, tok, nt * sizeof *t);
@@ -125,7 +126,8 @@ static void run(const cut_cfg *c, const char *path, skpo_writer *w) {
     skpo_rec r;
     skpo_rec_init(&r);
     skpo_status st;
-    while ((st = skpo_reader_next(rd, &r, &err)) == SKPO_OK) {
+    const char *on[] = {c->only_correct ? "only-correct" : NULL, NULL};
+    while ((st = skpo_reader_next_needed(rd, &r, "skpo-cut", on, &err)) == SKPO_OK) {
         if (skpo_rec_is_kind(&r, SKPO_KIND_FULL) || skpo_rec_is_kind(&r, SKPO_KIND_DOWN))
             cut_one(c, &r, skpo_reader_name(rd), skpo_reader_count(rd), w);
         else if (!c->cuts_only && skpo_writer_put(w, &r, &err)) // meta records too: the provenance chain

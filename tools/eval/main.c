@@ -9,7 +9,11 @@
  * samples in input order. Problems that carry a `category` (MMLU-Pro) or a
  * `difficulty` (LiveCodeBench) also get one row per value under their source
  * ("mmlu_pro/biology", "livecodebench/easy"): accuracy per category, pass@1
- * per difficulty.
+ * per difficulty. Samples whose reward has no verdict (reward_status timeout or
+ * error: the verifier ran out of its bound, or the sandbox failed) count as wrong,
+ * are counted per group (reward_timeouts, reward_errors), and above
+ * --max-reward-failures of all samples the evaluation fails instead of
+ * reporting accuracies the verifier did not decide.
  */
 #include "base/cli.h"
 #include "base/common.h"
@@ -22,7 +26,7 @@
 
 #define MAX_KS 32
 
-static const char synopsis[] = "[--by source|pid] [--table] [FILE...]";
+static const char synopsis[] = "[--by source|pid] [--table] [--max-reward-failures F] [FILE...]";
 static const char about[] =
     "Prints Mean@k, pass@k (unbiased, k = 1, 2, 4, ... and K) and maj@k per benchmark source (or per problem)\n"
     "for rewarded `full` records. K is the smallest number of samples any problem of the group has.\n"
@@ -35,6 +39,7 @@ typedef struct problem {
     char **pred;   // (n) extracted answers, NULL = none
     int *ok;       // (n)
     long n, cap;
+    long timeouts, errors; // samples whose reward has no verdict (reward_status)
 } problem;
 
 typedef struct evalset {
@@ -85,6 +90,9 @@ static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, s
         p->ok = skpo_xrealloc(p->ok, cap * sizeof *p->ok);
         p->cap = (long)cap;
     }
+    const char *rs = skpo_rec_str(r, F_REWARD_STATUS);
+    if (rs && !strcmp(rs, "timeout")) p->timeouts++;
+    else if (rs) p->errors++;
     p->pred[p->n] = pred ? skpo_xstrdup(pred) : NULL;
     p->ok[p->n++] = c;
     return SKPO_OK;
@@ -92,7 +100,7 @@ static skpo_status add_sample(const skpo_rec *r, const char *where, void *ctx, s
 
 static void read_input(const char *path, evalset *es) {
     skpo_err err = {{0}};
-    if (skpo_read_each(path, SKPO_KIND_FULL, add_sample, es, &err)) skpo_die("%s", err.msg);
+    if (skpo_read_each_needed(path, SKPO_KIND_FULL, "skpo-eval", NULL, add_sample, es, &err)) skpo_die("%s", err.msg);
 }
 
 // --- one group's numbers ----------------------------------------------------------------
@@ -104,6 +112,7 @@ typedef struct gstats {
     double mean;
     long ks[MAX_KS]; int nk;
     double pass[MAX_KS], maj[MAX_KS];
+    long timeouts, errors;
 } gstats;
 
 // Stats over the problems p[i] for which sel(p[i], key) holds.
@@ -116,6 +125,8 @@ static void group_stats(const evalset *es, int (*sel)(const problem *, const cha
         long c = 0;
         for (long j = 0; j < p->n; j++) c += p->ok[j];
         g->mean += (double)c / (double)p->n;
+        g->timeouts += p->timeouts;
+        g->errors += p->errors;
         if (!g->problems || p->n < g->kmin) g->kmin = p->n;
         if (p->n > g->kmax) g->kmax = p->n;
         g->problems++;
@@ -154,6 +165,7 @@ static void print_row(FILE *f, const gstats *g, int header) {
     for (int k = 0; k < g->nk; k++) fprintf(f, " %10.2f", 100 * g->pass[k]);
     for (int k = 0; k < g->nk; k++) fprintf(f, " %10.2f", 100 * g->maj[k]);
     if (g->kmax != g->kmin) fprintf(f, "  (problems have %ld..%ld samples)", g->kmin, g->kmax);
+    if (g->timeouts || g->errors) fprintf(f, "  (no verdict, counted wrong: %ld timed out, %ld failed)", g->timeouts, g->errors);
     fputc('\n', f);
 }
 
@@ -178,6 +190,8 @@ static void put_record(skpo_writer *w, const gstats *g, const char *by) {
         snprintf(key, sizeof key, "maj@%ld", g->ks[k]);
         skpo_rec_set_float(&r, key, g->maj[k]);
     }
+    skpo_rec_set_int(&r, "reward_timeouts", g->timeouts);
+    skpo_rec_set_int(&r, "reward_errors", g->errors);
     if (skpo_writer_put(w, &r, &err)) skpo_die("%s", err.msg);
     skpo_rec_free(&r);
 }
@@ -230,9 +244,12 @@ static void report(const evalset *es, const char *by, int table_out, int argc, c
 int main(int argc, char **argv) {
     const char *by = "source";
     int table_out = 0;
+    double max_fail = 0.05;
     const skpo_opt opts[] = {
         SKPO_OPT_STR("by", 0, &by, "source|pid", "group rows by benchmark source (default) or by problem"),
         SKPO_OPT_FLAG("table", 0, &table_out, "print the table on stdout instead of records"),
+        SKPO_OPT_DOUBLE("max-reward-failures", 0, &max_fail, 0, 1, "F",
+                        "fail when more than this fraction of the samples' rewards timed out or failed (default 0.05)"),
         {0},
     };
     const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
@@ -242,6 +259,12 @@ int main(int argc, char **argv) {
     if (npos == 0) read_input("-", &es);
     for (int i = 0; i < npos; i++) read_input(pos[i], &es);
     if (es.np == 0) skpo_die("no full records in the input");
+    long samples = 0, to = 0, er = 0;
+    for (size_t i = 0; i < es.np; i++) samples += es.p[i].n, to += es.p[i].timeouts, er += es.p[i].errors;
+    if (to + er > 0 && (double)(to + er) > max_fail * (double)samples)
+        skpo_die("%ld of %ld samples' rewards have no verdict (%ld timed out, %ld failed), over --max-reward-failures %g: "
+                 "the accuracies would count them as wrong (their records say why in reward_status and reason)",
+                 to + er, samples, to, er, max_fail);
     report(&es, by, table_out, argc, argv);
     for (size_t i = 0; i < es.np; i++) {
         for (long j = 0; j < es.p[i].n; j++) free(es.p[i].pred[j]);

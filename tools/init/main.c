@@ -40,8 +40,10 @@ static skpo_status copy_tokenizer(const char *from, const char *to, skpo_err *er
 // Everything goes into tmp; the caller renames it into place.
 static skpo_status write_tmp(const skpo_model *m, const char *tmp, const char *dtype, const char *tok, skpo_err *err) {
     skpo_status st = skpo_mkdir_p(tmp, err);
+    if (!st) st = skpo_dir_mark_begin(tmp, err);
     if (!st) st = skpo_model_save(m, tmp, strcmp(dtype, "bf16") ? SKPO_DT_F32 : SKPO_DT_BF16, 0, err);
     if (!st && tok) st = copy_tokenizer(tok, tmp, err);
+    if (!st) st = skpo_dir_mark_complete(tmp, err);   // last: every file above is fsynced
     if (!st) st = skpo_fsync_dir(tmp, err);
     return st;
 }

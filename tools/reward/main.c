@@ -18,7 +18,7 @@
 
 static const char synopsis[] =
     "[--task auto|math|choice|code] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
-    "       [--truncated wrong|keep] [--no-fallback] [--code-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
+    "       [--truncated wrong|keep] [--no-fallback] [--math-timeout T] [--code-timeout T] [--code-record-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
 static const char about[] =
     "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down`,\n"
     "`full` or `self`) it extracts the final answer from `text`, compares it with the gold `answer` and sets `pred`\n"
@@ -30,18 +30,21 @@ static const char about[] =
     "Tasks (--task, default auto: the rollout's `task` field): math (above); choice: the option letter the\n"
     "response commits to against the gold letter, several letters = wrong; code: the last fenced block run on\n"
     "the `tests` in a bubblewrap sandbox (docs/reward.md), `reason` and `tests_passed` set. Code rollouts\n"
-    "are judged --code-batch at a time in parallel; records keep their order.";
+    "are judged --code-batch at a time in parallel; records keep their order.\n"
+    "Every record's judging is bounded in wall time (math: --math-timeout; code: --code-record-timeout).\n"
+    "A record the verifier could not judge in its bound (or the sandbox failed on) gets the reward of a\n"
+    "wrong answer and reward_status = timeout or error, which skpo-advantage and skpo-eval count.";
 
 typedef struct args {
     const char *verifier, *reward, *overlong, *truncated, *cases, *input, *task;
     int no_fallback;
     long repeat, omax, ocache, code_jobs, code_mem, code_batch;
-    double code_timeout;
+    double code_timeout, math_timeout, code_record;
 } args;
 
 static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1,
-                .task = "auto", .code_timeout = 6, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
+                .task = "auto", .code_timeout = 6, .math_timeout = SKPO_VERIFY_TIMEOUT, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
     const skpo_opt opts[] = {
         SKPO_OPT_STR("verifier", 0, &a->verifier, "NAME", "math (default), boxed or dapo"),
         SKPO_OPT_STR("reward", 0, &a->reward, "R", "pm1: +1/-1 (default); 01: 1/0"),
@@ -53,7 +56,10 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
         SKPO_OPT_STR("verify-cases", 0, &a->cases, "FILE", "report accuracy and speed on a case file (no records)"),
         SKPO_OPT_LONG("repeat", 0, &a->repeat, 0, 1000000, "N", "--verify-cases: passes over the file for timing (default: >= 1 s)"),
         SKPO_OPT_STR("task", 0, &a->task, "T", "auto (default: the record's task field), math, choice or code"),
+        SKPO_OPT_DOUBLE("math-timeout", 0, &a->math_timeout, 1e-3, 3600, "T", "math: wall seconds per record before it counts as a timeout (default 2)"),
         SKPO_OPT_DOUBLE("code-timeout", 0, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"),
+        SKPO_OPT_DOUBLE("code-record-timeout", 0, &a->code_record, 0.1, 1e6, "T",
+                        "code: wall seconds per record (default: (--code-timeout + 1) per test + 5)"),
         SKPO_OPT_LONG("code-jobs", 0, &a->code_jobs, 1, 64, "N", "code: programs run at once (default: online CPUs)"),
         SKPO_OPT_LONG("code-mem", 0, &a->code_mem, 64, 1 << 20, "MB", "code: address-space limit per process (default 2048)"),
         SKPO_OPT_LONG("code-batch", 0, &a->code_batch, 1, 1 << 20, "N", "code: rollouts judged together (default 64)"),
@@ -68,11 +74,13 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     if (!tasks[ti]) skpo_cli_usage_error(synopsis, "--task: '%s' is not auto, math, choice or code", a->task);
     o->task = (skpo_task)ti;
     o->code_timeout = a->code_timeout;
+    o->code_record = a->code_record;
     if (strcmp(a->reward, "pm1") && strcmp(a->reward, "01")) skpo_cli_usage_error(synopsis, "--reward: '%s' is not pm1 or 01", a->reward);
     o->zero_one = !strcmp(a->reward, "01");
     if (strcmp(a->truncated, "wrong") && strcmp(a->truncated, "keep")) skpo_cli_usage_error(synopsis, "--truncated: '%s' is not wrong or keep", a->truncated);
     o->keep_truncated = !strcmp(a->truncated, "keep");
     o->verify.fallback = !a->no_fallback;
+    o->verify.timeout_s = a->math_timeout;
     if ((a->omax > 0) != (a->ocache >= 0) || (a->omax > 0 && a->overlong))
         skpo_cli_usage_error(synopsis, "give --overlong MAX:CACHE, or both --overlong-max and --overlong-cache");
     if (a->omax > 0) {
@@ -100,7 +108,7 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
     if (skpo_verify_cases_load(a->cases, &c, &n, err, sizeof err)) skpo_die("%s", err);
     if (n == 0) skpo_die("no cases in '%s'", a->cases);
     const char *kinds[128];
-    int nk = 0, tot[128] = {0}, ok[128] = {0}, kfp[128] = {0}, kfn[128] = {0}, right = 0, fp = 0, fn = 0;
+    int nk = 0, tot[128] = {0}, ok[128] = {0}, kfp[128] = {0}, kfn[128] = {0}, right = 0, fp = 0, fn = 0, to = 0;
     for (size_t i = 0; i < n; i++) {
         skpo_verify_result r;
         skpo_verify(&o->verify, c[i].response, c[i].rlen, c[i].gold, c[i].glen, &r);
@@ -109,6 +117,7 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
         if (k == nk && nk < 128) kinds[nk++] = c[i].kind;
         if (k >= 128) k = 127;
         tot[k]++;
+        if (r.timed_out) { to++; printf("timeout %s\n", c[i].id); }
         if (r.correct == c[i].expect) { ok[k]++; right++; }
         else if (r.correct) { fp++; kfp[k]++; printf("false-positive %s pred=%s\n", c[i].id, r.pred); }
         else { fn++; kfn[k]++; printf("false-negative %s pred=%s\n", c[i].id, r.found ? r.pred : "(none)"); }
@@ -125,7 +134,8 @@ static int verify_cases(const args *a, const skpo_reward_opts *o) {
         passes++;
         el = skpo_now() - t0;
     }
-    printf("accuracy %d/%zu %.2f%% false_positives %d false_negatives %d\n", right, n, 100.0 * right / (double)n, fp, fn);
+    printf("accuracy %d/%zu %.2f%% false_positives %d false_negatives %d timeouts %d\n", right, n, 100.0 * right / (double)n,
+           fp, fn, to);
     printf("speed %.1f verifications/s (%ld passes, %.3f s, 1 thread)\n", (double)passes * (double)n / el, passes, el);
     skpo_verify_cases_free(c, n);
     skpo_close_stdout_or_die();
@@ -196,9 +206,16 @@ int main(int argc, char **argv) {
         if (boundary && (skpo_rec_is_kind(&r, SKPO_KIND_META) || skpo_rec_is_kind(&r, SKPO_KIND_METRICS))) batch_run(&cb, rd);
         if (boundary && !cb.n && skpo_writer_flush(w, &err)) skpo_die("%s", err.msg);
         if (g) snprintf(gid, sizeof gid, "%s", g);
+        const char *on[4];
+        int non = 0;
+        bool code = skpo_reward_task(&o, &r) == SKPO_TASK_CODE;
+        on[non++] = code ? "code" : "answer";
+        if (o.overlong_max > 0) on[non++] = "overlong";
+        on[non] = NULL;
+        if (skpo_rec_check_needs(&r, "skpo-reward", on, skpo_reader_name(rd), skpo_reader_count(rd), &err))
+            skpo_die("%s", err.msg);
         if (skpo_reward_record(&o, &r, &changed, &err))
             skpo_die("%s (%s record %llu)", err.msg, skpo_reader_name(rd), (unsigned long long)skpo_reader_count(rd));
-        bool code = skpo_reward_task(&o, &r) == SKPO_TASK_CODE;
         if (code || cb.n) {
             batch_add(&cb, &r, code);
             if (cb.ncode >= (size_t)a.code_batch) batch_run(&cb, rd);

@@ -54,20 +54,20 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     c->ro.n_stops = c->stops.n;
 }
 
-// Check one prompt record; dies naming the record and pid.
-static void check_prompt(const skpo_rec *r, size_t idx, const skpo_rollout *ro, sample_item *it) {
+// Check one prompt record (record idx of file `name`); dies naming the record and pid.
+static void check_prompt(const skpo_rec *r, size_t idx, const char *name, const skpo_rollout *ro, sample_item *it) {
+    skpo_err err = {0};
+    if (skpo_rec_check_needs(r, "skpo-sample", NULL, name, idx + 1, &err)) skpo_die("%s", err.msg);
     const char *pid = skpo_rec_str(r, F_PID);
-    if (!pid) skpo_die("prompt record %zu: no 'pid' string", idx + 1);
     size_t n = 0;
     const int32_t *ids = skpo_rec_i32s(r, F_PROMPT, &n);
-    if (!ids && !skpo_rec_get(r, F_PROMPT)) skpo_die("prompt record %zu: no 'prompt' token ids (pid %s)", idx + 1, pid);
-    if (n == 0) skpo_die("prompt record %zu: empty 'prompt' (pid %s)", idx + 1, pid);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= ro->vocab)
-            skpo_die("prompt record %zu: token %zu is id %d, outside the vocabulary [0, %d) (pid %s)", idx + 1, i,
-                     (int)ids[i], ro->vocab, pid);
+            skpo_die("prompt record '%s': token %zu is id %d, outside the vocabulary [0, %d) (in '%s' at record %zu)", pid,
+                     i, (int)ids[i], ro->vocab, name, idx + 1);
     if ((long)n >= ro->ctx)
-        skpo_die("prompt record %zu: %zu tokens leave no room in the context of %d (pid %s)", idx + 1, n, ro->ctx, pid);
+        skpo_die("prompt record '%s': %zu tokens leave no room in the context of %d (in '%s' at record %zu)", pid, n,
+                 ro->ctx, name, idx + 1);
     *it = (sample_item){.rec = r, .pid = pid, .prompt = ids, .n_prompt = (int)n};
 }
 
@@ -99,7 +99,7 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
     sample_item *all = skpo_xmalloc((job->nrecs ? job->nrecs : 1) * sizeof *all);
     size_t nall = 0;
     for (size_t i = 0; i < job->nrecs; i++)
-        if (skpo_rec_is_kind(&job->recs[i], SKPO_KIND_PROMPT)) check_prompt(&job->recs[i], i, ro, &all[nall++]);
+        if (skpo_rec_is_kind(&job->recs[i], SKPO_KIND_PROMPT)) check_prompt(&job->recs[i], i, c->prompts, ro, &all[nall++]);
     if (nall == 0) skpo_die("no prompt records in '%s'", c->prompts);
     skpo_tracker *t = NULL;
     if (c->state) {

@@ -3,8 +3,9 @@
  * records with `prompt` and `tokens`, writes each back with a float32 array
  * field (default `ref_logp`) holding log softmax(logits / T) of every response
  * token given everything before it. Every other field and record kind passes
- * through unchanged and in order; records without prompt or tokens pass through
- * untouched. Records are scored in batches of about --batch-tokens tokens and
+ * through unchanged and in order. A response record (up, down, full, self)
+ * without prompt or tokens is refused (skpo_needs[]): passed through unscored,
+ * it would reach the loss without the log-probs it was sent here for. Records are scored in batches of about --batch-tokens tokens and
  * written (and flushed) batch by batch, so a pipe keeps flowing.
  */
 #include "base/cli.h"
@@ -36,7 +37,7 @@ static void flush_batch(skpo_model *m, batch *b, const char *field, float temp, 
     for (size_t i = 0; i < b->n; i++) {
         size_t np, nt;
         const int32_t *p = skpo_rec_i32s(&b->r[i], F_PROMPT, &np), *t = skpo_rec_i32s(&b->r[i], F_TOKENS, &nt);
-        if (!p || !t || skpo_rec_is_kind(&b->r[i], SKPO_KIND_META)) continue;
+        if (!p || !t || skpo_rec_is_kind(&b->r[i], SKPO_KIND_META) || skpo_rec_is_kind(&b->r[i], SKPO_KIND_PROMPT)) continue;
         if (np == 0) skpo_die("%s: a record with an empty prompt cannot be scored (record %zu of the batch)", src, i + 1);
         bufs[ns] = skpo_xmalloc((np + nt) * sizeof(int32_t));
         memcpy(bufs[ns], p, np * sizeof(int32_t));
@@ -75,7 +76,8 @@ static void score_stream(skpo_model *m, skpo_reader *rd, skpo_writer *w, const c
         }
         skpo_status s = skpo_reader_next(rd, &b.r[b.n], &err);
         if (s == SKPO_EOF) break;
-        if (s) skpo_die("%s", err.msg);
+        if (s || skpo_rec_check_needs(&b.r[b.n], "skpo-score", NULL, skpo_reader_name(rd), skpo_reader_count(rd), &err))
+            skpo_die("%s", err.msg);
         size_t np = 0, nt = 0;
         skpo_rec_i32s(&b.r[b.n], F_PROMPT, &np);
         skpo_rec_i32s(&b.r[b.n], F_TOKENS, &nt);

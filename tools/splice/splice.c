@@ -72,11 +72,6 @@ static void start_up(splicer *sp, slot *s) {
     const char *uid = skpo_rec_str(&s->rec, F_UID), *pid = skpo_rec_str(&s->rec, F_PID);
     size_t ns = 0, nq = 0;
     const int32_t *seg = skpo_rec_i32s(&s->rec, F_TOKENS, &ns), *q = skpo_rec_i32s(&s->rec, F_PROMPT, &nq);
-    if (!uid) skpo_die("up record %llu: no 'uid' string (pid %s)", (unsigned long long)sp->nread, pid ? pid : "?");
-    if (!q || nq == 0)
-        skpo_die("up record %llu: no 'prompt' token ids (pid %s)", (unsigned long long)sp->nread, pid ? pid : "?");
-    if (!seg && skpo_rec_get(&s->rec, F_TOKENS))
-        skpo_die("up record %llu: 'tokens' is not int32 ids (pid %s)", (unsigned long long)sp->nread, pid ? pid : "?");
     s->prefix = splice_prefix(sp->c->layout, seg, seg ? ns : 0, q, nq, sp->ro->bos, &s->nprefix);
     int64_t step = 0;
     skpo_rec_int(&s->rec, F_STEP, &step);
@@ -104,6 +99,9 @@ static void start_up(splicer *sp, slot *s) {
 
 static void take_record(splicer *sp, skpo_rec *r) {
     sp->nread++;
+    skpo_err err = {0};
+    // nread counts every record read from stdin: the stream's own numbering
+    if (skpo_rec_check_needs(r, "skpo-splice", NULL, "stdin", sp->nread, &err)) skpo_die("%s", err.msg);
     slot *s = skpo_xcalloc(1, sizeof *s);
     s->rec = *r; // moved
     s->is_up = skpo_rec_is_kind(&s->rec, SKPO_KIND_UP);

@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
     upd_comm_open(&a, &c, &ccu);
     skpo_rec *recs;
     size_t n;
-    upd_read_records(c, a.input, &recs, &n);
+    upd_read_records(c, a.input, &a.u, &recs, &n);
     skpo_model *m;
     skpo_optim *o;
     if (upd_lora_wanted(&a)) upd_lora_load(c, &a, &m, &o, &a.u.step);   // LoRA: frozen base + adapter

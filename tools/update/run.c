@@ -28,7 +28,24 @@ void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err) {
 
 // --- records --------------------------------------------------------------------
 
-static skpo_status read_trained(const char *path, skpo_rec **recs, size_t *n, skpo_err *err) {
+// The conditions of skpo_needs[] (record.h) that hold for a trained record r
+// under u: the same choices sample_from_rec (core/train/update.c) makes.
+static void needs_on(const skpo_update_opts *u, const skpo_rec *r, int phase, const char **on) {
+    int k = 0;
+    bool refine = false;
+    skpo_rec_bool(r, F_REFINE, &refine);
+    if (!u->sft) {
+        on[k++] = u->loss.phase[phase].kind == SKPO_LOSS_PRM_CE ? "prm" : "adv";
+        if (!refine && (u->old_logp == SKPO_OLD_ROLLOUT || u->mismatch.mode != SKPO_MISMATCH_OFF)) on[k++] = "logp";
+        if (u->loss.kl_coef != 0) on[k++] = "kl";
+        if (u->old_logp == SKPO_OLD_FIELD) on[k++] = "old";
+    }
+    on[k] = NULL;
+}
+
+// *named: the error names the stream itself (a record's needs).
+static skpo_status read_trained(const char *path, const skpo_update_opts *u, skpo_rec **recs, size_t *n, int *named,
+                                skpo_err *err) {
     skpo_reader *rd;
     skpo_status st = skpo_reader_open(path, &rd, err);
     if (st) return st;
@@ -36,7 +53,14 @@ static skpo_status read_trained(const char *path, skpo_rec **recs, size_t *n, sk
     skpo_rec r;
     skpo_rec_init(&r);
     while ((st = skpo_reader_next(rd, &r, err)) == SKPO_OK) {
-        if (skpo_phase_of_kind(skpo_rec_str(&r, F_KIND)) < 0) continue;
+        int ph = skpo_phase_of_kind(skpo_rec_str(&r, F_KIND));
+        if (ph < 0) continue;
+        const char *on[6];
+        needs_on(u, &r, ph, on);
+        if ((st = skpo_rec_check_needs(&r, "skpo-update", on, skpo_reader_name(rd), skpo_reader_count(rd), err))) {
+            *named = 1;
+            break;
+        }
         skpo_xgrow((void **)recs, &cap, *n + 1, sizeof **recs);
         skpo_rec_init(&(*recs)[*n]);
         skpo_rec_copy(&(*recs)[(*n)++], &r);
@@ -79,12 +103,13 @@ static skpo_status unpack_all(const char *buf, size_t len, skpo_rec **recs, size
     return off == len ? SKPO_OK : skpo_err_set(err, SKPO_EFORMAT, "broadcast records have trailing bytes");
 }
 
-void upd_read_records(skpo_comm *c, const char *path, skpo_rec **recs, size_t *n) {
+void upd_read_records(skpo_comm *c, const char *path, const skpo_update_opts *u, skpo_rec **recs, size_t *n) {
     skpo_err e = {0};
     *recs = NULL;
     *n = 0;
-    skpo_status st = c->rank == 0 ? read_trained(path, recs, n, &e) : SKPO_OK;
-    if (st) {
+    int named = 0;
+    skpo_status st = c->rank == 0 ? read_trained(path, u, recs, n, &named, &e) : SKPO_OK;
+    if (st && !named) {
         skpo_err e2 = e;
         skpo_err_set(&e, st, "%s: %s", strcmp(path, "-") ? path : "stdin", e2.msg);
     }

@@ -268,7 +268,7 @@ static void serve_step(server *S) {
     serve_device_in(S, &s);
     skpo_rec *recs;
     size_t n;
-    upd_read_records(S->c, s.input, &recs, &n);
+    upd_read_records(S->c, s.input, &s.u, &recs, &n);
     skpo_batch *b = NULL;
     upd_check(S->c, skpo_batch_new(recs, n, &s.u, S->c->rank, S->c->size, &b, &e), &e);
     int nmb = skpo_batch_minibatches(b) * s.u.epochs;

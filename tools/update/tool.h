@@ -60,8 +60,9 @@ void upd_lora_merge_and_exit(upd_args *a);
 // rank 0 prints "skpo-update: <message of the first failed rank>", MPI is shut
 // down and the process exits 1. Returns only when no rank failed.
 void upd_check(skpo_comm *c, skpo_status st, const skpo_err *err);
-// The trained records of `path` ("-" = stdin), read by rank 0 and broadcast.
-void upd_read_records(skpo_comm *c, const char *path, skpo_rec **recs, size_t *n);
+// Rank 0 reads the trained records of path ("-" = stdin; each checked against skpo_needs[]
+// under u's options) and broadcasts them; a bad record ends every rank.
+void upd_read_records(skpo_comm *c, const char *path, const skpo_update_opts *u, skpo_rec **recs, size_t *n);
 // The communicator: --comm's choice, or with --device cuda, several ranks
 // and SKPO_NCCL_ID_FILE (no MPI launcher) the NCCL communicator bootstrapped
 // through that file on a device context of its own (*cu, freed by the
