@@ -84,14 +84,14 @@ __global__ void k_sdpa_index(int32_t *idx, const int32_t *seq_start, const int32
 
 extern "C" skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int nh, int nkv,
                                             int hs, skpo_err *err) {
-    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, seq_start, NULL, NULL, B, nh, nkv, hs);
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, seq_start, (const int32_t *)NULL, (const int32_t *)NULL, B, nh, nkv, hs);
     LAUNCHED(err);
     return SKPO_OK;
 }
 
 extern "C" skpo_status skpo_cuda_sdpa_index_paged(skpo_cuda *c, int32_t *idx, const int32_t *last, const int32_t *pos,
                                                   int B, int nh, int nkv, int hs, skpo_err *err) {
-    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, NULL, last, pos, B, nh, nkv, hs);
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, (const int32_t *)NULL, last, pos, B, nh, nkv, hs);
     LAUNCHED(err);
     return SKPO_OK;
 }

@@ -3,8 +3,8 @@
  * (the graph API, built with the cudnn-frontend headers; core/cuda/sdpa_cudnn.cpp),
  * and the choice between it and the backend's own kernels.
  *
- * Three attention paths, one table of names (skpo_attn_names), chosen by
- * SKPO_ATTN:
+ * Three attention paths, one table of names (model_attn_names in
+ * core/model/model_cuda.c, which chooses), by SKPO_ATTN:
  *   cudnn   cuDNN's flash-attention kernels: training forward and backward over
  *           the packed batch (ragged offsets, one sequence per batch entry), and
  *           prefill over the paged KV pool (page tables). The default wherever it
@@ -32,17 +32,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { SKPO_ATTN_CUSTOM, SKPO_ATTN_FLASH, SKPO_ATTN_CUDNN, SKPO_ATTN_NPATHS } skpo_attn_path;
-extern const char *const skpo_attn_names[SKPO_ATTN_NPATHS];   // "custom", "flash", "cudnn"
-
-// The path for attention of this shape: SKPO_ATTN when set (cudnn that cannot
-// run here or flash with another head_dim: SKPO_EUNSUPPORTED naming the
-// reason; an unknown name: SKPO_ERANGE), else cudnn where it runs, else flash
-// (training, head_dim 64 or 128), else custom. *forced: SKPO_ATTN named it
-// (a forced path never falls back). training = 0: prefill (flash -> custom).
-skpo_status skpo_cuda_attn_select(skpo_cuda *c, int training, int nh, int nkv, int hs, skpo_attn_path *path,
-                                  int *forced, skpo_err *err);
 
 // 1 when this build has the cuDNN path compiled in.
 int skpo_cudnn_compiled(void);

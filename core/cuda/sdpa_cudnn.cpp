@@ -13,6 +13,9 @@
 // can be mixed between forward and backward. The KV pool of a layer is cuDNN's
 // paged "container" (n_blocks, nkv, block_size, hs) with strides
 // (n_layers*block_size*nkv*hs, hs, nkv*hs, 1), read through the block table.
+extern "C" {
+#include "base/common.h"
+}
 #include "cuda/cuda_dnn.h"
 
 #include <stdio.h>
@@ -128,6 +131,7 @@ static void ver(char *out, size_t n, size_t v) {
 }
 
 extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
+    if (!c) return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: no CUDA context");
     dnn_state *d = state_of(c);
     if (!d->usable) {
         char lib[24], hdr[24];
@@ -165,6 +169,7 @@ extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
 }
 
 extern "C" const char *skpo_cudnn_version(skpo_cuda *c) {
+    if (!c) return "no CUDA context";
     dnn_state *d = state_of(c);
     skpo_cudnn_check(c, NULL);
     return d->usable > 0 ? d->version : d->why;
