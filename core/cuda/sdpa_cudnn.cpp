@@ -218,26 +218,50 @@ static std::shared_ptr<fe::graph::Graph> new_graph() {
     return g;
 }
 
+// What every graph starts with: sequence lengths, offsets, the ragged Q and
+// (not paged) the ragged K and V.
+struct inputs {
+    tensor_t len_q, len_kv, off_q, off_kv, Q, K, V;
+};
+
+static inputs common_inputs(fe::graph::Graph &g, const shape &s) {
+    inputs in;
+    in.len_q = index_tensor(g, "len_q", U_LEN_Q, s.B);
+    in.len_kv = index_tensor(g, "len_kv", U_LEN_KV, s.B);
+    in.off_q = index_tensor(g, "off_q", U_OFF_Q, s.B + 1);
+    in.Q = packed_input(g, "Q", U_Q, s, s.nh, in.off_q);
+    if (s.kind != PAGED) {
+        in.off_kv = index_tensor(g, "off_kv", U_OFF_KV, s.B + 1);
+        in.K = packed_input(g, "K", U_K, s, s.nkv, in.off_kv);
+        in.V = packed_input(g, "V", U_V, s, s.nkv, in.off_kv);
+    }
+    return in;
+}
+
+// Causal (the diagonal from `corner` of each sequence's score matrix), each
+// sequence to its own rows (padding mask over the lengths), scale 1/sqrt(hs).
+template <class A>
+static A &masked(A &&a, const char *name, const shape &s, const inputs &in, fe::DiagonalAlignment_t corner) {
+    a.set_name(name)
+        .set_attn_scale(1.f / sqrtf((float)s.hs))
+        .set_diagonal_alignment(corner)
+        .set_diagonal_band_right_bound(0)
+        .set_padding_mask(true)
+        .set_seq_len_q(in.len_q)
+        .set_seq_len_kv(in.len_kv);
+    return a;
+}
+
 static std::shared_ptr<fe::graph::Graph> build_fwd(const shape &s) {
     auto g = new_graph();
-    auto len_q = index_tensor(*g, "len_q", U_LEN_Q, s.B), len_kv = index_tensor(*g, "len_kv", U_LEN_KV, s.B);
-    auto off_q = index_tensor(*g, "off_q", U_OFF_Q, s.B + 1), off_kv = index_tensor(*g, "off_kv", U_OFF_KV, s.B + 1);
-    auto Q = packed_input(*g, "Q", U_Q, s, s.nh, off_q);
-    auto K = packed_input(*g, "K", U_K, s, s.nkv, off_kv);
-    auto V = packed_input(*g, "V", U_V, s, s.nkv, off_kv);
+    inputs in = common_inputs(*g, s);
     bool stats = s.kind == FWD_STATS;
-    auto o = fe::graph::SDPA_attributes()
-                 .set_name("sdpa_fwd")
-                 .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
-                 .set_generate_stats(stats)
-                 .set_attn_scale(1.f / sqrtf((float)s.hs))
-                 .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                 .set_diagonal_band_right_bound(0)
-                 .set_padding_mask(true)
-                 .set_seq_len_q(len_q)
-                 .set_seq_len_kv(len_kv);
-    auto [O, Stats] = g->sdpa(Q, K, V, o);
-    packed_output(O, U_O, s, s.nh, off_q);
+    fe::graph::SDPA_attributes o;
+    masked(o, "sdpa_fwd", s, in, fe::DiagonalAlignment_t::TOP_LEFT)
+        .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
+        .set_generate_stats(stats);
+    auto [O, Stats] = g->sdpa(in.Q, in.K, in.V, o);
+    packed_output(O, U_O, s, s.nh, in.off_q);
     if (stats) {
         auto off_st = index_tensor(*g, "off_stats", U_OFF_ST, s.B + 1);
         Stats->set_output(true).set_uid(U_STATS);
@@ -248,40 +272,28 @@ static std::shared_ptr<fe::graph::Graph> build_fwd(const shape &s) {
 
 static std::shared_ptr<fe::graph::Graph> build_bwd(const shape &s) {
     auto g = new_graph();
-    auto len_q = index_tensor(*g, "len_q", U_LEN_Q, s.B), len_kv = index_tensor(*g, "len_kv", U_LEN_KV, s.B);
-    auto off_q = index_tensor(*g, "off_q", U_OFF_Q, s.B + 1), off_kv = index_tensor(*g, "off_kv", U_OFF_KV, s.B + 1);
+    inputs in = common_inputs(*g, s);
     auto off_st = index_tensor(*g, "off_stats", U_OFF_ST, s.B + 1);
-    auto Q = packed_input(*g, "Q", U_Q, s, s.nh, off_q);
-    auto K = packed_input(*g, "K", U_K, s, s.nkv, off_kv);
-    auto V = packed_input(*g, "V", U_V, s, s.nkv, off_kv);
-    auto O = packed_input(*g, "O", U_O, s, s.nh, off_q);
-    auto dO = packed_input(*g, "dO", U_DO, s, s.nh, off_q);
+    auto O = packed_input(*g, "O", U_O, s, s.nh, in.off_q);
+    auto dO = packed_input(*g, "dO", U_DO, s, s.nh, in.off_q);
     fe::graph::Tensor_attributes st;
     st.set_name("stats").set_uid(U_STATS);
     auto Stats = g->tensor(stats_layout(st, s, off_st));
-    auto o = fe::graph::SDPA_backward_attributes()
-                 .set_name("sdpa_bwd")
-                 .set_attn_scale(1.f / sqrtf((float)s.hs))
-                 .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                 .set_diagonal_band_right_bound(0)
-                 .set_padding_mask(true)
-                 .set_seq_len_q(len_q)
-                 .set_seq_len_kv(len_kv)
-                 .set_max_total_seq_len_q(s.T)      // workspace (dQ and the GQA dK/dV sums) by tokens,
-                 .set_max_total_seq_len_kv(s.T);    // not by B x S
-    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, o);
-    packed_output(dQ, U_DQ, s, s.nh, off_q);
-    packed_output(dK, U_DK, s, s.nkv, off_kv);
-    packed_output(dV, U_DV, s, s.nkv, off_kv);
+    fe::graph::SDPA_backward_attributes o;
+    masked(o, "sdpa_bwd", s, in, fe::DiagonalAlignment_t::TOP_LEFT)
+        .set_max_total_seq_len_q(s.T)      // workspace (dQ and the GQA dK/dV sums) by tokens,
+        .set_max_total_seq_len_kv(s.T);    // not by B x S
+    auto [dQ, dK, dV] = g->sdpa_backward(in.Q, in.K, in.V, O, dO, Stats, o);
+    packed_output(dQ, U_DQ, s, s.nh, in.off_q);
+    packed_output(dK, U_DK, s, s.nkv, in.off_kv);
+    packed_output(dV, U_DV, s, s.nkv, in.off_kv);
     return g;
 }
 
 static std::shared_ptr<fe::graph::Graph> build_paged(const shape &s) {
     auto g = new_graph();
-    auto len_q = index_tensor(*g, "len_q", U_LEN_Q, s.B), len_kv = index_tensor(*g, "len_kv", U_LEN_KV, s.B);
-    auto off_q = index_tensor(*g, "off_q", U_OFF_Q, s.B + 1);
-    auto Q = packed_input(*g, "Q", U_Q, s, s.nh, off_q);
-    int64_t kvd = (int64_t)s.nkv * s.hs, bs = s.bs;
+    inputs in = common_inputs(*g, s);
+    int64_t kvd = (int64_t)s.nkv * s.hs, bs = s.bs, mb = s.max_blocks;
     auto container = [&](const char *name, int64_t uid) {
         return g->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
@@ -289,9 +301,7 @@ static std::shared_ptr<fe::graph::Graph> build_paged(const shape &s) {
                              .set_dim({s.n_blocks, s.nkv, bs, s.hs})
                              .set_stride({(int64_t)s.n_layers * bs * kvd, s.hs, kvd, 1}));
     };
-    auto K = container("K_pool", U_K), V = container("V_pool", U_V);
     auto table = [&](const char *name, int64_t uid) {
-        int64_t mb = s.max_blocks;
         return g->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
                              .set_uid(uid)
@@ -301,22 +311,16 @@ static std::shared_ptr<fe::graph::Graph> build_paged(const shape &s) {
     };
     // The new rows are the last len_q of len_kv positions: causal from the
     // bottom-right corner of each sequence's score matrix.
-    auto o = fe::graph::SDPA_attributes()
-                 .set_name("sdpa_prefill")
-                 .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
-                 .set_generate_stats(false)
-                 .set_attn_scale(1.f / sqrtf((float)s.hs))
-                 .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-                 .set_diagonal_band_right_bound(0)
-                 .set_padding_mask(true)
-                 .set_seq_len_q(len_q)
-                 .set_seq_len_kv(len_kv)
-                 .set_paged_attention_k_table(table("table_k", U_PT_K))
-                 .set_paged_attention_v_table(table("table_v", U_PT_V))
-                 .set_paged_attention_max_seq_len_kv(s.max_blocks * s.bs);
-    auto [O, Stats] = g->sdpa(Q, K, V, o);
+    fe::graph::SDPA_attributes o;
+    masked(o, "sdpa_prefill", s, in, fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+        .set_implementation(fe::AttentionImplementation_t::COMPOSITE)
+        .set_generate_stats(false)
+        .set_paged_attention_k_table(table("table_k", U_PT_K))
+        .set_paged_attention_v_table(table("table_v", U_PT_V))
+        .set_paged_attention_max_seq_len_kv((int)(mb * bs));
+    auto [O, Stats] = g->sdpa(in.Q, container("K_pool", U_K), container("V_pool", U_V), o);
     (void)Stats;
-    packed_output(O, U_O, s, s.nh, off_q);
+    packed_output(O, U_O, s, s.nh, in.off_q);
     return g;
 }
 
@@ -395,15 +399,27 @@ static skpo_status index_pack(skpo_cuda *c, dnn_state *d, int B, std::unordered_
     return SKPO_OK;
 }
 
-static skpo_status shape_check(skpo_cuda *c, int T, int nh, int nkv, int hs, skpo_err *err) {
+// Checks, the graph of shape s (cached or built) and the index tensors' place
+// in the variant pack; T: rows of the packed q.
+static skpo_status begin(skpo_cuda *c, const shape &s, int T, dnn_state **d, entry **en,
+                         std::unordered_map<int64_t, void *> &pack, skpo_err *err) {
     skpo_status st = skpo_cudnn_check(c, err);
     if (st) return st;
-    if (nkv <= 0 || nh % nkv || hs % 8 || hs > 256)
-        return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: %d/%d heads, head_dim %d unsupported", nh, nkv, hs);
-    if ((int64_t)T * nh * hs >= INT32_MAX)
+    if (s.nkv <= 0 || s.nh % s.nkv || s.hs % 8 || s.hs > 256)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: %d/%d heads, head_dim %d unsupported", s.nh, s.nkv,
+                            s.hs);
+    if ((int64_t)T * s.nh * s.hs >= INT32_MAX)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: %d tokens x %d x %d overflow its int32 offsets", T,
-                            nh, hs);
-    return SKPO_OK;
+                            s.nh, s.hs);
+    *d = state_of(c);
+    if ((st = graph_for(*d, s, en, err))) return st;
+    return index_pack(c, *d, s.B, pack, err);
+}
+
+static shape shape_of(int kind, int B, int max_len, int nh, int nkv, int hs) {
+    shape s{};
+    s.kind = kind, s.B = B, s.S = pow2_at_least(max_len, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
+    return s;
 }
 
 #define GUARD_BEGIN try {
@@ -419,17 +435,13 @@ extern "C" skpo_status skpo_cudnn_attention(skpo_cuda *c, skpo_bf16 *out, float 
                                             const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_start, int nseq,
                                             int max_len, int T, int nh, int nkv, int hs, skpo_err *err) {
     if (!T) return SKPO_OK;
-    skpo_status st = shape_check(c, T, nh, nkv, hs, err);
-    if (st) return st;
     GUARD_BEGIN
-    dnn_state *d = state_of(c);
-    shape s{};
-    s.kind = lse ? FWD_STATS : FWD, s.B = nseq, s.S = pow2_at_least(max_len, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
+    dnn_state *d;
     entry *en;
-    if ((st = graph_for(d, s, &en, err))) return st;
     std::unordered_map<int64_t, void *> pack;
-    if ((st = index_pack(c, d, nseq, pack, err))) return st;
-    if ((st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err))) return st;
+    skpo_status st = begin(c, shape_of(lse ? FWD_STATS : FWD, nseq, max_len, nh, nkv, hs), T, &d, &en, pack, err);
+    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err);
+    if (st) return st;
     pack[U_Q] = P(q), pack[U_K] = P(k), pack[U_V] = P(v), pack[U_O] = out;
     if (lse) pack[U_STATS] = lse;
     else pack.erase(U_OFF_ST);
@@ -443,18 +455,15 @@ extern "C" skpo_status skpo_cudnn_attention_backward(skpo_cuda *c, skpo_bf16 *dq
                                                      const int32_t *seq_start, int nseq, int max_len, int T, int nh,
                                                      int nkv, int hs, skpo_err *err) {
     if (!T) return SKPO_OK;
-    skpo_status st = shape_check(c, T, nh, nkv, hs, err);
-    if (st) return st;
     GUARD_BEGIN
-    dnn_state *d = state_of(c);
-    shape s{};
-    s.kind = BWD, s.B = nseq, s.S = pow2_at_least(max_len, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
-    s.T = pow2_at_least(T, 1024);
+    dnn_state *d;
     entry *en;
-    if ((st = graph_for(d, s, &en, err))) return st;
     std::unordered_map<int64_t, void *> pack;
-    if ((st = index_pack(c, d, nseq, pack, err))) return st;
-    if ((st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err))) return st;
+    shape s = shape_of(BWD, nseq, max_len, nh, nkv, hs);
+    s.T = pow2_at_least(T, 1024);
+    skpo_status st = begin(c, s, T, &d, &en, pack, err);
+    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err);
+    if (st) return st;
     pack[U_Q] = P(q), pack[U_K] = P(k), pack[U_V] = P(v), pack[U_O] = P(out), pack[U_DO] = P(dout);
     pack[U_STATS] = P(lse), pack[U_DQ] = dq, pack[U_DK] = dk, pack[U_DV] = dv;
     return run(c, d, en, pack, err);
@@ -468,18 +477,15 @@ extern "C" skpo_status skpo_cudnn_attention_paged(skpo_cuda *c, skpo_bf16 *out, 
                                                   int layer, int n_blocks, int block_size, int nh, int nkv, int hs,
                                                   skpo_err *err) {
     if (!N) return SKPO_OK;
-    skpo_status st = shape_check(c, N, nh, nkv, hs, err);
-    if (st) return st;
     GUARD_BEGIN
-    dnn_state *d = state_of(c);
-    shape s{};
-    s.kind = PAGED, s.B = nseq, s.S = pow2_at_least(max_q, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
-    s.max_blocks = max_blocks, s.n_blocks = n_blocks, s.n_layers = n_layers, s.bs = block_size;
+    dnn_state *d;
     entry *en;
-    if ((st = graph_for(d, s, &en, err))) return st;
     std::unordered_map<int64_t, void *> pack;
-    if ((st = index_pack(c, d, nseq, pack, err))) return st;
-    if ((st = skpo_cuda_sdpa_index_paged(c, d->idx, last, pos, nseq, nh, nkv, hs, err))) return st;
+    shape s = shape_of(PAGED, nseq, max_q, nh, nkv, hs);
+    s.max_blocks = max_blocks, s.n_blocks = n_blocks, s.n_layers = n_layers, s.bs = block_size;
+    skpo_status st = begin(c, s, N, &d, &en, pack, err);
+    if (!st) st = skpo_cuda_sdpa_index_paged(c, d->idx, last, pos, nseq, nh, nkv, hs, err);
+    if (st) return st;
     pack.erase(U_OFF_KV);
     pack.erase(U_OFF_ST);
     size_t layer_off = (size_t)layer * block_size * nkv * hs;   // the layer's rows inside each block

@@ -12,7 +12,7 @@ static int cudnn_missing(char *why, size_t n) {
     skpo_cuda_free_ctx(cu);
     return bad;
 }
-#define NEED_CUDNN() do { char why_[400]; setenv("SKPO_ATTN", "cudnn", 1); \
+#define NEED_CUDNN() do { char why_[1100]; setenv("SKPO_ATTN", "cudnn", 1); \
     if (cudnn_missing(why_, sizeof why_)) { unsetenv("SKPO_ATTN"); SKIP(why_); } } while (0)
 #define DONE_CUDNN() unsetenv("SKPO_ATTN")
 

@@ -20,7 +20,7 @@ SKIP_ONLY_MAIN(cudnn_attention_matches_cpu_reference, "built without CUDA (no nv
 #include "model/model_impl.h"
 
 static skpo_cuda *G;
-static char why_not[400];   // why cuDNN cannot run here ("" when it can)
+static char why_not[1100];   // why cuDNN cannot run here ("" when it can)
 
 static uint64_t rs = 0x2545F4914F6CDD1Dull;
 static float frand(void) {   // uniform in [-1, 1)
