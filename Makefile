@@ -44,20 +44,22 @@ ifeq ($(CUDA),1)
 endif
 
 # cuDNN: headers and library (default: the CUDA toolkit's), and the frontend
-# headers (default: where scripts/deps.sh puts them). tests/gpu/run.sh points
-# them at the carried headers and PyTorch's pip package (libcudnn.so.9).
+# headers (default: where scripts/deps.sh puts them); NVRTC from the toolkit
+# (or CUDNN_LIB). tests/gpu/run.sh points them at the carried headers and
+# PyTorch's pip package (libcudnn.so.9).
 CUDNN_INCLUDE  ?= $(CUDA_HOME)/include
 CUDNN_LIB      ?= $(CUDA_HOME)/lib64
 CUDNN_FRONTEND ?= .deps/cudnn-frontend/include
 ifneq ($(CUDA),1)
   CUDNN := 0
 else ifeq ($(origin CUDNN), undefined)
-  CUDNN := $(if $(and $(wildcard $(CUDNN_INCLUDE)/cudnn.h),$(wildcard $(CUDNN_FRONTEND)/cudnn_frontend.h)),1,0)
+  CUDNN := $(if $(and $(wildcard $(CUDNN_INCLUDE)/cudnn.h),$(wildcard $(CUDNN_FRONTEND)/cudnn_frontend.h),\
+                      $(wildcard $(CUDNN_LIB)/libcudnn.so),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so $(CUDNN_LIB)/libnvrtc.so)),1,0)
 endif
 CXXFLAGS_DNN = -std=c++17 -O1 -fPIC $(WARN) -Icore -isystem $(CUDA_HOME)/include $(SAN)
 ifeq ($(CUDNN),1)
   CXXFLAGS_DNN += -DSKPO_HAVE_CUDNN -isystem $(CUDNN_INCLUDE) -isystem $(CUDNN_FRONTEND)
-  LDLIBS       += -L$(CUDNN_LIB) -lcudnn
+  LDLIBS       += -L$(CUDNN_LIB) -lcudnn -lnvrtc   # the frontend's run-time compiled engines call NVRTC
 endif
 
 CORE_SRC := $(wildcard core/*/*.c)

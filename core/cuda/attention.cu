@@ -63,35 +63,37 @@ __global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
 }
 
 // cuDNN's index tensors (cuda_dnn.h): sequence lengths and element offsets of
-// each sequence in the packed q/out, k/v and log-sum-exp tensors.
+// each sequence in the packed q/out, k/v and log-sum-exp tensors; entries
+// B..Bp-1 pad the batch to its bucket as empty sequences at the end.
 __global__ void k_sdpa_index(int32_t *idx, const int32_t *seq_start, const int32_t *last, const int32_t *pos, int B,
-                             int nh, int nkv, int hs) {
-    for (int b = threadIdx.x; b <= B; b += blockDim.x) {
-        int first, len_q = 0, len_kv = 0;
+                             int Bp, int nh, int nkv, int hs) {
+    for (int b = threadIdx.x; b <= Bp; b += blockDim.x) {
+        int first, len_q = 0, len_kv = 0, c = b < B ? b : B;
         if (seq_start) {
-            first = seq_start[b];
+            first = seq_start[c];
             if (b < B) len_q = len_kv = seq_start[b + 1] - first;
         } else {
-            first = b ? last[b - 1] + 1 : 0;
+            first = c ? last[c - 1] + 1 : 0;
             if (b < B) len_q = last[b] + 1 - first, len_kv = pos[last[b]] + 1;
         }
-        if (b < B) idx[b] = len_q, idx[B + b] = len_kv;
-        idx[2 * B + b] = first * nh * hs;
-        idx[3 * B + 1 + b] = first * nkv * hs;
-        idx[4 * B + 2 + b] = first * nh;
+        if (b < Bp) idx[b] = len_q, idx[Bp + b] = len_kv;
+        idx[2 * Bp + b] = first * nh * hs;
+        idx[3 * Bp + 1 + b] = first * nkv * hs;
+        idx[4 * Bp + 2 + b] = first * nh;
     }
 }
 
-extern "C" skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int nh, int nkv,
-                                            int hs, skpo_err *err) {
-    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, seq_start, (const int32_t *)NULL, (const int32_t *)NULL, B, nh, nkv, hs);
+extern "C" skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int Bp, int nh,
+                                            int nkv, int hs, skpo_err *err) {
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, seq_start, (const int32_t *)NULL, (const int32_t *)NULL, B, Bp, nh, nkv,
+                                           hs);
     LAUNCHED(err);
     return SKPO_OK;
 }
 
 extern "C" skpo_status skpo_cuda_sdpa_index_paged(skpo_cuda *c, int32_t *idx, const int32_t *last, const int32_t *pos,
-                                                  int B, int nh, int nkv, int hs, skpo_err *err) {
-    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, (const int32_t *)NULL, last, pos, B, nh, nkv, hs);
+                                                  int B, int Bp, int nh, int nkv, int hs, skpo_err *err) {
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, (const int32_t *)NULL, last, pos, B, Bp, nh, nkv, hs);
     LAUNCHED(err);
     return SKPO_OK;
 }

@@ -17,9 +17,12 @@
  * the fallback and the reference (tests/unit/test_cuda_dnn.c compares all three
  * with the CPU backend on a GPU).
  *
- * Graphs are built once per shape (batch size, longest sequence rounded up to a
- * power of two, heads, head_dim; for the backward also the token count rounded
- * up, which sizes cuDNN's workspace) and kept in the context (LRU). Index
+ * Graphs are built once per shape (batch size padded to a bucket with empty
+ * sequences: 1, 2, 3, 4, 6, 8, 12, 16, ... at most 1.5x; the longest sequence
+ * rounded up to a power of two; heads, head_dim; for the backward also the
+ * token count rounded up, which sizes cuDNN's workspace) and kept in the
+ * context (LRU). SKPO_CUDNN_EXACT_BATCH=1 keys on the exact batch instead
+ * (no empty sequences: a check for the first GPU run). Index
  * tensors and the workspace grow in the context and are reused: no allocation
  * in a steady state. Compiled in CUDA builds; without cuDNN every function
  * reports SKPO_EUNSUPPORTED saying why.
@@ -66,16 +69,18 @@ skpo_status skpo_cudnn_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_
                                        int n_layers, int layer, int n_blocks, int block_size, int nh, int nkv, int hs,
                                        skpo_err *err);
 
-// Index tensors cuDNN reads, in attention.cu: idx = [len_q (B) | len_kv (B) |
-// off_q (B+1) | off_kv (B+1) | off_stats (B+1)], offsets in elements of the
+// Index tensors cuDNN reads, in attention.cu: idx = [len_q (Bp) | len_kv (Bp) |
+// off_q (Bp+1) | off_kv (Bp+1) | off_stats (Bp+1)], offsets in elements of the
 // packed (T, nh*hs), (T, nkv*hs) and (T, nh) tensors. From seq_start
 // (training: len_q = len_kv) or from the last row of each sequence and the
-// rows' positions (prefill: len_kv = position of the last row + 1).
-#define SKPO_SDPA_INDEX_INTS(B) (5 * (size_t)(B) + 3)
-skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int nh, int nkv, int hs,
-                                 skpo_err *err);
+// rows' positions (prefill: len_kv = position of the last row + 1). Entries
+// B..Bp-1 are empty sequences after the last (the batch padded to a bucket,
+// so a graph serves batches of several sizes).
+#define SKPO_SDPA_INDEX_INTS(Bp) (5 * (size_t)(Bp) + 3)
+skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int Bp, int nh, int nkv,
+                                 int hs, skpo_err *err);
 skpo_status skpo_cuda_sdpa_index_paged(skpo_cuda *c, int32_t *idx, const int32_t *last, const int32_t *pos, int B,
-                                       int nh, int nkv, int hs, skpo_err *err);
+                                       int Bp, int nh, int nkv, int hs, skpo_err *err);
 
 // For the backend's context (device.cu): its stream, and the cuDNN state freed
 // with it.

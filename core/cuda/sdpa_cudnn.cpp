@@ -25,8 +25,8 @@ extern "C" {
 #ifndef SKPO_HAVE_CUDNN
 
 static const char *no_cudnn =
-    "cuDNN attention is not in this build (the cuDNN frontend headers or cudnn.h were not found when it was compiled: "
-    "run scripts/deps.sh and rebuild)";
+    "cuDNN attention is not in this build (cudnn.h, libcudnn.so or the cuDNN frontend headers were not found when it "
+    "was compiled: run scripts/deps.sh and rebuild; CUDNN_INCLUDE, CUDNN_LIB, CUDNN_FRONTEND point elsewhere)";
 
 extern "C" int skpo_cudnn_compiled(void) { return 0; }
 extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
@@ -106,6 +106,8 @@ struct dnn_state {
     size_t ws_cap = 0;
     int32_t *idx = nullptr;
     size_t idx_cap = 0;
+    int32_t *table = nullptr;   // a prefill's block table padded to the batch bucket
+    size_t table_cap = 0;
 };
 
 static dnn_state *state_of(skpo_cuda *c) {
@@ -120,6 +122,7 @@ extern "C" void skpo_cudnn_free_state(void *p) {
     d->graphs.clear();
     if (d->ws) cudaFree(d->ws);
     if (d->idx) cudaFree(d->idx);
+    if (d->table) cudaFree(d->table);
     if (d->h) cudnnDestroy(d->h);
     delete d;
 }
@@ -416,9 +419,20 @@ static skpo_status begin(skpo_cuda *c, const shape &s, int T, dnn_state **d, ent
     return index_pack(c, *d, s.B, pack, err);
 }
 
+// Batch sizes a graph is built for: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers
+// of two and 1.5 x powers of two, at most 1.5x the batch), the rest of the
+// bucket empty sequences; SKPO_CUDNN_EXACT_BATCH=1: the batch itself.
+static int batch_bucket(int n) {
+    const char *exact = getenv("SKPO_CUDNN_EXACT_BATCH");
+    if (exact && *exact && strcmp(exact, "0")) return n;
+    int p = 1;
+    while (p < n) p *= 2;
+    return p >= 4 && n <= p / 4 * 3 ? p / 4 * 3 : p;
+}
+
 static shape shape_of(int kind, int B, int max_len, int nh, int nkv, int hs) {
     shape s{};
-    s.kind = kind, s.B = B, s.S = pow2_at_least(max_len, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
+    s.kind = kind, s.B = batch_bucket(B), s.S = pow2_at_least(max_len, 64), s.nh = nh, s.nkv = nkv, s.hs = hs;
     return s;
 }
 
@@ -440,7 +454,7 @@ extern "C" skpo_status skpo_cudnn_attention(skpo_cuda *c, skpo_bf16 *out, float 
     entry *en;
     std::unordered_map<int64_t, void *> pack;
     skpo_status st = begin(c, shape_of(lse ? FWD_STATS : FWD, nseq, max_len, nh, nkv, hs), T, &d, &en, pack, err);
-    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err);
+    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, batch_bucket(nseq), nh, nkv, hs, err);
     if (st) return st;
     pack[U_Q] = P(q), pack[U_K] = P(k), pack[U_V] = P(v), pack[U_O] = out;
     if (lse) pack[U_STATS] = lse;
@@ -462,7 +476,7 @@ extern "C" skpo_status skpo_cudnn_attention_backward(skpo_cuda *c, skpo_bf16 *dq
     shape s = shape_of(BWD, nseq, max_len, nh, nkv, hs);
     s.T = pow2_at_least(T, 1024);
     skpo_status st = begin(c, s, T, &d, &en, pack, err);
-    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, nh, nkv, hs, err);
+    if (!st) st = skpo_cuda_sdpa_index(c, d->idx, seq_start, nseq, s.B, nh, nkv, hs, err);
     if (st) return st;
     pack[U_Q] = P(q), pack[U_K] = P(k), pack[U_V] = P(v), pack[U_O] = P(out), pack[U_DO] = P(dout);
     pack[U_STATS] = P(lse), pack[U_DQ] = dq, pack[U_DK] = dk, pack[U_DV] = dv;
@@ -484,7 +498,18 @@ extern "C" skpo_status skpo_cudnn_attention_paged(skpo_cuda *c, skpo_bf16 *out, 
     shape s = shape_of(PAGED, nseq, max_q, nh, nkv, hs);
     s.max_blocks = max_blocks, s.n_blocks = n_blocks, s.n_layers = n_layers, s.bs = block_size;
     skpo_status st = begin(c, s, N, &d, &en, pack, err);
-    if (!st) st = skpo_cuda_sdpa_index_paged(c, d->idx, last, pos, nseq, nh, nkv, hs, err);
+    if (!st) st = skpo_cuda_sdpa_index_paged(c, d->idx, last, pos, nseq, s.B, nh, nkv, hs, err);
+    if (!st && s.B > nseq) {   // table rows for the empty sequences of the bucket (never read: zeros)
+        size_t row = (size_t)max_blocks * sizeof(int32_t);
+        cudaStream_t stream = (cudaStream_t)skpo_cuda_stream_of(c);
+        st = grow(c, (void **)&d->table, &d->table_cap, (size_t)s.B * row, "cuDNN attention block table", err);
+        cudaError_t ce = cudaSuccess;
+        if (!st) ce = cudaMemcpyAsync(d->table, block_table, (size_t)nseq * row, cudaMemcpyDeviceToDevice, stream);
+        if (!st && ce == cudaSuccess)
+            ce = cudaMemsetAsync(d->table + (size_t)nseq * max_blocks, 0, (size_t)(s.B - nseq) * row, stream);
+        if (!st && ce != cudaSuccess) st = skpo_err_set(err, SKPO_EDEVICE, "cuDNN attention: %s", cudaGetErrorString(ce));
+        block_table = d->table;
+    }
     if (st) return st;
     pack.erase(U_OFF_KV);
     pack.erase(U_OFF_ST);

@@ -195,10 +195,14 @@ static void train_case(int nh, int nkv, int hs, const int *len, int nseq) {
     free(ro), free(rl), free(rq), free(rk), free(rv);
 }
 
+// 5 sequences: a graph for a bucket of 6 (one empty sequence), then the exact batch.
 static void training_attention_matches_reference_at_05b_heads(void) {
     NEED_CUDNN();
     int len[] = {150, 1, 77, 300, 5};
     train_case(14, 2, 64, len, 5);
+    setenv("SKPO_CUDNN_EXACT_BATCH", "1", 1);
+    train_case(14, 2, 64, len, 5);
+    unsetenv("SKPO_CUDNN_EXACT_BATCH");
 }
 
 static void training_attention_matches_reference_at_15b_heads(void) {
@@ -209,63 +213,88 @@ static void training_attention_matches_reference_at_15b_heads(void) {
 
 // --- prefill over the paged pool -----------------------------------------------------
 
+enum { NL = 2, LAYER = 1, BS = 16, NB = 40, MB = 16, PNH = 14, PNKV = 2, PHS = 64 };
+
+// Row r (of sequence seq_of[r], at position pos[r]) over positions 0..pos[r]
+// of its sequence through its block table, in double.
+static void paged_reference(double *ro, const float *q, const float *pk, const float *pv, const int32_t *table,
+                            const int32_t *seq_of, const int32_t *pos, int N) {
+    int KVD = PNKV * PHS;
+    double *p = skpo_xmalloc((size_t)(pos[N - 1] + 512) * 8), scale = 1.0 / sqrt((double)PHS);
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < PNH; h++) {
+            int hk = h / (PNH / PNKV), len = pos[r] + 1;
+            const int32_t *tb = table + seq_of[r] * MB;
+            double m = -INFINITY, l = 0;
+            for (int j = 0; j < len; j++) {
+                size_t ko = (((size_t)tb[j / BS] * NL + LAYER) * BS + j % BS) * KVD + (size_t)hk * PHS;
+                double d = 0;
+                for (int x = 0; x < PHS; x++) d += (double)q[((size_t)r * PNH + h) * PHS + x] * pk[ko + x];
+                m = fmax(m, p[j] = d * scale);
+            }
+            for (int j = 0; j < len; j++) l += (p[j] = exp(p[j] - m));
+            for (int x = 0; x < PHS; x++) {
+                double a = 0;
+                for (int j = 0; j < len; j++)
+                    a += p[j] * pv[(((size_t)tb[j / BS] * NL + LAYER) * BS + j % BS) * KVD + (size_t)hk * PHS + x];
+                ro[((size_t)r * PNH + h) * PHS + x] = a / l;
+            }
+        }
+    free(p);
+}
+
+// Sequences b = 0..nseq-1 with rows[b] new rows after first[b] cached
+// positions, through the given block tables, against the reference.
+static void paged_case(const char *what, const float *pk, const float *pv, void *dpk, void *dpv, const int32_t *table,
+                       const int *first, const int *rows, int nseq) {
+    int N = 0, max_q = 0;
+    int32_t last[8], pos[1024], seq_of[1024];
+    for (int b = 0; b < nseq; b++) {
+        for (int r = 0; r < rows[b]; r++) pos[N + r] = first[b] + r, seq_of[N + r] = b;
+        N += rows[b], last[b] = N - 1, max_q = rows[b] > max_q ? rows[b] : max_q;
+    }
+    size_t nq = (size_t)N * PNH * PHS;
+    void *dq_;
+    float *q = rand_bf16(nq, 1.f, &dq_);
+    void *dt = dev_copy(table, (size_t)nseq * MB * 4), *dl = dev_copy(last, (size_t)nseq * 4);
+    void *dp = dev_copy(pos, (size_t)N * 4), *dout = dev_zeros(nq * 2);
+    skpo_err e = {0};
+    CHECK_MSG(skpo_cudnn_attention_paged(G, dout, dq_, dpk, dpv, dt, MB, dl, dp, nseq, max_q, N, NL, LAYER, NB, BS, PNH,
+                                         PNKV, PHS, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_sync(G, &e) == SKPO_OK, "%s", e.msg);
+    float *o = host_of(dout, nq, 1);
+    double *ro = skpo_xmalloc(nq * 8);
+    paged_reference(ro, q, pk, pv, table, seq_of, pos, N);
+    agree(what, o, ro, nq, 2e-2, 0.9999);
+    void *d[] = {dq_, dt, dl, dp, dout};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) skpo_cuda_dfree(d[i]);
+    free(q), free(o), free(ro);
+}
+
 static void prefill_over_paged_pool_matches_reference(void) {
     NEED_CUDNN();
-    enum { NL = 2, LAYER = 1, BS = 16, NB = 40, MB = 16, NH = 14, NKV = 2, HS = 64, B = 3 };
-    int KVD = NKV * HS;
+    int KVD = PNKV * PHS;
     // sequence 0: 70 rows after 30 cached; 1: one decode row after 44 cached,
     // sharing sequence 0's first two blocks (a fork); 2: 130 rows from 0.
-    int first[B] = {30, 44, 0}, rows[B] = {70, 1, 130};
-    int32_t table[B * MB] = {0}, perm[NB];
+    int first[5] = {30, 44, 0, 17, 0}, rows[5] = {70, 1, 130, 3, 1};
+    int32_t table[5 * MB] = {0}, perm[NB];
     for (int i = 0; i < NB; i++) perm[i] = i;
     for (int i = NB - 1; i > 0; i--) {
         int j = (int)((frand() + 1) * 0.5f * (i + 1)) % (i + 1), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
     }
     int used = 0;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < 5; b++)
         for (int j = 0; j * BS < first[b] + rows[b]; j++)
             table[b * MB + j] = b == 1 && j < 2 ? table[j] : perm[used++];
-    int N = 0, max_q = 0;
-    int32_t last[B], pos[256], seq_of[256];
-    for (int b = 0; b < B; b++) {
-        for (int r = 0; r < rows[b]; r++) pos[N + r] = first[b] + r, seq_of[N + r] = b;
-        N += rows[b], last[b] = N - 1, max_q = rows[b] > max_q ? rows[b] : max_q;
-    }
-    size_t npool = (size_t)NB * NL * BS * KVD, nq = (size_t)N * NH * HS;
-    void *dpk, *dpv, *dq_;
-    float *pk = rand_bf16(npool, 1.f, &dpk), *pv = rand_bf16(npool, 1.f, &dpv), *q = rand_bf16(nq, 1.f, &dq_);
-    void *dt = dev_copy(table, sizeof table), *dl = dev_copy(last, sizeof last), *dp = dev_copy(pos, (size_t)N * 4);
-    void *dout = dev_zeros(nq * 2);
-    skpo_err e = {0};
-    CHECK_MSG(skpo_cudnn_attention_paged(G, dout, dq_, dpk, dpv, dt, MB, dl, dp, B, max_q, N, NL, LAYER, NB, BS, NH, NKV,
-                                         HS, &e) == SKPO_OK, "%s", e.msg);
-    CHECK_MSG(skpo_cuda_sync(G, &e) == SKPO_OK, "%s", e.msg);
-    float *o = host_of(dout, nq, 1);
-    double *ro = skpo_xmalloc(nq * 8), *p = skpo_xmalloc(256 * 8), scale = 1.0 / sqrt((double)HS);
-    for (int r = 0; r < N; r++)
-        for (int h = 0; h < NH; h++) {
-            int hk = h / (NH / NKV), len = pos[r] + 1;
-            const int32_t *tb = table + seq_of[r] * MB;
-            double m = -INFINITY, l = 0;
-            for (int j = 0; j < len; j++) {
-                size_t ko = (((size_t)tb[j / BS] * NL + LAYER) * BS + j % BS) * KVD + (size_t)hk * HS;
-                double d = 0;
-                for (int x = 0; x < HS; x++) d += (double)q[((size_t)r * NH + h) * HS + x] * pk[ko + x];
-                m = fmax(m, p[j] = d * scale);
-            }
-            for (int j = 0; j < len; j++) l += (p[j] = exp(p[j] - m));
-            for (int x = 0; x < HS; x++) {
-                double a = 0;
-                for (int j = 0; j < len; j++)
-                    a += p[j] * pv[(((size_t)tb[j / BS] * NL + LAYER) * BS + j % BS) * KVD + (size_t)hk * HS + x];
-                ro[((size_t)r * NH + h) * HS + x] = a / l;
-            }
-        }
-    agree("paged prefill, 14/2 heads, hs 64", o, ro, nq, 2e-2, 0.9999);
-    void *d[] = {dpk, dpv, dq_, dt, dl, dp, dout};
-    for (size_t i = 0; i < sizeof d / sizeof *d; i++) skpo_cuda_dfree(d[i]);
-    free(pk), free(pv), free(q), free(o), free(ro), free(p);
+    size_t npool = (size_t)NB * NL * BS * KVD;
+    void *dpk, *dpv;
+    float *pk = rand_bf16(npool, 1.f, &dpk), *pv = rand_bf16(npool, 1.f, &dpv);
+    paged_case("paged prefill, 14/2 heads, hs 64, 3 sequences", pk, pv, dpk, dpv, table, first, rows, 3);
+    // 5 sequences: a bucket of 6 (an empty sequence and a zero table row at the end)
+    paged_case("paged prefill, 5 sequences in a bucket of 6", pk, pv, dpk, dpv, table, first, rows, 5);
+    skpo_cuda_dfree(dpk), skpo_cuda_dfree(dpv);
+    free(pk), free(pv);
 }
 
 // --- the choice of path ----------------------------------------------------------------

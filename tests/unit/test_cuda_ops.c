@@ -314,25 +314,26 @@ static void adamw_step_matches_pytorch_formula(void) {
 // (training, an empty sequence among them) and from the last rows and positions
 // of a prefill step (a prefix already cached, a decode row).
 static void sdpa_index_gives_lengths_and_element_offsets(void) {
-    enum { B = 4, NH = 6, NKV = 2, HS = 8 };
-    int32_t ss[B + 1] = {0, 5, 5, 12, 40}, want[5 * B + 3];
-    for (int b = 0; b <= B; b++) {
-        if (b < B) want[b] = want[B + b] = ss[b + 1] - ss[b];
-        want[2 * B + b] = ss[b] * NH * HS, want[3 * B + 1 + b] = ss[b] * NKV * HS, want[4 * B + 2 + b] = ss[b] * NH;
+    enum { B = 4, BP = 6, NH = 6, NKV = 2, HS = 8 };   // padded to a bucket of 6: two empty sequences at the end
+    int32_t ss[B + 1] = {0, 5, 5, 12, 40}, want[5 * BP + 3];
+    for (int b = 0; b <= BP; b++) {
+        int first = ss[b < B ? b : B];
+        if (b < BP) want[b] = want[BP + b] = b < B ? ss[b + 1] - ss[b] : 0;
+        want[2 * BP + b] = first * NH * HS, want[3 * BP + 1 + b] = first * NKV * HS, want[4 * BP + 2 + b] = first * NH;
     }
     skpo_err e = {0};
     void *dss = dup_raw(ss, sizeof ss), *di;
     CHECK(skpo_cuda_malloc(G, &di, sizeof want, "test", &e) == SKPO_OK);
-    CHECK_MSG(skpo_cuda_sdpa_index(G, di, dss, B, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
-    int32_t got[5 * B + 3];
+    CHECK_MSG(skpo_cuda_sdpa_index(G, di, dss, B, BP, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
+    int32_t got[5 * BP + 3];
     CHECK(skpo_cuda_d2h(G, got, di, sizeof got, &e) == SKPO_OK);
-    CHECK(!memcmp(got, want, sizeof got));
+    for (int i = 0; i < 5 * BP + 3; i++) CHECK_MSG(got[i] == want[i], "index %d: %d, want %d", i, got[i], want[i]);
     // prefill: 3 sequences of 4, 1 and 6 new rows after 10, 44 and 0 cached positions
     int32_t last[3] = {3, 4, 10}, pos[11] = {10, 11, 12, 13, 44, 0, 1, 2, 3, 4, 5};
     int32_t wantp[5 * 3 + 3] = {4, 1, 6, 14, 45, 6, 0, 4 * NH * HS, 5 * NH * HS, 11 * NH * HS,
                                 0, 4 * NKV * HS, 5 * NKV * HS, 11 * NKV * HS, 0, 4 * NH, 5 * NH, 11 * NH};
     void *dl = dup_raw(last, sizeof last), *dp = dup_raw(pos, sizeof pos);
-    CHECK_MSG(skpo_cuda_sdpa_index_paged(G, di, dl, dp, 3, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
+    CHECK_MSG(skpo_cuda_sdpa_index_paged(G, di, dl, dp, 3, 3, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
     CHECK(skpo_cuda_d2h(G, got, di, sizeof wantp, &e) == SKPO_OK);
     for (int i = 0; i < 18; i++) CHECK_MSG(got[i] == wantp[i], "paged index %d: %d, want %d", i, got[i], wantp[i]);
     skpo_cuda_dfree(dss), skpo_cuda_dfree(di), skpo_cuda_dfree(dl), skpo_cuda_dfree(dp);
