@@ -271,16 +271,16 @@ static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
     const skpo_config *c = &m->c;
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim;
+    float *lse = t->saved ? a->lse : NULL;   // scoring needs no statistics
     if (t->attn == ATTN_CUDNN) {
-        skpo_status s = skpo_cudnn_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, t->max_len,
-                                             N, NH, NKV, HS, err);
+        skpo_status s = skpo_cudnn_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, t->max_len, N,
+                                             NH, NKV, HS, err);
         if (s != SKPO_EUNSUPPORTED || t->attn_forced) return s;
         attn_fallback(m, t, err);
     }
     if (t->attn == ATTN_FLASH)
-        return skpo_cuda_flash_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS,
-                                         err);
-    return skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err);
+        return skpo_cuda_flash_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err);
+    return skpo_cuda_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err);
 }
 
 // dq, and dK / dV into t->dkb / t->dvb (bf16), from t->datt.

@@ -113,12 +113,13 @@ static skpo_model *make(const char *json, skpo_device dev) {
 }
 
 typedef struct batch {
-    skpo_seq s[3];
-    int32_t *ids[3];
+    skpo_seq s[8];
+    int32_t *ids[8];
     int nseq, S;
 } batch;
 
 static void batch_make(batch *b, int V, const int *len, const int *start, int nseq) {
+    SKPO_ASSERT(nseq <= 8);
     b->nseq = nseq;
     b->S = 0;
     for (int i = 0; i < nseq; i++) {
