@@ -1,7 +1,9 @@
 # skpo - one Makefile: libskpo.a from core/*/ (layers: docs/architecture.md), one binary per tools/<name>/ into
 # bin/skpo-<name>, unit tests from tests/unit/test_*.c. CUDA sources
 # (core/cuda/*.cu) are compiled when nvcc is on the PATH; `make CUDA=0` forces
-# a CPU-only build. See README.md for the user-facing targets.
+# a CPU-only build. Attention through cuDNN (core/cuda/sdpa_cudnn.cpp) is
+# compiled when cudnn.h and the cuDNN frontend headers are found (`make deps`
+# fetches the pinned frontend into .deps/); `make CUDNN=0` leaves it out. See README.md for the user-facing targets.
 
 CC      ?= cc
 NVCC    ?= nvcc
@@ -46,6 +48,28 @@ ifeq ($(CUDA),1)
   endif
   CU_SRC    := $(wildcard core/cuda/*.cu)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+  # Host C++ of the backend (the cuDNN graph API): g++, no device code.
+  CPP_SRC   := $(wildcard core/cuda/*.cpp)
+  CU_OBJ    += $(CPP_SRC:%.cpp=$(BUILD)/%.o)
+endif
+
+# cuDNN: headers and library (default: the CUDA toolkit's), and the frontend
+# headers (default: where scripts/deps.sh puts them); NVRTC from the toolkit
+# (or CUDNN_LIB). tests/gpu/run.sh points them at the carried headers and
+# PyTorch's pip package (libcudnn.so.9).
+CUDNN_INCLUDE  ?= $(CUDA_HOME)/include
+CUDNN_LIB      ?= $(CUDA_HOME)/lib64
+CUDNN_FRONTEND ?= .deps/cudnn-frontend/include
+ifneq ($(CUDA),1)
+  CUDNN := 0
+else ifeq ($(origin CUDNN), undefined)
+  CUDNN := $(if $(and $(wildcard $(CUDNN_INCLUDE)/cudnn.h),$(wildcard $(CUDNN_FRONTEND)/cudnn_frontend.h),\
+                      $(wildcard $(CUDNN_LIB)/libcudnn.so),$(wildcard $(CUDA_HOME)/lib64/libnvrtc.so $(CUDNN_LIB)/libnvrtc.so)),1,0)
+endif
+CXXFLAGS_DNN = -std=c++17 -O1 -fPIC $(WARN) -Icore -isystem $(CUDA_HOME)/include $(SAN)
+ifeq ($(CUDNN),1)
+  CXXFLAGS_DNN += -DSKPO_HAVE_CUDNN -isystem $(CUDNN_INCLUDE) -isystem $(CUDNN_FRONTEND)
+  LDLIBS       += -L$(CUDNN_LIB) -lcudnn -lnvrtc   # the frontend's run-time compiled engines call NVRTC
 endif
 
 CORE_SRC := $(wildcard core/*/*.c)
@@ -93,6 +117,17 @@ $(BUILD)/%.o: %.c $(wildcard core/*/*.h) $(FLAVOUR)
 $(BUILD)/%.o: %.cu $(wildcard core/base/*.h core/cuda/*.h core/cuda/*.cuh) $(FLAVOUR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The frontend is heavy (about a minute of g++): only this object knows CUDNN.
+DNN_STAMP := $(BUILD)/.cudnn$(CUDNN)
+$(DNN_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.cudnn*
+	@touch $@
+
+$(BUILD)/%.o: %.cpp $(wildcard core/base/*.h core/cuda/*.h) $(FLAVOUR) $(DNN_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_DNN) -c $< -o $@
 
 $(BUILD)/libskpo.a: $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)

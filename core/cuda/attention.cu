@@ -3,19 +3,33 @@
 // sequence with an online softmax (flash-style: the T x T score matrix is never
 // stored); each lane owns hs/32 dimensions. Decode: the same loop over a
 // paged KV pool through block tables. Backward recomputes probabilities from the
-// saved log-sum-exp.
+// saved log-sum-exp. A row finds its sequence by binary search over
+// seq_start (no index buffer, no allocation, no synchronisation per call).
 #include "common.cuh"
+#include "cuda/cuda_dnn.h"
 
 #define MAX_HS 256
 #define PER_LANE (MAX_HS / 32)
 
+// The first row of row t's sequence: the largest s with seq_start[s] <= t
+// (empty sequences share their start with the next one).
+__device__ __forceinline__ int seq_first_row(const int32_t *seq_start, int nseq, int t) {
+    int lo = 0, hi = nseq;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return seq_start[lo];
+}
+
 // Prefill / training forward.
-__global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_of,
-                           const int32_t *seq_start, int T, int nh, int nkv, int hs, float scale) {
+__global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_start,
+                           int nseq, int T, int nh, int nkv, int hs, float scale) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= T * nh) return;
     int t = warp / nh, h = warp % nh, hk = h / (nh / nkv);
-    int s0 = seq_start[seq_of[t]];
+    int s0 = seq_first_row(seq_start, nseq, t);
     int qd = nh * hs, kd = nkv * hs;
     // Per-lane arrays are indexed by unrolled constants only, so they stay in
     // registers (a runtime index puts them in local memory).
@@ -48,10 +62,40 @@ __global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     if (lse && lane == 0) lse[(size_t)t * nh + h] = m + logf(l);
 }
 
-__global__ void k_seq_of(int32_t *seq_of, const int32_t *seq_start, int nseq) {
-    int s = blockIdx.x;
-    if (s >= nseq) return;
-    for (int t = seq_start[s] + threadIdx.x; t < seq_start[s + 1]; t += blockDim.x) seq_of[t] = s;
+// cuDNN's index tensors (cuda_dnn.h): sequence lengths and element offsets of
+// each sequence in the packed q/out, k/v and log-sum-exp tensors; entries
+// B..Bp-1 pad the batch to its bucket as empty sequences at the end.
+__global__ void k_sdpa_index(int32_t *idx, const int32_t *seq_start, const int32_t *last, const int32_t *pos, int B,
+                             int Bp, int nh, int nkv, int hs) {
+    for (int b = threadIdx.x; b <= Bp; b += blockDim.x) {
+        int first, len_q = 0, len_kv = 0, c = b < B ? b : B;
+        if (seq_start) {
+            first = seq_start[c];
+            if (b < B) len_q = len_kv = seq_start[b + 1] - first;
+        } else {
+            first = c ? last[c - 1] + 1 : 0;
+            if (b < B) len_q = last[b] + 1 - first, len_kv = pos[last[b]] + 1;
+        }
+        if (b < Bp) idx[b] = len_q, idx[Bp + b] = len_kv;
+        idx[2 * Bp + b] = first * nh * hs;
+        idx[3 * Bp + 1 + b] = first * nkv * hs;
+        idx[4 * Bp + 2 + b] = first * nh;
+    }
+}
+
+extern "C" skpo_status skpo_cuda_sdpa_index(skpo_cuda *c, int32_t *idx, const int32_t *seq_start, int B, int Bp, int nh,
+                                            int nkv, int hs, skpo_err *err) {
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, seq_start, (const int32_t *)NULL, (const int32_t *)NULL, B, Bp, nh, nkv,
+                                           hs);
+    LAUNCHED(err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_sdpa_index_paged(skpo_cuda *c, int32_t *idx, const int32_t *last, const int32_t *pos,
+                                                  int B, int Bp, int nh, int nkv, int hs, skpo_err *err) {
+    k_sdpa_index<<<1, 256, 0, c->stream>>>(idx, (const int32_t *)NULL, last, pos, B, Bp, nh, nkv, hs);
+    LAUNCHED(err);
+    return SKPO_OK;
 }
 
 extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
@@ -59,18 +103,11 @@ extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *
                                            int T, int nh, int nkv, int hs, skpo_err *err) {
     if (!T) return SKPO_OK;
     if (hs > MAX_HS || nh % nkv) return skpo_err_set(err, SKPO_EUNSUPPORTED, "attention: head_dim %d / heads %d/%d unsupported", hs, nh, nkv);
-    int32_t *seq_of;
-    skpo_status st = skpo_cuda_malloc(c, (void **)&seq_of, (size_t)T * sizeof(int32_t), "attention index", err);
-    if (st) return st;
-    k_seq_of<<<nseq, 256, 0, c->stream>>>(seq_of, seq_start, nseq);
     size_t threads = (size_t)T * nh * 32;
     k_attn_fwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-                                                                 (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs,
+                                                                 (const bf16 *)v, seq_start, nseq, T, nh, nkv, hs,
                                                                  1.f / sqrtf((float)hs));
-    cudaError_t e = cudaGetLastError(), es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
-    if (e == cudaSuccess) e = es;
-    cudaFree(seq_of);
-    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention kernel", __FILE__, __LINE__);
+    LAUNCHED(err);
     return SKPO_OK;
 }
 
@@ -165,14 +202,14 @@ __device__ __forceinline__ void bwd_key(float *dk, float *dv, float *sdq, const 
 }
 
 __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, const bf16 *out, const float *lse,
-                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
-                           int T, int nh, int nkv, int hs, float scale) {
+                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_start, int nseq, int T,
+                           int nh, int nkv, int hs, float scale) {
     extern __shared__ float sh[];
     int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, G = nh / nkv;
     int warp = blockIdx.x * (blockDim.x >> 5) + wib;
     if (warp >= T * nkv) return;   // whole warps only
     int t = warp / nkv, hk = warp - t * nkv;
-    int s0 = seq_start[seq_of[t]];
+    int s0 = seq_first_row(seq_start, nseq, t);
     int qd = nh * hs;
     float *sq = sh + (size_t)wib * bwd_warp_floats(G, hs), *sg = sq + (size_t)G * hs, *sdq = sg + (size_t)G * hs;
     float *sD = sdq + (size_t)G * hs, *sL = sD + G;
@@ -196,28 +233,18 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
                                                     skpo_err *err) {
     if (!T) return SKPO_OK;
     if (hs > MAX_HS || nh % nkv) return skpo_err_set(err, SKPO_EUNSUPPORTED, "attention: head_dim %d unsupported", hs);
-    int32_t *seq_of;
-    skpo_status st = skpo_cuda_malloc(c, (void **)&seq_of, (size_t)T * sizeof(int32_t), "attention index", err);
-    if (st) return st;
-    k_seq_of<<<nseq, 256, 0, c->stream>>>(seq_of, seq_start, nseq);
     // Up to 4 warps a block within 48 KiB of shared memory (one warp: raised to its need).
     size_t per = bwd_warp_floats(nh / nkv, hs) * sizeof(float);
     int wpb = (int)((48 * 1024) / per);
     if (wpb > 4) wpb = 4;
     if (wpb < 1) wpb = 1;
-    cudaError_t e = cudaSuccess;
     if ((size_t)wpb * per > 48 * 1024)
-        e = cudaFuncSetAttribute(k_attn_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)per);
+        CU(cudaFuncSetAttribute(k_attn_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)per), err);
     size_t warps = (size_t)T * nkv;
-    if (e == cudaSuccess)
-        k_attn_bwd<<<blocks_for(warps, (unsigned)wpb), 32 * wpb, (size_t)wpb * per, c->stream>>>(
-            (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-            (const bf16 *)v, seq_of, seq_start, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
-    if (e == cudaSuccess) e = cudaGetLastError();
-    cudaError_t es = cudaStreamSynchronize(c->stream);  // a kernel fault shows at the sync
-    if (e == cudaSuccess) e = es;
-    cudaFree(seq_of);
-    if (e != cudaSuccess) return skpo_cuda_fail(err, e, "attention backward kernel", __FILE__, __LINE__);
+    k_attn_bwd<<<blocks_for(warps, (unsigned)wpb), 32 * wpb, (size_t)wpb * per, c->stream>>>(
+        (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
+        (const bf16 *)v, seq_start, nseq, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
+    LAUNCHED(err);
     return SKPO_OK;
 }
 

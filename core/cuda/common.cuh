@@ -16,6 +16,7 @@ struct skpo_cuda {
     cudaStream_t stream;
     cublasHandle_t blas;
     int sync_each;   // SKPO_CUDA_SYNC=1: synchronise after every launch (debugging)
+    void *dnn;       // cuDNN handle, graphs and buffers (sdpa_cudnn.cpp), made on first use
 };
 
 skpo_status skpo_cuda_fail(skpo_err *err, cudaError_t e, const char *what, const char *file, int line);

@@ -1,5 +1,6 @@
 // device.cu - device contexts, memory, copies, bf16 conversion, NCCL.
 #include "common.cuh"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_train.h"
 
 #include <nccl.h>
@@ -57,8 +58,12 @@ extern "C" skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err
     return SKPO_OK;
 }
 
+extern "C" void *skpo_cuda_stream_of(skpo_cuda *c) { return (void *)c->stream; }
+extern "C" void **skpo_cuda_dnn_slot(skpo_cuda *c) { return &c->dnn; }
+
 extern "C" void skpo_cuda_free_ctx(skpo_cuda *c) {
     if (!c) return;
+    skpo_cudnn_free_state(c->dnn);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);

@@ -4,8 +4,16 @@
 // tiles own their dK/dV for every query head of their KV group, so no atomics
 // there; dQ accumulates in fp32 through atomics). Head sizes 64 and 128.
 // Same contract as skpo_cuda_attention / _backward (lse in units of the
-// scaled scores), opt-in through SKPO_ATTN=flash until it has run against
-// them on a GPU (tests/unit/test_cuda_train.c compares the two).
+// scaled scores); the training path where cuDNN is not (SKPO_ATTN=flash,
+// cuda_dnn.h; tests/unit/test_cuda_train.c compares it with the simple
+// kernels and, through the model, with the CPU).
+//
+// Shared-memory tiles have padded leading dimensions (LDH, LDS, LDP, LDX):
+// a row of 64 or 128 bf16 (128 or 256 bytes) would start every row of a
+// 16x16 fragment load in the same banks (8-way conflicts); 16 more bytes per
+// row shift consecutive rows by four banks. Every pad keeps WMMA's rules
+// (ldm a multiple of 16 bytes, fragment pointers 32-byte aligned: rows and
+// columns are taken in multiples of 16).
 #include "common.cuh"
 #include "cuda/cuda_train.h"
 
@@ -15,6 +23,12 @@ using namespace nvcuda;
 
 #define FT 64   // rows of a query or key tile
 #define FW 4    // warps per block: 16 rows each
+#define LDS (FT + 4)   // fp32 64-wide tiles (S, P, dP)
+#define LDP (FT + 8)   // bf16 64-wide tiles (P, dS)
+template <int HS> struct pad {
+    static const int H = HS + 8;   // bf16 head_dim-wide tiles (Q, K, V, dO)
+    static const int X = HS + 4;   // fp32 head_dim-wide tiles (dQ, dK staging)
+};
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> facc;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa_row;
@@ -22,12 +36,13 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_majo
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb_col;
 
-// Tile rows r0.. of a (T, ld) bf16 matrix at column offset col into s (FT x HS); zero past T.
+// Tile rows r0.. of a (T, ldg) bf16 matrix at column offset col into s (FT x HS,
+// leading dimension pad<HS>::H); zero past T.
 template <int HS>
-__device__ void load_tile(bf16 *s, const bf16 *g, int r0, int T, int ld, int col) {
+__device__ void load_tile(bf16 *s, const bf16 *g, int r0, int T, int ldg, int col) {
     for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS, t = r0 + r;
-        s[i] = t < T ? g[(size_t)t * ld + col + d] : __float2bfloat16(0.f);
+        s[r * pad<HS>::H + d] = t < T ? g[(size_t)t * ldg + col + d] : __float2bfloat16(0.f);
     }
 }
 
@@ -99,7 +114,7 @@ __device__ __forceinline__ void scale_rows(facc *o, const facc &rowmap, const fl
 // tile per warp.
 template <int HS>
 static size_t fwd_smem() {
-    return (size_t)3 * FT * HS * 2 + FT * FT * 4 + FT * FT * 2 + 2 * FT * 4 + (size_t)FW * 256 * 4;
+    return (size_t)3 * FT * pad<HS>::H * 2 + FT * LDS * 4 + FT * LDP * 2 + 2 * FT * 4 + (size_t)FW * 256 * 4;
 }
 
 // Online softmax over one key tile (attend_row in core/cpu/ops_cpu.c, one
@@ -114,13 +129,13 @@ __device__ __forceinline__ void fwd_online_softmax(float *m, float *l, bf16 *sP,
 #pragma unroll
     for (int rr = 0; rr < 16; rr++) {
         int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], ja = j0 + lane, jb = ja + 32;
-        float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * FT + lane] * scale : -INFINITY;
-        float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * FT + lane + 32] * scale : -INFINITY;
+        float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * LDS + lane] * scale : -INFINITY;
+        float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * LDS + lane + 32] * scale : -INFINITY;
         float mnew = fmaxf(m[rr], warp_max(fmaxf(xa, xb)));
         float corr = mnew == -INFINITY ? 1.f : expf(m[rr] - mnew);
         float pa = xa == -INFINITY ? 0.f : expf(xa - mnew), pb = xb == -INFINITY ? 0.f : expf(xb - mnew);
-        sP[r * FT + lane] = __float2bfloat16(pa);
-        sP[r * FT + lane + 32] = __float2bfloat16(pb);
+        sP[r * LDP + lane] = __float2bfloat16(pa);
+        sP[r * LDP + lane + 32] = __float2bfloat16(pb);
         l[rr] = l[rr] * corr + warp_sum(pa + pb);
         m[rr] = mnew;
         if (lane == 0) sC[r] = corr;
@@ -167,10 +182,11 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
                                                       const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
                                                       int T, int nh, int nkv, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
-    bf16 *sQ = (bf16 *)sm, *sK = sQ + FT * HS, *sV = sK + FT * HS;
-    float *sS = (float *)(sV + FT * HS);
-    bf16 *sP = (bf16 *)(sS + FT * FT);
-    float *sC = (float *)(sP + FT * FT);
+    const int LH = pad<HS>::H;
+    bf16 *sQ = (bf16 *)sm, *sK = sQ + FT * LH, *sV = sK + FT * LH;
+    float *sS = (float *)(sV + FT * LH);
+    bf16 *sP = (bf16 *)(sS + FT * LDS);
+    float *sC = (float *)(sP + FT * LDP);
     int *sS0 = (int *)(sC + FT);
     float *sX = (float *)(sS0 + FT);
     int h = blockIdx.y, hk = h / (nh / nkv), t0 = blockIdx.x * FT, qd = nh * HS, kd = nkv * HS;
@@ -192,12 +208,12 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
         load_tile<HS>(sK, k, j0, T, kd, hk * HS);
         load_tile<HS>(sV, v, j0, T, kd, hk * HS);
         __syncthreads();
-        warp_mma_abt<HS, FT / 16>(sS + warp * 16 * FT, FT, sQ + warp * 16 * HS, HS, sK, HS);   // S = Q K^T
+        warp_mma_abt<HS, FT / 16>(sS + warp * 16 * LDS, LDS, sQ + warp * 16 * LH, LH, sK, LH);   // S = Q K^T
         __syncwarp();
         fwd_online_softmax(m, l, sP, sC, sS, sS0, warp, lane, t0, j0, T, scale);
         __syncwarp();
         scale_rows<HS / 16>(o, rowmap, sC + warp * 16);                              // O = O * corr
-        warp_mma_ab_acc<FT, HS / 16>(o, sP + warp * 16 * FT, FT, sV, HS);            // O += P V
+        warp_mma_ab_acc<FT, HS / 16>(o, sP + warp * 16 * LDP, LDP, sV, LH);          // O += P V
         __syncthreads();   // K/V are rewritten next
     }
     fwd_write_out<HS>(out, lse, o, rowmap, wx, sC, m, l, warp, lane, t0, T, h, nh);
@@ -214,9 +230,19 @@ __global__ void k_flash_d(float *D, const bf16 *dout, const bf16 *out, int T, in
     if (!lane) D[w] = s;
 }
 
+// The dK accumulator of a warp's 16 keys: fragments in registers at head_dim
+// 64; at 128, 8 + 8 fragments of dK and dV pass ptxas's 255 registers (it
+// spilled, one block per SM), so dK lives in shared memory (fp32, ld X) and
+// each update loads, accumulates and stores its fragments.
+template <int HS> struct dk_smem { static const bool on = HS > 64; };
+
+// Backward shared memory: K, V, Q, dO tiles; P^T and dP^T in fp32 (the dQ
+// staging sX reuses them once dS^T is made); P^T and dS^T in bf16; dK when it
+// is not in registers; per query row its lse, D and first key.
 template <int HS>
 static size_t bwd_smem() {
-    return (size_t)4 * FT * HS * 2 + 2 * FT * FT * 4 + 2 * FT * FT * 2 + (size_t)FT * HS * 4 + 3 * FT * 4;
+    return (size_t)4 * FT * pad<HS>::H * 2 + 2 * FT * LDS * 4 + 2 * FT * LDP * 2 +
+           (dk_smem<HS>::on ? (size_t)FT * pad<HS>::X * 4 : 0) + 3 * FT * 4;
 }
 
 // The backward's query tile q0.. of head h: Q and dO rows, and per row its
@@ -246,9 +272,9 @@ __device__ __forceinline__ void bwd_probs(float *sP32, bf16 *sP, const float *sL
     for (int e = lane; e < 16 * FT; e += 32) {
         int rk = warp * 16 + e / FT, c = e % FT, j = j0 + rk, t = q0 + c;
         int ok = j < T && t >= j && sQs[c] <= j;
-        float p = ok ? expf(sP32[rk * FT + c] * scale - sLse[c]) : 0.f;
-        sP32[rk * FT + c] = p;
-        sP[rk * FT + c] = __float2bfloat16(p);
+        float p = ok ? expf(sP32[rk * LDS + c] * scale - sLse[c]) : 0.f;
+        sP32[rk * LDS + c] = p;
+        sP[rk * LDP + c] = __float2bfloat16(p);
     }
 }
 
@@ -257,7 +283,28 @@ __device__ __forceinline__ void bwd_dscores(bf16 *sdS, const float *sP32, const 
                                             int lane, float scale) {
     for (int e = lane; e < 16 * FT; e += 32) {
         int rk = warp * 16 + e / FT, c = e % FT;
-        sdS[rk * FT + c] = __float2bfloat16(sP32[rk * FT + c] * (sdP[rk * FT + c] - sD[c]) * scale);
+        sdS[rk * LDP + c] = __float2bfloat16(sP32[rk * LDS + c] * (sdP[rk * LDS + c] - sD[c]) * scale);
+    }
+}
+
+// dK += dS^T Q for the warp's 16 keys: a = its dS^T rows, b = the Q tile.
+template <int HS>
+__device__ __forceinline__ void bwd_dk(facc *dK, float *wdK, const bf16 *a, const bf16 *b) {
+    if constexpr (!dk_smem<HS>::on) {
+        warp_mma_ab_acc<FT, HS / 16>(dK, a, LDP, b, pad<HS>::H);
+    } else {
+        for (int nt = 0; nt < HS / 16; nt++) {
+            facc acc;
+            wmma::load_matrix_sync(acc, wdK + nt * 16, pad<HS>::X, wmma::mem_row_major);
+            for (int kk = 0; kk < FT; kk += 16) {
+                fa_row fa;
+                fb_row fb;
+                wmma::load_matrix_sync(fa, a + kk, LDP);
+                wmma::load_matrix_sync(fb, b + kk * pad<HS>::H + nt * 16, pad<HS>::H);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(wdK + nt * 16, acc, pad<HS>::X, wmma::mem_row_major);
+        }
     }
 }
 
@@ -269,24 +316,30 @@ __device__ __forceinline__ void bwd_add_dq(float *dq32, const float *sX, int war
     int qd = nh * HS;
     for (int e = lane; e < 16 * HS; e += 32) {
         int rr = warp * 16 + e / HS, t = q0 + rr;
-        if (t < T && t <= qend) atomicAdd(&dq32[(size_t)t * qd + h * HS + e % HS], sX[rr * HS + e % HS]);
+        if (t < T && t <= qend) atomicAdd(&dq32[(size_t)t * qd + h * HS + e % HS], sX[rr * pad<HS>::X + e % HS]);
     }
 }
 
-// dK, dV of this warp's 16 keys, through the staging buffer sX.
+// dK, dV of this warp's 16 keys (bf16), from fragments through the staging
+// buffer sX, or from dK's shared-memory rows.
 template <int HS>
-__device__ __forceinline__ void bwd_write_kv(bf16 *dk, bf16 *dv, facc *dK, facc *dV, float *sX, int warp, int lane,
-                                             int j0, int T, int hk, int nkv) {
+__device__ __forceinline__ void bwd_write_kv(bf16 *dk, bf16 *dv, facc *dK, facc *dV, float *sX, const float *sdK,
+                                             int warp, int lane, int j0, int T, int hk, int nkv) {
     int kd = nkv * HS;
+    const int LX = pad<HS>::X;
     for (int which = 0; which < 2; which++) {
+        const float *src = sX;
         __syncwarp();
-        for (int nt = 0; nt < HS / 16; nt++)
-            wmma::store_matrix_sync(sX + warp * 16 * HS + nt * 16, which ? dV[nt] : dK[nt], HS, wmma::mem_row_major);
+        if (which == 0 && dk_smem<HS>::on) src = sdK;
+        else
+            for (int nt = 0; nt < HS / 16; nt++)
+                wmma::store_matrix_sync(sX + warp * 16 * LX + nt * 16, which ? dV[nt] : dK[nt], LX,
+                                        wmma::mem_row_major);
         __syncwarp();
         bf16 *dst = which ? dv : dk;
         for (int e = lane; e < 16 * HS; e += 32) {
             int rr = warp * 16 + e / HS, j = j0 + rr;
-            if (j < T) dst[(size_t)j * kd + hk * HS + e % HS] = __float2bfloat16(sX[rr * HS + e % HS]);
+            if (j < T) dst[(size_t)j * kd + hk * HS + e % HS] = __float2bfloat16(src[rr * LX + e % HS]);
         }
     }
 }
@@ -301,40 +354,49 @@ __global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf
                                                       const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
                                                       int nkv, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
-    bf16 *sK = (bf16 *)sm, *sV = sK + FT * HS, *sQ = sV + FT * HS, *sdO = sQ + FT * HS;
-    float *sP32 = (float *)(sdO + FT * HS), *sdP = sP32 + FT * FT;
-    bf16 *sP = (bf16 *)(sdP + FT * FT), *sdS = sP + FT * FT;
-    float *sX = (float *)(sdS + FT * FT), *sLse = sX + FT * HS, *sD = sLse + FT;
+    const int LH = pad<HS>::H, LX = pad<HS>::X;
+    static_assert(FT * pad<HS>::X <= 2 * FT * LDS, "the dQ staging must fit in P^T and dP^T");
+    bf16 *sK = (bf16 *)sm, *sV = sK + FT * LH, *sQ = sV + FT * LH, *sdO = sQ + FT * LH;
+    float *sP32 = (float *)(sdO + FT * LH), *sdP = sP32 + FT * LDS;
+    float *sX = sP32;   // dQ staging: P^T and dP^T are dead once dS^T is made (barrier between)
+    bf16 *sP = (bf16 *)(sdP + FT * LDS), *sdS = sP + FT * LDP;
+    float *sdK = (float *)(sdS + FT * LDP);
+    float *sLse = sdK + (dk_smem<HS>::on ? FT * LX : 0), *sD = sLse + FT;
     int *sQs = (int *)(sD + FT);
     int hk = blockIdx.y, G = nh / nkv, j0 = blockIdx.x * FT, kd = nkv * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     load_tile<HS>(sK, k, j0, T, kd, hk * HS);
     load_tile<HS>(sV, v, j0, T, kd, hk * HS);
     int qend = seq_start[seq_of[min(T, j0 + FT) - 1] + 1] - 1;   // last query that sees a key of the tile
-    facc dK[HS / 16], dV[HS / 16];
-    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.f), wmma::fill_fragment(dV[n], 0.f);
-    const bf16 *wK = sK + warp * 16 * HS, *wV = sV + warp * 16 * HS;   // this warp's 16 keys
+    facc dK[dk_smem<HS>::on ? 1 : HS / 16], dV[HS / 16];
+    float *wdK = sdK + warp * 16 * LX;
+    if constexpr (dk_smem<HS>::on)
+        for (int e = lane; e < 16 * LX; e += 32) wdK[e] = 0.f;
+    else
+        for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.f);
+    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dV[n], 0.f);
+    const bf16 *wK = sK + warp * 16 * LH, *wV = sV + warp * 16 * LH;   // this warp's 16 keys
     for (int h = hk * G; h < hk * G + G; h++) {
         for (int q0 = j0; q0 <= qend; q0 += FT) {
             __syncthreads();   // the previous tile's readers are done
             bwd_load_q_tile<HS>(sQ, sdO, sLse, sD, sQs, q, dout, lse, D, seq_of, seq_start, q0, qend, T, h, nh);
             __syncthreads();
-            warp_mma_abt<HS, FT / 16>(sP32 + warp * 16 * FT, FT, wK, HS, sQ, HS);    // S^T = K Q^T
+            warp_mma_abt<HS, FT / 16>(sP32 + warp * 16 * LDS, LDS, wK, LH, sQ, LH);    // S^T = K Q^T
             __syncwarp();
             bwd_probs(sP32, sP, sLse, sQs, warp, lane, j0, q0, T, scale);
             __syncwarp();
-            warp_mma_ab_acc<FT, HS / 16>(dV, sP + warp * 16 * FT, FT, sdO, HS);     // dV += P^T dO
-            warp_mma_abt<HS, FT / 16>(sdP + warp * 16 * FT, FT, wV, HS, sdO, HS);   // dP^T = V dO^T
+            warp_mma_ab_acc<FT, HS / 16>(dV, sP + warp * 16 * LDP, LDP, sdO, LH);     // dV += P^T dO
+            warp_mma_abt<HS, FT / 16>(sdP + warp * 16 * LDS, LDS, wV, LH, sdO, LH);   // dP^T = V dO^T
             __syncwarp();
             bwd_dscores(sdS, sP32, sdP, sD, warp, lane, scale);
-            __syncthreads();   // dQ reads every warp's dS^T rows
-            warp_mma_ab_acc<FT, HS / 16>(dK, sdS + warp * 16 * FT, FT, sQ, HS);     // dK += dS^T Q
-            warp_mma_atb<FT, HS / 16>(sX + warp * 16 * HS, HS, sdS + warp * 16, FT, sK, HS);   // dQ = dS K
+            __syncthreads();   // dQ reads every warp's dS^T rows; P^T, dP^T are dead from here
+            bwd_dk<HS>(dK, wdK, sdS + warp * 16 * LDP, sQ);                           // dK += dS^T Q
+            warp_mma_atb<FT, HS / 16>(sX + warp * 16 * LX, LX, sdS + warp * 16, LDP, sK, LH);   // dQ = dS K
             __syncwarp();
             bwd_add_dq<HS>(dq32, sX, warp, lane, q0, qend, T, h, nh);
         }
     }
-    bwd_write_kv<HS>(dk, dv, dK, dV, sX, warp, lane, j0, T, hk, nkv);
+    bwd_write_kv<HS>(dk, dv, dK, dV, sX, wdK - warp * 16 * LX, warp, lane, j0, T, hk, nkv);
 }
 
 __global__ void k_seq_of_rows(int32_t *seq_of, const int32_t *seq_start, int nseq) {

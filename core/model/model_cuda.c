@@ -27,6 +27,7 @@
 #ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
 
 #include "cuda/cuda.h"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
 
 #include <omp.h>
@@ -53,6 +54,9 @@ typedef struct infer_state {
     size_t attn_work_bytes;
     int last_nseq;         // rows of logits valid (0 before any step)
     int graphs_off;
+    model_attn_path attn;  // prefill attention: cudnn or custom (cuda_dnn.h), chosen per prefill step
+    int attn_forced;       // SKPO_ATTN chose it: no fallback
+    int dnn_off;           // cuDNN refused an unforced prefill: the own kernel from then on
     step_graph graphs[MAX_GRAPHS];
     unsigned long clock;
 } infer_state;
@@ -69,6 +73,32 @@ skpo_status model_cuda_probe(int device, skpo_err *err) {
 }
 
 skpo_cuda *model_cuda_ctx(const skpo_model *m) { return m->cuda ? m->cuda->cu : NULL; }
+
+const char *const model_attn_names[ATTN_NPATHS] = {"custom", "flash", "cudnn"};
+
+skpo_status model_cuda_attn_select(skpo_cuda *cu, int training, int nh, int nkv, int hs, model_attn_path *path,
+                                   int *forced, skpo_err *err) {
+    const char *env = getenv("SKPO_ATTN");
+    int flash_ok = training && (hs == 64 || hs == 128);
+    *forced = env && *env;
+    if (*forced) {
+        int i = 0;
+        while (i < ATTN_NPATHS && strcmp(env, model_attn_names[i])) i++;
+        if (i == ATTN_NPATHS)
+            return skpo_err_set(err, SKPO_ERANGE, "SKPO_ATTN=%s: no such attention path (cudnn, flash or custom)", env);
+        if (i == ATTN_CUDNN) {
+            skpo_err e = {0};
+            if (skpo_cudnn_check(cu, &e)) return skpo_err_set(err, SKPO_EUNSUPPORTED, "SKPO_ATTN=cudnn: %s", e.msg);
+        }
+        if (i == ATTN_FLASH && !training) i = ATTN_CUSTOM;   // prefill has no flash kernel
+        if (i == ATTN_FLASH && !flash_ok)
+            return skpo_err_set(err, SKPO_EUNSUPPORTED, "SKPO_ATTN=flash: head_dim %d (the flash kernels take 64 or 128)", hs);
+        *path = (model_attn_path)i;
+        return SKPO_OK;
+    }
+    *path = skpo_cudnn_check(cu, NULL) == SKPO_OK ? ATTN_CUDNN : flash_ok ? ATTN_FLASH : ATTN_CUSTOM;
+    return SKPO_OK;
+}
 
 // Host float32 -> bf16 in chunks through pinned memory (n elements from src to dst).
 static skpo_status upload_bf16(skpo_cuda *cu, skpo_bf16 *dst, const float *src, size_t n, skpo_err *err) {
@@ -153,6 +183,9 @@ static skpo_status infer_open(skpo_model *m, skpo_err *err) {
     infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
     mc->infer = in;
     in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
+    skpo_status s = model_cuda_attn_select(mc->cu, 0, m->c.num_attention_heads, m->c.num_key_value_heads,
+                                           m->c.head_dim, &in->attn, &in->attn_forced, err);
+    if (s) return s;
     in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
                                                          m->c.head_dim);
     return skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err);
@@ -400,11 +433,36 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
 // Device views of the staging ints of a step.
 typedef struct step_ix {
     const int32_t *toks, *pos, *row_seq, *slot_b, *slot_r, *last, *bt, *tiles;
-    int N, nseq, MB, ntiles;
+    int N, nseq, MB, ntiles, max_q;   // max_q: most new rows of one sequence
 } step_ix;
 
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
 #define W(p) model_cuda_w(m, (p))
+
+// Attention of a prefill (or mixed) step's rows: cuDNN over the paged pool,
+// or the tiled kernel of infer.cu. cuDNN that cannot take the shape (an
+// unforced choice) says so once and hands over to the kernel for good.
+static skpo_status prefill_attention(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_bf16 *att, const skpo_bf16 *q,
+                                     int l, skpo_err *err) {
+    infer_state *in = m->cuda->infer;
+    skpo_cuda *cu = m->cuda->cu;
+    const skpo_config *c = &m->c;
+    const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim;
+    skpo_bf16 *pk = skpo_kv_pool_raw_k(kv), *pv = skpo_kv_pool_raw_v(kv);
+    TRY(model_cuda_attn_select(cu, 0, NH, NKV, HS, &in->attn, &in->attn_forced, err));
+    if (in->dnn_off && !in->attn_forced) in->attn = ATTN_CUSTOM;
+    if (in->attn == ATTN_CUDNN) {
+        skpo_status s = skpo_cudnn_attention_paged(cu, att, q, pk, pv, ix->bt, ix->MB, ix->last, ix->pos, ix->nseq,
+                                                   ix->max_q, ix->N, ks->n_layers, l, (int)ks->n_blocks,
+                                                   ks->block_size, NH, NKV, HS, err);
+        if (s != SKPO_EUNSUPPORTED || in->attn_forced) return s;
+        fprintf(stderr, "skpo: prefill attention falls back to the own kernel: %s\n", err->msg);
+        in->dnn_off = 1;
+    }
+    return skpo_cuda_attention_prefill(cu, att, q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, ix->tiles, ix->ntiles,
+                                       ix->N, ks->n_layers, l, ks->block_size, NH, NKV, HS, err);
+}
 
 // Every kernel of one step, in order, on the model's stream (capturable: no
 // allocation, no synchronisation, no host reads of device data).
@@ -430,8 +488,7 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
         TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
                                  ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
         if (N > ix->nseq)   // runs of rows of one sequence: tiles of rows share the K/V staging
-            TRY(skpo_cuda_attention_prefill(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, ix->tiles,
-                                            ix->ntiles, N, ks->n_layers, l, ks->block_size, NH, NKV, HS, err));
+            TRY(prefill_attention(m, kv, ix, b.att, b.q, l, err));
         else
             TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers,
                                           l, ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
@@ -519,12 +576,14 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
     }
     // Row tiles for prefill attention: runs of at most SKPO_CUDA_PREFILL_ROWS rows of one sequence.
     int32_t *hti = hbt + (size_t)B * MB;
-    int nt = 0;
-    for (int i = 0; i < nseq; i++)
+    int nt = 0, max_q = 0;
+    for (int i = 0; i < nseq; i++) {
+        if (off[i + 1] - off[i] > max_q) max_q = off[i + 1] - off[i];
         for (int r = off[i]; r < off[i + 1]; r += SKPO_CUDA_PREFILL_ROWS, nt++) {
             hti[2 * nt] = r;
             hti[2 * nt + 1] = off[i + 1] - r < SKPO_CUDA_PREFILL_ROWS ? off[i + 1] - r : SKPO_CUDA_PREFILL_ROWS;
         }
+    }
     for (int i = nseq; i < B; i++) {
         int r = off[nseq] + (i - nseq);
         ht[r] = hp[r] = hr[r] = 0;
@@ -535,7 +594,7 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
     }
     return (step_ix){.toks = d, .pos = d + N, .row_seq = d + 2 * N, .slot_b = d + 3 * N, .slot_r = d + 4 * N,
                      .last = d + 5 * N, .bt = d + 5 * N + B, .tiles = d + 5 * N + B + (size_t)B * MB, .N = N,
-                     .nseq = B, .MB = MB, .ntiles = nt};
+                     .nseq = B, .MB = MB, .ntiles = nt, .max_q = max_q};
 }
 
 // Decode graphs are kept for a few batch sizes: 1, 2, 4, 8, then powers of two

@@ -3,11 +3,15 @@
  * The math is model_train.c's,
  * op for op, on the device: bf16 activations, fp32 statistics, fp32 weight
  * gradients (cuBLAS accumulates dW into the fp32 buffer). Differences forced
- * by the kernels: attention's dK/dV come out in fp32 (atomics) and are rounded
- * to bf16 before their projections; input gradients that several projections
- * feed are accumulated by the GEMM in bf16. SKPO_DETERMINISTIC=1 swaps the two
- * order-dependent atomic sums (embedding rows, attention dK/dV) for ordered
- * ones and keeps flash off (its dQ adds atomically): the same bits every run.
+ * by the kernels: attention's dK/dV come out in bf16 (cuDNN, flash) or in fp32
+ * (the custom kernels' atomics, rounded to bf16 before their projections);
+ * input gradients that several projections feed are accumulated by the GEMM in
+ * bf16. Attention takes the path model_cuda_attn_select chooses (SKPO_ATTN:
+ * cudnn, flash, custom); cuDNN that cannot take a shape hands over to the own
+ * kernels for the rest of the run, once, with a line on stderr.
+ * SKPO_DETERMINISTIC=1 swaps the two order-dependent atomic sums (embedding
+ * rows, attention dK/dV) for ordered ones and takes the custom attention path
+ * (flash's dQ and cuDNN's backward add atomically): the same bits every run.
  * All device memory of a pass comes from one arena that grows to the largest
  * micro-batch seen and is kept until the model is closed.
  */
@@ -15,8 +19,11 @@
 
 #ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
 
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
 #include "cuda/cuda_train.h"
+
+#include <stdio.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -44,7 +51,10 @@ typedef struct cutrain {
     // the batch
     int N, S, nseq, R, saved, nl;   // nl: layers with their own activation buffers
     int recomputing;                // this pass saved layer inputs only
-    int flash;                      // tensor-core attention (SKPO_ATTN=flash, head_dim 64 / 128)
+    model_attn_path attn;           // this pass's attention path
+    int attn_forced;                // SKPO_ATTN named it: no fallback
+    int dnn_off;                    // cuDNN failed on an unforced choice: own kernels from now on
+    int max_len;                    // longest sequence of the batch
     int det;                        // SKPO_DETERMINISTIC=1: a backward without order-dependent atomics
     int nseg;                       // det: runs of one token id in emb_order
     float temperature;
@@ -174,7 +184,7 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
         size_t widest = d->C > d->QD ? d->C : d->QD;
         TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
         TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
-        if (t->flash) TAKE(t->fwork, N * d->NH + N * d->QD, float);
+        if (t->attn != ATTN_CUSTOM) TAKE(t->fwork, N * d->NH + N * d->QD, float);   // flash (cudnn's fallback)
         if (t->det) {
             TAKE(t->dwork, N * d->NH, float);
             TAKE(t->emb_order, N, int32_t); TAKE(t->emb_seg, N + 1, int32_t);
@@ -257,10 +267,17 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
     t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
     t->recomputing = save && t->recompute;
-    const char *attn = getenv("SKPO_ATTN"), *det = getenv("SKPO_DETERMINISTIC");
+    const skpo_config *c = &m->c;
+    const char *det = getenv("SKPO_DETERMINISTIC");
     t->det = det && *det && strcmp(det, "0");
-    // flash's dQ adds with atomics: deterministic mode keeps the simple kernels
-    t->flash = !t->det && attn && !strcmp(attn, "flash") && (m->c.head_dim == 64 || m->c.head_dim == 128);
+    TRY(model_cuda_attn_select(m->cuda->cu, 1, c->num_attention_heads, c->num_key_value_heads, c->head_dim, &t->attn,
+                               &t->attn_forced, err));
+    if (t->attn == ATTN_CUDNN && t->dnn_off) t->attn = c->head_dim == 64 || c->head_dim == 128 ? ATTN_FLASH : ATTN_CUSTOM;
+    // flash's dQ and cuDNN's backward add with atomics: deterministic mode keeps the custom kernels
+    if (t->det) t->attn = ATTN_CUSTOM;
+    t->max_len = 0;
+    for (int i = 0; i < nseq; i++)
+        if (seqs[i].n > t->max_len) t->max_len = seqs[i].n;
     size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
     t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
     if (t->R > t->S) t->R = t->S ? t->S : 1;
@@ -294,6 +311,57 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
 #define W(p) model_cuda_w(m, (p))
 #define G(p) model_cuda_grad(m, (p))
 
+// cuDNN refused a shape it was not forced to take: the own kernels from now on.
+static void attn_fallback(skpo_model *m, cutrain *t, const skpo_err *why) {
+    int hs = m->c.head_dim;
+    t->attn = hs == 64 || hs == 128 ? ATTN_FLASH : ATTN_CUSTOM;
+    t->dnn_off = 1;
+    fprintf(stderr, "skpo: training attention falls back to %s: %s\n", model_attn_names[t->attn], why->msg);
+}
+
+static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_err *err) {
+    const skpo_config *c = &m->c;
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim;
+    float *lse = t->saved ? a->lse : NULL;   // scoring needs no statistics
+    if (t->attn == ATTN_CUDNN) {
+        skpo_status s = skpo_cudnn_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, t->max_len, N,
+                                             NH, NKV, HS, err);
+        if (s != SKPO_EUNSUPPORTED || t->attn_forced) return s;
+        attn_fallback(m, t, err);
+    }
+    if (t->attn == ATTN_FLASH)
+        return skpo_cuda_flash_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err);
+    return skpo_cuda_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err);
+}
+
+// dq, and dK / dV into t->dkb / t->dvb (bf16), from t->datt.
+static skpo_status attn_bwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_err *err) {
+    const skpo_config *c = &m->c;
+    skpo_cuda *cu = m->cuda->cu;
+    int N = t->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim, KVD = NKV * HS;
+    if (t->attn == ATTN_CUDNN) {
+        skpo_status s = skpo_cudnn_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k,
+                                                      a->v, t->seq_start, t->nseq, t->max_len, N, NH, NKV, HS, err);
+        if (s != SKPO_EUNSUPPORTED || t->attn_forced) return s;
+        attn_fallback(m, t, err);
+    }
+    if (t->attn == ATTN_FLASH)
+        return skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                                  t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err);
+    if (t->det) {   // two passes, no atomics: dk, dv written once
+        TRY(skpo_cuda_attention_backward_det(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                             t->seq_of, t->seq_start, N, NH, NKV, HS, t->dwork, err));
+    } else {
+        TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
+        TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                         t->seq_start, t->nseq, N, NH, NKV, HS, err));
+    }
+    TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
+    return skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err);
+}
+
 // Layer l from a.xin; full = 0 stops after the MLP input (recomputation in
 // backward needs nothing past gate/up).
 static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, int full, skpo_err *err) {
@@ -313,10 +381,7 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
         TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_V, a->v, a->ln1, N, err));
     }
     TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
-    if (t->flash)
-        TRY(skpo_cuda_flash_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err));
-    else
-        TRY(skpo_cuda_attention(cu, a->att, a->lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err));
+    TRY(attn_fwd(m, t, a, err));
     TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
     TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
     if (m->lora) TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_O, a->xmid, a->att, N, err)); // LoRA
@@ -462,22 +527,7 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
     if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_O, t->datt, t->dx, a->att, N, err)); // LoRA
-    if (t->flash) {
-        TRY(skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                               t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err));
-    } else if (t->det) {   // two passes, no atomics: dk, dv written once
-        TRY(skpo_cuda_attention_backward_det(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                             t->seq_of, t->seq_start, N, NH, NKV, HS, t->dwork, err));
-        TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
-        TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
-    } else {
-        TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
-        TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
-        TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                         t->seq_start, t->nseq, N, NH, NKV, HS, err));
-        TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
-        TRY(skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err));
-    }
+    TRY(attn_bwd(m, t, a, err));
     TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
     TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
     TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));

@@ -210,6 +210,16 @@ static inline float *model_cuda_grad(const skpo_model *m, const float *p) {
 }
 
 extern const model_backend model_backend_cuda;
+// Attention paths of the CUDA backend (core/cuda/cuda_dnn.h says what each is).
+typedef enum { ATTN_CUSTOM, ATTN_FLASH, ATTN_CUDNN, ATTN_NPATHS } model_attn_path;
+extern const char *const model_attn_names[ATTN_NPATHS];   // "custom", "flash", "cudnn"
+// The path for attention of this shape: SKPO_ATTN when set (cudnn that cannot
+// run here or flash with another head_dim: SKPO_EUNSUPPORTED naming the reason;
+// an unknown name: SKPO_ERANGE), else cudnn where it runs, else flash
+// (training, head_dim 64 or 128), else custom. *forced: SKPO_ATTN named it (a
+// forced path never falls back). training = 0: prefill, where flash is custom.
+skpo_status model_cuda_attn_select(skpo_cuda *cu, int training, int nh, int nkv, int hs, model_attn_path *path,
+                                   int *forced, skpo_err *err);
 // model_cuda.c
 // Fails (EDEVICE without a visible device `device`) before anything is loaded.
 skpo_status model_cuda_probe(int device, skpo_err *err);

@@ -18,7 +18,7 @@ mpi=$(pkg-config --libs ompi-c 2>/dev/null || true)
 tests=${*:-$(ls tests/unit/test_cuda_*.c | sed 's#.*/\(test_cuda_[a-z_]*\)\.c#\1#' | grep -v -e fake -e "^test_cuda_sample$")}
 targets=""
 for t in $tests; do targets="$targets $b/tests/$t"; done
-make -s -j"$(nproc)" BUILD=$b CUDA=1 NVCC="$top/tests/emu/nvcc-emu" NVCCFLAGS="-Icore" CUDA_HOME="$CUDA_HOME" \
+make -s -j"$(nproc)" BUILD=$b CUDA=1 CUDNN=0 NVCC="$top/tests/emu/nvcc-emu" NVCCFLAGS="-Icore" CUDA_HOME="$CUDA_HOME" \
   LDLIBS="$top/$b/emu/cuda_emu_rt.o -lmsgpackc -lzstd -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread $mpi -lstdc++" \
   $targets
 rc=0

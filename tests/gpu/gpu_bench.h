@@ -213,6 +213,30 @@ static inline int bench_start(const char *kind, int argc, char **argv, skpo_conf
     return 1;
 }
 
+// The attention paths each benchmark reports, one BENCH line per path
+// (attn=NAME): SKPO_ATTN is set before each run; a path that cannot run here
+// gets a SKIP line saying why (bench_attn_skip) and the next one runs. cuDNN
+// last: a failure there (the newest code) leaves the own kernels' lines.
+static const char *const BENCH_ATTN_TRAIN[] = {"custom", "flash", "cudnn"};
+static const char *const BENCH_ATTN_PREFILL[] = {"custom", "cudnn"};
+#ifdef SKPO_HAVE_CUDA
+#include "cuda/cuda_dnn.h"
+static inline int bench_attn_skip(const char *kind, const char *model, const char *path, skpo_model *m, int hs) {
+    skpo_err e = {0};
+    if (!strcmp(path, "cudnn") && skpo_cudnn_check(skpo_model_cuda_ctx(m), &e)) {
+        printf("SKIP bench %s %s attn=cudnn: %s\n", kind, model, e.msg);
+        return 1;
+    }
+    if (!strcmp(path, "cudnn")) printf("INFO %s %s: cuDNN %s\n", kind, model, skpo_cudnn_version(skpo_model_cuda_ctx(m)));
+    if (!strcmp(path, "flash") && hs != 64 && hs != 128) {
+        printf("SKIP bench %s %s attn=flash: head_dim %d\n", kind, model, hs);
+        return 1;
+    }
+    setenv("SKPO_ATTN", path, 1);
+    return 0;
+}
+#endif
+
 // A model with random weights on the device, or a SKIP line naming why not.
 static inline skpo_model *bench_model(const char *kind, const char *model, const skpo_config *c, int trainable) {
     skpo_model_opts o = {.device = SKPO_DEV_CUDA, .trainable = trainable, .threads = 0};

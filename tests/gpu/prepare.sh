@@ -29,6 +29,18 @@ if [ "$n" -ne "$want" ]; then
   echo "prepare.sh: got $n of $want packages (run apt-get update?)" >&2
   exit 1
 fi
+# cuDNN attention: the GPU machine has PyTorch's libcudnn.so.9 but no headers.
+# The toolkit's cudnn*.h and the pinned frontend headers (scripts/deps.sh)
+# travel in .gpudeps/cudnn/include (the build: CUDNN_INCLUDE and
+# CUDNN_FRONTEND pointed there, CUDNN_LIB at a libcudnn.so link to the pip one).
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$cuda_home/include/cudnn.h" ] && sh "$top/scripts/deps.sh" >&2 && [ -f "$top/.deps/cudnn-frontend/include/cudnn_frontend.h" ]; then
+  mkdir -p "$dir.tmp/cudnn/include"
+  cp "$cuda_home"/include/cudnn*.h "$dir.tmp/cudnn/include/"
+  cp -R "$top/.deps/cudnn-frontend/include/." "$dir.tmp/cudnn/include/"
+else
+  echo "prepare.sh: no cudnn.h in $cuda_home or no cuDNN frontend headers: the GPU build will have no cuDNN attention" >&2
+fi
 rm -rf "$dir" && mv "$dir.tmp" "$dir"
 ls "$dir" > "$dir/MANIFEST"
 echo "prepare.sh: $n packages in .gpudeps: $(du -sh "$dir" | cut -f1)"

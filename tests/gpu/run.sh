@@ -40,8 +40,7 @@
 #
 # Environment: SKPO_GPU_BUDGET (450), SKPO_GPU_PHASES (all: "facts load tests
 # bench sanitizer peer step 1.5b"), SKPO_GPU_WORK (/tmp/skpo-gpu),
-# SKPO_GPU_BUILD=1 (the fallback build even where the bundle loads),
-# SKPO_GPU_ATTN (the update's attention paths, "custom flash").
+# SKPO_GPU_BUILD=1 (the fallback build even where the bundle loads).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
@@ -136,7 +135,7 @@ for r in $(python3 -c 'import nvidia, sys; print(" ".join(nvidia.__path__))' 2>/
 done
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-for l in libcudart.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+for l in libcudart.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
   where=$(echo "$libpath" | tr ':' '\n' | while read -r d; do [ -e "$d/$l" ] && echo "$d" && break; done)
   echo "INFO facts: $l ${where:-not found}"
 done
@@ -152,12 +151,22 @@ fallback_build() { # builds with the image's compilers and .gpudeps/ (tests/gpu/
   else echo "INFO load: no .gpudeps/ (tests/gpu/prepare.sh): the image's own libraries"; fi
   lib=$deps/usr/lib/x86_64-linux-gnu
   nccl=$(echo "$libpath" | tr ':' '\n' | grep '/nccl/lib$' | head -1)
+  # cuDNN: prepare.sh carries its headers and the frontend's; the library is
+  # torch's libcudnn.so.9, linked by its plain name from a folder of our own
+  dnn="CUDNN=0"
+  cudnn=$(echo "$libpath" | tr ':' '\n' | grep '/cudnn/lib$' | head -1)
+  if [ -d .gpudeps/cudnn/include ] && [ -n "$cudnn" ]; then
+    mkdir -p "$W/dnnlib" && ln -sf "$cudnn/libcudnn.so.9" "$W/dnnlib/libcudnn.so"
+    nvrtc=$(ls "$CUDA_HOME"/lib64/libnvrtc.so.* 2>/dev/null | head -1)
+    [ -n "$nvrtc" ] && ln -sf "$nvrtc" "$W/dnnlib/libnvrtc.so"
+    dnn="CUDNN_INCLUDE=$top/.gpudeps/cudnn/include CUDNN_FRONTEND=$top/.gpudeps/cudnn/include CUDNN_LIB=$W/dnnlib"
+  fi
   bs=$(date +%s)
   # CFLAGS and LDFLAGS from the environment: the Makefile appends its own to them
   CFLAGS="-I$deps/usr/include -I$deps/usr/include/x86_64-linux-gnu/openblas-pthread" \
   LDFLAGS="-L$lib -L$lib/openblas-pthread -Wl,-rpath-link,$lib:$lib/openblas-pthread" \
   timeout 240 make -k -j"$(nproc)" BUNDLE=1 CUDA=1 BUILD=build-gpu BIN=build-gpu/bin MPI_CFLAGS= MPI_LIBS= \
-    CUDA_HOME="$CUDA_HOME" ${nccl:+NCCL_HOME=$(dirname "$nccl")} \
+    CUDA_HOME="$CUDA_HOME" ${nccl:+NCCL_HOME=$(dirname "$nccl")} $dnn \
     $(ls tests/unit/test_cuda_*.c | grep -v _fake | sed 's#tests/unit/\(.*\)\.c#build-gpu/tests/\1#') \
     $(ls tests/gpu/*.c | sed 's#tests/gpu/\(.*\)\.c#build-gpu/gpu/\1#') \
     $(ls -d tools/*/ | sed 's#tools/\(.*\)/#build-gpu/bin/skpo-\1#') >"$L/gpu-build.log" 2>&1 ||
@@ -209,16 +218,15 @@ if want tests; then
 fi
 
 # --- 4. the 0.5B benchmarks ---------------------------------------------------------
-# The training attention paths (SKPO_ATTN); each update's BENCH line carries
-# attn=<path>, one summary line per path.
-paths=${SKPO_GPU_ATTN:-custom flash}
+# bench_prefill and bench_update run every attention path themselves (cudnn,
+# flash, custom: one BENCH line each, attn=<path>), cuDNN last.
 bench_size() { # MODEL
   m=$1
   part "bench-decode-$m" 90 "$B/gpu/bench_decode" "$m"
-  part "bench-prefill-$m" 30 "$B/gpu/bench_prefill" "$m"
-  for a in $paths; do part "bench-update-$m-$a" 50 env SKPO_ATTN=$a "$B/gpu/bench_update" "$m"; done
+  part "bench-prefill-$m" 45 "$B/gpu/bench_prefill" "$m"
+  part "bench-update-$m" 120 "$B/gpu/bench_update" "$m"
 }
-if want bench; then phase bench 150; bench_size 0.5b; fi
+if want bench; then phase bench 200; bench_size 0.5b; fi
 
 # --- 5. compute-sanitizer -----------------------------------------------------------
 # memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory
@@ -272,7 +280,6 @@ fi
 # --- 8. 1.5B, last ------------------------------------------------------------------
 if want 1.5b; then
   phase 1.5b "$(left)"
-  paths=${SKPO_GPU_ATTN_15B:-$paths}
   bench_size 1.5b
   [ "$have_torch" = 1 ] && part peer-torch-1.5b 90 env PYTHONUNBUFFERED=1 python3 tests/gpu/peer_torch.py 1.5b
 fi

@@ -8,6 +8,7 @@
 // Graphs record the kernels' arguments at capture and replay them.
 // Include once, from a test that defines SKPO_HAVE_CUDA before any header.
 #include "cuda/cuda.h"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
 
 #include <math.h>
@@ -369,6 +370,46 @@ skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo
     if (next != N) return skpo_err_set(err, SKPO_ERANGE, "fake prefill: tiles cover %d of %d rows", next, N);
     return fk_attention_paged(c, out, q, pk, pv, bt, max_blocks, row_seq, row_pos, N, n_layers, layer, bs, nh, nkv, hs,
                               NULL, 0, err);
+}
+
+// cuDNN (cuda_dnn.h) exists on the fake only when SKPO_ATTN=cudnn asks for
+// it, so the default paths stay those of the own kernels' fakes; its prefill
+// checks the index contract (rows sequence by sequence, last[] increasing,
+// max_q a bound, positions consecutive, table entries in the pool) and runs
+// the paged loops.
+int skpo_cudnn_compiled(void) { return 1; }
+skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
+    const char *a = getenv("SKPO_ATTN");
+    if (a && !strcmp(a, "cudnn")) return SKPO_OK;
+    return skpo_err_set(err, SKPO_EUNSUPPORTED, "fake backend: cuDNN only under SKPO_ATTN=cudnn");
+}
+skpo_status skpo_cudnn_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                       const skpo_bf16 *pool_v, const int32_t *bt, int max_blocks, const int32_t *last,
+                                       const int32_t *pos, int nseq, int max_q, int N, int n_layers, int layer,
+                                       int n_blocks, int bs, int nh, int nkv, int hs, skpo_err *err) {
+    SKPO_ASSERT(!fk_capturing);
+    if (nseq < 1 || last[nseq - 1] != N - 1)
+        return skpo_err_set(err, SKPO_ERANGE, "fake cudnn prefill: %d sequences end at row %d of %d", nseq,
+                            nseq ? last[nseq - 1] : -1, N);
+    int32_t *row_seq = skpo_xmalloc((size_t)N * sizeof *row_seq);
+    skpo_status st = SKPO_OK;
+    for (int b = 0, r0 = 0; b < nseq && !st; r0 = last[b++] + 1) {
+        int n = last[b] + 1 - r0;
+        if (n < 1 || n > max_q) st = skpo_err_set(err, SKPO_ERANGE, "fake cudnn prefill: sequence %d has %d rows (max_q %d)", b, n, max_q);
+        for (int r = r0; r <= last[b] && !st; r++) {
+            row_seq[r] = b;
+            if (r > r0 && pos[r] != pos[r - 1] + 1) st = skpo_err_set(err, SKPO_ERANGE, "fake cudnn prefill: row %d position", r);
+            if (pos[r] / bs >= max_blocks) st = skpo_err_set(err, SKPO_ERANGE, "fake cudnn prefill: row %d past the table", r);
+        }
+        for (int j = 0; j <= pos[last[b]] / bs && !st; j++)
+            if (bt[(size_t)b * max_blocks + j] < 0 || bt[(size_t)b * max_blocks + j] >= n_blocks)
+                st = skpo_err_set(err, SKPO_ERANGE, "fake cudnn prefill: block %d of sequence %d outside the pool", j, b);
+    }
+    if (!st)
+        st = fk_attention_paged(c, out, q, pool_k, pool_v, bt, max_blocks, row_seq, pos, N, n_layers, layer, bs, nh, nkv,
+                                hs, NULL, 0, err);
+    free(row_seq);
+    return st;
 }
 
 skpo_status skpo_cuda_capture_begin(skpo_cuda *c, skpo_err *err) {

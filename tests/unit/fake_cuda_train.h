@@ -330,3 +330,29 @@ skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo
     for (size_t i = 0; i < (size_t)T * nh * (1 + hs); i++) work[i] = NAN;   // scratch only
     return SKPO_OK;
 }
+
+// cuDNN's training contract (cuda_dnn.h) on the same loops: max_len bounds
+// every sequence; dk / dv come out in bf16, overwritten.
+skpo_status skpo_cudnn_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                 const skpo_bf16 *v, const int32_t *seq_start, int nseq, int max_len, int T, int nh,
+                                 int nkv, int hs, skpo_err *err) {
+    for (int s = 0; s < nseq; s++)
+        if (seq_start[s + 1] - seq_start[s] > max_len)
+            return skpo_err_set(err, SKPO_ERANGE, "fake cudnn: sequence %d longer than max_len %d", s, max_len);
+    return skpo_cuda_attention(c, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
+}
+
+skpo_status skpo_cudnn_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                          const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                          const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                          const int32_t *seq_start, int nseq, int max_len, int T, int nh, int nkv,
+                                          int hs, skpo_err *err) {
+    size_t n = (size_t)T * nkv * hs;
+    float *k32 = calloc(n ? n : 1, 4), *v32 = calloc(n ? n : 1, 4);
+    skpo_status st = skpo_cuda_attention_backward(c, dq, k32, v32, dout, out, lse, q, k, v, seq_start, nseq, T, nh,
+                                                  nkv, hs, err);
+    skpo_f32_to_bf16_host(dk, k32, n);
+    skpo_f32_to_bf16_host(dv, v32, n);
+    free(k32), free(v32);
+    return st;
+}

@@ -16,7 +16,9 @@
 
 #ifdef SKPO_HAVE_CUDA
 #include "cuda/cuda.h"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
+#include "need_cudnn.h"
 #endif
 
 #include <stdlib.h>
@@ -297,6 +299,21 @@ static void llama_llama3_rope_bias_untied_steps_match_cpu(void) {
 static void qwen2_05b_attention_shape_steps_match_cpu(void) {
     NEED_GPU();
     run_scenario(QWEN2_05B, "qwen2 0.5B heads");
+}
+
+// Each prefill path named (the default on a GPU is cuDNN where it runs).
+static void qwen2_05b_steps_match_cpu_with_cudnn_prefill(void) {
+    NEED_GPU();
+    NEED_CUDNN();
+    run_scenario(QWEN2_05B, "qwen2 0.5B heads, cuDNN prefill");
+    DONE_CUDNN();
+}
+
+static void qwen2_05b_steps_match_cpu_with_the_own_prefill_kernel(void) {
+    NEED_GPU();
+    setenv("SKPO_ATTN", "custom", 1);
+    run_scenario(QWEN2_05B, "qwen2 0.5B heads, own prefill kernel");
+    unsetenv("SKPO_ATTN");
 }
 
 // Max |got - reference| over every row and head of paged attention (double reference).
@@ -845,6 +862,8 @@ int main(void) {
     RUN(qwen2_steps_match_cpu_with_forks_and_mixed_batches);
     RUN(llama_llama3_rope_bias_untied_steps_match_cpu);
     RUN(qwen2_05b_attention_shape_steps_match_cpu);
+    RUN(qwen2_05b_steps_match_cpu_with_cudnn_prefill);
+    RUN(qwen2_05b_steps_match_cpu_with_the_own_prefill_kernel);
     RUN(greedy_decoding_is_identical_between_backends);
     RUN(step_dev_keeps_logits_on_the_device);
     RUN(decode_graphs_match_eager_launches);

@@ -10,6 +10,7 @@
 SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_train.h"
 
 #include <string.h>
@@ -388,6 +389,35 @@ static void deterministic_backward_kernels_give_the_same_bits_in_any_block_order
     free(q), free(k), free(v), free(g), free(de);
 }
 
+// The index tensors cuDNN attention reads (cuda_dnn.h), from offsets
+// (training, an empty sequence among them) and from the last rows and positions
+// of a prefill step (a prefix already cached, a decode row).
+static void sdpa_index_gives_lengths_and_element_offsets(void) {
+    enum { B = 4, BP = 6, NH = 6, NKV = 2, HS = 8 };   // padded to a bucket of 6: two empty sequences at the end
+    int32_t ss[B + 1] = {0, 5, 5, 12, 40}, want[5 * BP + 3];
+    for (int b = 0; b <= BP; b++) {
+        int first = ss[b < B ? b : B];
+        if (b < BP) want[b] = want[BP + b] = b < B ? ss[b + 1] - ss[b] : 0;
+        want[2 * BP + b] = first * NH * HS, want[3 * BP + 1 + b] = first * NKV * HS, want[4 * BP + 2 + b] = first * NH;
+    }
+    skpo_err e = {0};
+    void *dss = dup_raw(ss, sizeof ss), *di;
+    CHECK(skpo_cuda_malloc(G, &di, sizeof want, "test", &e) == SKPO_OK);
+    CHECK_MSG(skpo_cuda_sdpa_index(G, di, dss, B, BP, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
+    int32_t got[5 * BP + 3];
+    CHECK(skpo_cuda_d2h(G, got, di, sizeof got, &e) == SKPO_OK);
+    for (int i = 0; i < 5 * BP + 3; i++) CHECK_MSG(got[i] == want[i], "index %d: %d, want %d", i, got[i], want[i]);
+    // prefill: 3 sequences of 4, 1 and 6 new rows after 10, 44 and 0 cached positions
+    int32_t last[3] = {3, 4, 10}, pos[11] = {10, 11, 12, 13, 44, 0, 1, 2, 3, 4, 5};
+    int32_t wantp[5 * 3 + 3] = {4, 1, 6, 14, 45, 6, 0, 4 * NH * HS, 5 * NH * HS, 11 * NH * HS,
+                                0, 4 * NKV * HS, 5 * NKV * HS, 11 * NKV * HS, 0, 4 * NH, 5 * NH, 11 * NH};
+    void *dl = dup_raw(last, sizeof last), *dp = dup_raw(pos, sizeof pos);
+    CHECK_MSG(skpo_cuda_sdpa_index_paged(G, di, dl, dp, 3, 3, NH, NKV, HS, &e) == SKPO_OK, "%s", e.msg);
+    CHECK(skpo_cuda_d2h(G, got, di, sizeof wantp, &e) == SKPO_OK);
+    for (int i = 0; i < 18; i++) CHECK_MSG(got[i] == wantp[i], "paged index %d: %d, want %d", i, got[i], wantp[i]);
+    skpo_cuda_dfree(dss), skpo_cuda_dfree(di), skpo_cuda_dfree(dl), skpo_cuda_dfree(dp);
+}
+
 static void no_gpu_present(void) { SKIP("skipped: no GPU"); }
 
 int main(void) {
@@ -404,6 +434,7 @@ int main(void) {
     RUN(rmsnorm_forward_and_backward_match_cpu);
     RUN(rope_rotates_half_and_inverse_restores);
     RUN(prefill_attention_matches_naive_causal_gqa);
+    RUN(sdpa_index_gives_lengths_and_element_offsets);
     RUN(paged_decode_attention_matches_contiguous);
     RUN(chunked_logprob_and_entropy_match_cpu_on_large_vocab);
     RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);

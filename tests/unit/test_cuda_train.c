@@ -41,7 +41,9 @@
 SKIP_ONLY_MAIN(cuda_training_matches_cpu, "skipped: built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
+#include "cuda/cuda_dnn.h"
 #include "cuda/cuda_train.h"
+#include "need_cudnn.h"
 
 #include <unistd.h>
 
@@ -113,12 +115,13 @@ static skpo_model *make(const char *json, skpo_device dev) {
 }
 
 typedef struct batch {
-    skpo_seq s[3];
-    int32_t *ids[3];
+    skpo_seq s[8];
+    int32_t *ids[8];
     int nseq, S;
 } batch;
 
 static void batch_make(batch *b, int V, const int *len, const int *start, int nseq) {
+    SKPO_ASSERT(nseq <= 8);
     b->nseq = nseq;
     b->S = 0;
     for (int i = 0; i < nseq; i++) {
@@ -227,6 +230,24 @@ static void flash_attention_gradients_match_cpu(void) {
     NEED_GPU();
     int len[] = {150, 3, 77}, start[] = {20, 1, 9};
     setenv("SKPO_ATTN", "flash", 1);
+    grads_match(CFG_HS64, len, start, 3);
+    unsetenv("SKPO_ATTN");
+}
+
+// The other two paths through the model (on a GPU the default is cuDNN where it
+// runs, so these keep each path covered whatever the default).
+static void cudnn_attention_gradients_match_cpu(void) {
+    NEED_GPU();
+    NEED_CUDNN();
+    int len[] = {150, 3, 77, 300}, start[] = {20, 1, 9, 100};
+    grads_match(CFG_HS64, len, start, 4);
+    DONE_CUDNN();
+}
+
+static void custom_attention_gradients_match_cpu(void) {
+    NEED_GPU();
+    int len[] = {150, 3, 77}, start[] = {20, 1, 9};
+    setenv("SKPO_ATTN", "custom", 1);
     grads_match(CFG_HS64, len, start, 3);
     unsetenv("SKPO_ATTN");
 }
@@ -1119,6 +1140,8 @@ int main(void) {
     RUN(attention_backward_sums_kv_groups_and_matches_double_reference);
     RUN(flash_kernels_match_simple_kernels_hs64_hs128);
     RUN(flash_attention_gradients_match_cpu);
+    RUN(cudnn_attention_gradients_match_cpu);
+    RUN(custom_attention_gradients_match_cpu);
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);
