@@ -104,11 +104,11 @@ tests: $(TESTS)
 # Objects remember the flavour they were built for: switching CUDA=0/1 in one
 # build folder rebuilds everything (else a CUDA build would keep the empty
 # CPU-only objects of core/model/model_cuda*.c, and the reverse).
+# The stamps are made when the Makefile is read, not by a rule: .SECONDARY
+# (every target secondary) would let a missing stamp pass as up to date.
 FLAVOUR := $(BUILD)/.flavour-cuda$(CUDA)
-$(FLAVOUR):
-	@mkdir -p $(BUILD)
-	@rm -f $(BUILD)/.flavour-cuda*
-	@touch $@
+stamp = $(shell mkdir -p $(BUILD) && { [ -e $(1) ] || { rm -f $(BUILD)/$(2)*; touch $(1); }; })
+$(call stamp,$(FLAVOUR),.flavour-cuda)
 
 $(BUILD)/%.o: %.c $(wildcard core/*/*.h) $(FLAVOUR)
 	@mkdir -p $(dir $@)
@@ -120,10 +120,7 @@ $(BUILD)/%.o: %.cu $(wildcard core/base/*.h core/cuda/*.h core/cuda/*.cuh) $(FLA
 
 # The frontend is heavy (about a minute of g++): only this object knows CUDNN.
 DNN_STAMP := $(BUILD)/.cudnn$(CUDNN)
-$(DNN_STAMP):
-	@mkdir -p $(BUILD)
-	@rm -f $(BUILD)/.cudnn*
-	@touch $@
+$(call stamp,$(DNN_STAMP),.cudnn)
 
 $(BUILD)/%.o: %.cpp $(wildcard core/base/*.h core/cuda/*.h) $(FLAVOUR) $(DNN_STAMP)
 	@mkdir -p $(dir $@)
