@@ -13,10 +13,13 @@
  * global index, the exponentials are taken 16 at a time from index 0, and
  * the output accumulates values in index order.
  *
- * AVX-512 for head sizes 32, 64, 128, 256 (query and output in zmm
- * registers, two dot-product accumulators, Cephes exp 16 at a time); a
- * portable loop otherwise. The two round differently, so one machine always
- * takes the same one (skpo_attn_fast_ok) for every caller.
+ * AVX-512 for head sizes that are multiples of 16 up to 256 (query and
+ * output in zmm registers, two dot-product accumulators, Cephes exp 16 at a
+ * time); a portable loop otherwise. The two round differently, so one machine
+ * always takes the same one (skpo_attn_fast_ok) for every caller.
+ *
+ * Also here: the AVX-512 backward of one sequence and kv head group (the
+ * training's; it needs no invariance), where skpo_attn_fast_ok says yes.
  */
 #ifndef SKPO_ATTN_CPU_H
 #define SKPO_ATTN_CPU_H
@@ -36,5 +39,14 @@ int skpo_attn_fast_ok(int HS);
 // returns log(sum_j exp(q . k_j * scale)), the normaliser backward needs.
 // p: as many floats as there are keys, scratch.
 float skpo_attn_row(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p);
+
+// Backward of causal attention over one sequence of n rows for kv head g and
+// its query heads: q, dout, dq (rows of NH * HS floats), k, v, dk, dv (rows
+// of NKV * HS), lse and D = rowsum(dout * out) (rows of NH), all pointing at
+// the sequence's first row. dq of heads g*NH/NKV .. and dk, dv of head g are
+// OVERWRITTEN. scratch: 2 * HS * (n rounded up to 16) + 16 floats.
+void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
+                         const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int HS,
+                         float scale, float *scratch);
 
 #endif

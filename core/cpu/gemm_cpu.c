@@ -133,28 +133,43 @@ T512 static inline __m512 load_part(const float *x, int n) { // lanes >= n are z
     return _mm512_maskz_loadu_ps(n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1), x);
 }
 
-// 16 weights of a panel row as floats.
-T512 static inline __m512 wload512(const void *pn, size_t i, const int BF) {
-    if (!BF) return _mm512_load_ps((const float *)pn + i);
-    __m512i h = _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)((const uint16_t *)pn + i)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-}
-
 // Up to 8 rows x 32 outputs in 16 zmm accumulators; per k one panel row
-// (2 loads) and R broadcasts feed 2R FMAs.
+// and R broadcasts feed 2R FMAs. A float panel row is 2 loads; a bf16 one is
+// 1 load whose 32-bit lanes hold columns (2i, 2i+1): a shift and a mask
+// widen them into c0 = even, c1 = odd columns, re-interleaved at the end.
+// Either way every output is the same chain of FMAs on the same floats.
 T512 __attribute__((always_inline)) static inline void kern512(float *out, size_t ldo, const float *a, size_t lda,
                                                               const void *pn, const int BF, int K, const int R, int nv,
                                                               const float *bias, int acc) {
     __m512 c0[8], c1[8];
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) c0[r] = c1[r] = _mm512_setzero_ps();
     for (int k = 0; k < K; k++) {
-        __m512 w0 = wload512(pn, (size_t)k * P, BF), w1 = wload512(pn, (size_t)k * P + 16, BF);
+        __m512 w0, w1;
+        if (BF) {
+            __m512i x = _mm512_load_si512((const void *)((const uint16_t *)pn + (size_t)k * P));
+            w0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+            w1 = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+        } else {
+            w0 = _mm512_load_ps((const float *)pn + (size_t)k * P);
+            w1 = _mm512_load_ps((const float *)pn + (size_t)k * P + 16);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             __m512 x = _mm512_set1_ps(a[(size_t)r * lda + k]);
             c0[r] = _mm512_fmadd_ps(x, w0, c0[r]);
             c1[r] = _mm512_fmadd_ps(x, w1, c1[r]);
+        }
+    }
+    if (BF) { // even/odd columns back to 0..15, 16..31
+        const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 e = c0[r], o = c1[r];
+            c0[r] = _mm512_permutex2var_ps(e, lo_idx, o);
+            c1[r] = _mm512_permutex2var_ps(e, hi_idx, o);
         }
     }
     int n1 = nv - 16;
@@ -185,23 +200,27 @@ T512 static void kern_avx512(float *out, size_t ldo, const float *a, size_t lda,
 #undef K512
 }
 
-T256 static inline __m256 wload256(const void *pn, size_t i, const int BF) {
-    if (!BF) return _mm256_load_ps((const float *)pn + i);
-    __m256i h = _mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)((const uint16_t *)pn + i)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-}
-
 // Up to 4 rows x 16 outputs (half a panel) in 8 ymm accumulators, run for
-// each half; the epilogue is scalar (same additions, lane by lane).
+// each half; the epilogue is scalar (same additions, lane by lane). bf16
+// panels as in kern512: one load, even/odd columns in c0/c1.
 T256 __attribute__((always_inline)) static inline void kern256(float *out, size_t ldo, const float *a, size_t lda,
                                                               const void *pn, const int BF, int K, const int R, int nv,
                                                               const float *bias, int acc) {
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     for (int h = 0; h < 2 && h * 16 < nv; h++) {
         __m256 c0[4], c1[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) c0[r] = c1[r] = _mm256_setzero_ps();
         for (int k = 0; k < K; k++) {
-            __m256 w0 = wload256(pn, (size_t)k * P + h * 16, BF), w1 = wload256(pn, (size_t)k * P + h * 16 + 8, BF);
+            __m256 w0, w1;
+            if (BF) {
+                __m256i x = _mm256_load_si256((const __m256i *)((const uint16_t *)pn + (size_t)k * P + h * 16));
+                w0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+                w1 = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+            } else {
+                w0 = _mm256_load_ps((const float *)pn + (size_t)k * P + h * 16);
+                w1 = _mm256_load_ps((const float *)pn + (size_t)k * P + h * 16 + 8);
+            }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + k);
@@ -212,9 +231,10 @@ T256 __attribute__((always_inline)) static inline void kern256(float *out, size_
         int n = nv - h * 16 < 16 ? nv - h * 16 : 16;
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            float t[16], *y = out + (size_t)r * ldo + h * 16;
-            _mm256_storeu_ps(t, c0[r]);
-            _mm256_storeu_ps(t + 8, c1[r]);
+            float t[16], u[16], *y = out + (size_t)r * ldo + h * 16;
+            _mm256_storeu_ps(u, c0[r]);
+            _mm256_storeu_ps(u + 8, c1[r]);
+            for (int j = 0; j < 16; j++) t[j] = BF ? u[(j & 1) * 8 + j / 2] : u[j];
             for (int j = 0; j < n; j++) y[j] = ((acc ? y[j] : 0.0f) + (bias ? bias[h * 16 + j] : 0.0f)) + t[j];
         }
     }

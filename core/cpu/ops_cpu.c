@@ -17,6 +17,7 @@
 #include "cpu/simd_impl.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -339,6 +340,23 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
     float *D = skpo_xmalloc((size_t)(N ? N : 1) * NH * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) dot_rows(D + (size_t)r * NH, dout + (size_t)r * NH * HS, out + (size_t)r * NH * HS, NH, HS);
+    if (skpo_attn_fast_ok(HS)) { // tiles per (sequence, kv head): attn_cpu.h
+        int T = max_seq_len(seq_off, nseq);
+#pragma omp parallel
+        {
+            float *scr = skpo_xmalloc(2 * (size_t)HS * (((size_t)T + 15) & ~(size_t)15) * sizeof(float) + 64);
+#pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < (long)nseq * NKV; it++) {
+                int s = (int)(it / NKV), g = (int)(it % NKV), s0 = seq_off[s];
+                size_t qo = (size_t)s0 * NH * HS, ko = (size_t)s0 * ks;
+                skpo_attn_bwd_group(dq + qo, dk + ko, dv + ko, dout + qo, lse + (size_t)s0 * NH, D + (size_t)s0 * NH,
+                                    q + qo, k + ko, v + ko, seq_off[s + 1] - s0, NH, NKV, g, HS, scale, scr);
+            }
+            free(scr);
+        }
+        free(D);
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NH; it++) {
         int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
@@ -460,5 +478,13 @@ static const skpo_ops CPU_OPS = {
 
 const skpo_ops *skpo_ops_cpu(void) {
     openblas_set_num_threads(1); // see "dense" above: parallelism comes from our OpenMP slices
+#if defined(__GLIBC__)
+    // A pass allocates and frees activations of tens to hundreds of MiB per
+    // micro-batch; above glibc's default mmap threshold each one is a fresh
+    // mapping whose every page faults and is zeroed again (~3% of a 125M
+    // update). Keeping them in the heap reuses the pages.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     return &CPU_OPS;
 }
