@@ -54,6 +54,7 @@ typedef struct model_acts {
     int *srow;           // (S) row whose logits predict the scored token
     int32_t *stgt;       // (S) the scored token
     float *slse, *sent;  // (S) log-normaliser and entropy of each scored row
+    float *logits;       // (S, V) kept by a training forward for backward when small enough (model_train.c), else NULL
     float temperature;
     int saved;           // 1 when per-layer activations are kept (training)
 } model_acts;

@@ -4,9 +4,13 @@
  *
  * A batch is the concatenation of its sequences (N rows); attention is causal
  * within each sequence. Only the rows that predict a scored token go through
- * the lm_head, in chunks of rows, so (T, vocab) logits never exist at once;
- * backward recomputes each chunk's logits from the saved final-norm output
- * and the saved log-normaliser instead of keeping them.
+ * the lm_head, in chunks of rows. A training pass keeps the logits for
+ * backward when they are small (LOGIT_KEEP_FLOATS); otherwise (T, vocab)
+ * logits never exist at once, and backward recomputes each chunk's logits
+ * from the saved final-norm output and the saved log-normaliser.
+ * Every forward product is the packed batch-invariant one (model_cpu_linear)
+ * with the compute weights (model_cw), as in decode (model_cpu.c), so the
+ * log-probs here are the bits the sampler wrote.
  * The CPU backend's half for scoring and training (model_impl.h); inference
  * is model_cpu.c. Not here: the optimiser (train/optim).
  */
@@ -18,6 +22,10 @@
 #include <string.h>
 
 #define LOGIT_CHUNK_FLOATS ((size_t)1 << 24) // 64 MiB of logits per chunk
+// A training forward keeps all its logits for backward when they fit here
+// (256 MiB: a 32k vocabulary up to 2k scored rows); above, backward
+// recomputes them chunk by chunk (a 152k vocabulary at 8k rows would be 5 GB).
+#define LOGIT_KEEP_FLOATS ((size_t)1 << 26)
 
 static float *falloc(size_t n) { return skpo_xmalloc((n ? n : 1) * sizeof(float)); }
 
@@ -26,7 +34,7 @@ void model_acts_free(model_acts *a) {
     free(a->x); free(a->ln1); free(a->rstd1); free(a->q); free(a->k); free(a->v);
     free(a->att); free(a->lse); free(a->xmid); free(a->ln2); free(a->rstd2);
     free(a->gate); free(a->up); free(a->h); free(a->lnf); free(a->rstdf);
-    free(a->srow); free(a->stgt); free(a->slse); free(a->sent);
+    free(a->srow); free(a->stgt); free(a->slse); free(a->sent); free(a->logits);
     memset(a, 0, sizeof *a);
 }
 
@@ -132,12 +140,16 @@ static int chunk_rows(const skpo_model *m) {
     return r < 1 ? 1 : r > 4096 ? 4096 : (int)r;
 }
 
-// Scored rows through the lm_head, chunk by chunk: logp, entropy, lse.
+// Scored rows through the lm_head, chunk by chunk: logp, entropy, lse. A
+// training pass keeps the logits (a->logits) when they fit LOGIT_KEEP_FLOATS.
 static void head_forward(skpo_model *m, model_acts *a, float *logp, float *ent) {
     int C = m->c.hidden_size, V = m->c.vocab_size, R = chunk_rows(m);
-    float *g = falloc((size_t)R * C), *logits = falloc((size_t)R * V);
+    int keep = a->saved && (size_t)a->S * V <= LOGIT_KEEP_FLOATS;
+    float *g = falloc((size_t)R * C), *scratch = keep ? NULL : falloc((size_t)R * V);
+    if (keep) a->logits = falloc((size_t)a->S * V);
     for (int s0 = 0; s0 < a->S; s0 += R) {
         int n = a->S - s0 < R ? a->S - s0 : R;
+        float *logits = keep ? a->logits + (size_t)s0 * V : scratch;
         for (int i = 0; i < n; i++)
             memcpy(g + (size_t)i * C, a->lnf + (size_t)a->srow[s0 + i] * C, (size_t)C * sizeof(float));
         model_cpu_linear(m, m->c.num_hidden_layers * PK_PER_LAYER, logits, g, NULL, n, C, V, 0);
@@ -145,7 +157,7 @@ static void head_forward(skpo_model *m, model_acts *a, float *logp, float *ent) 
         if (ent) memcpy(ent + s0, a->sent + s0, (size_t)n * sizeof(float));
     }
     free(g);
-    free(logits);
+    free(scratch);
 }
 
 skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
@@ -190,14 +202,15 @@ skpo_status model_cpu_train_forward(skpo_model *m, const skpo_seq *seqs, int nse
 // d(loss)/d(lnf) (N, C) from the head, recomputing logits chunk by chunk.
 static void head_backward(skpo_model *m, model_acts *a, const float *dlogp, const float *dent, float *dlnf) {
     int C = m->c.hidden_size, V = m->c.vocab_size, R = chunk_rows(m);
-    float *g = falloc((size_t)R * C), *dg = falloc((size_t)R * C), *logits = falloc((size_t)R * V);
+    float *g = falloc((size_t)R * C), *dg = falloc((size_t)R * C), *scratch = a->logits ? NULL : falloc((size_t)R * V);
     float *dW = model_grad_of(m, m->lm_head);
     memset(dlnf, 0, (size_t)a->N * C * sizeof(float));
     for (int s0 = 0; s0 < a->S; s0 += R) {
         int n = a->S - s0 < R ? a->S - s0 : R;
         for (int i = 0; i < n; i++)
             memcpy(g + (size_t)i * C, a->lnf + (size_t)a->srow[s0 + i] * C, (size_t)C * sizeof(float));
-        model_cpu_linear(m, m->c.num_hidden_layers * PK_PER_LAYER, logits, g, NULL, n, C, V, 0);
+        float *logits = a->logits ? a->logits + (size_t)s0 * V : scratch;
+        if (!a->logits) model_cpu_linear(m, m->c.num_hidden_layers * PK_PER_LAYER, logits, g, NULL, n, C, V, 0);
         m->ops->logprob_backward(logits, a->stgt + s0, a->slse + s0, dent ? a->sent + s0 : NULL, dlogp + s0,
                                  dent ? dent + s0 : NULL, n, V, a->temperature);
         memset(dg, 0, (size_t)n * C * sizeof(float));
@@ -209,7 +222,7 @@ static void head_backward(skpo_model *m, model_acts *a, const float *dlogp, cons
     }
     free(g);
     free(dg);
-    free(logits);
+    free(scratch);
 }
 
 typedef struct bwd_scratch {
