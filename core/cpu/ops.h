@@ -40,9 +40,10 @@ typedef struct skpo_ops {
     // log-prob is the same bits wherever it is computed.
     void (*matmul)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int accumulate);
     // din (N, K) += dout (N, O) @ w; dw (O, K) += dout^T @ in; dbias (O) += column sums of dout.
-    // Each output may be NULL (not needed).
+    // Each output may be NULL (not needed). wt: w packed by pack_t (nullable:
+    // re-laid out per call when the backend needs it).
     void (*matmul_backward)(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,
-                            int N, int K, int O);
+                            const void *wt, int N, int K, int O);
 
     // --- elementwise / rows -------------------------------------------------------
     // out (N, C) = in / sqrt(mean(in^2) + eps) * w; rstd (N) keeps 1/sqrt(...) for backward (nullable).
@@ -94,6 +95,8 @@ typedef struct skpo_ops {
     // re-layout the weights at every call; bf16-exact weights are kept as
     // bf16 (half the bytes). The copy does not follow later writes to w.
     void *(*pack)(const float *w, int K, int O);
+    // The same for the backward's din = dout @ w (w (O, K)); freed by pack_free.
+    void *(*pack_t)(const float *w, int K, int O);
     void (*pack_free)(void *packed);
     // matmul with w given packed: bit-identical to matmul on w.
     void (*matmul_packed)(float *out, const float *in, const void *packed, const float *bias, int N, int K, int O,

@@ -73,6 +73,7 @@ static void cpu_matmul(float *out, const float *in, const float *w, const float 
 }
 
 static void *cpu_pack(const float *w, int K, int O) { return skpo_gemm_pack(w, K, O, 1); }
+static void *cpu_pack_t(const float *w, int K, int O) { return skpo_gemm_pack_t(w, O, K, 1); }
 static void cpu_pack_free(void *p) { skpo_gemm_packed_free(p); }
 
 static void cpu_matmul_packed(float *out, const float *in, const void *wp, const float *bias, int N, int K, int O,
@@ -88,13 +89,13 @@ static void cpu_matmul_packed(float *out, const float *in, const void *wp, const
 enum { OWN_BWD_MIN_ROWS = 32 };
 
 static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
-                                const float *w, int N, int K, int O) {
+                                const float *w, const void *wt, int N, int K, int O) {
     if (N == 0) return;
     int own = N >= OWN_BWD_MIN_ROWS;
     if (own && din) { // din (N, K) += dout (N, O) @ w (O, K)
-        skpo_gemm_packed *wt = skpo_gemm_pack_t(w, O, K, 1);
-        skpo_gemm_invariant(din, dout, NULL, wt, NULL, N, O, K, 1);
-        skpo_gemm_packed_free(wt);
+        skpo_gemm_packed *pt = wt ? NULL : skpo_gemm_pack_t(w, O, K, 1);
+        skpo_gemm_invariant(din, dout, NULL, wt ? wt : pt, NULL, N, O, K, 1);
+        skpo_gemm_packed_free(pt);
     }
     if (own && dw) skpo_gemm_tn(dw, dout, in, N, K, O);
 #pragma omp parallel
@@ -472,6 +473,7 @@ static const skpo_ops CPU_OPS = {
     .logprob = cpu_logprob,
     .logprob_backward = cpu_logprob_backward,
     .pack = cpu_pack,
+    .pack_t = cpu_pack_t,
     .pack_free = cpu_pack_free,
     .matmul_packed = cpu_matmul_packed,
 };

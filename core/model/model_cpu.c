@@ -31,13 +31,34 @@
 // (ops.h pack: bf16 panels when bf16-exact), so a pass never re-lays out a
 // weight. skpo_model_params (the caller may write the weights) drops both.
 static void model_unprepare(skpo_model *m) {
-    if (m->packed) {
-        for (int i = 0; i < m->c.num_hidden_layers * PK_PER_LAYER + 1; i++) m->ops->pack_free(m->packed[i]);
-        free(m->packed);
-        m->packed = NULL;
-    }
+    int n = m->c.num_hidden_layers * PK_PER_LAYER + 1;
+    for (int i = 0; m->packed && i < n; i++) m->ops->pack_free(m->packed[i]);
+    for (int i = 0; m->packed_t && i < n; i++)
+        if (m->packed_t[i]) m->ops->pack_free(m->packed_t[i]);
+    free(m->packed);
+    free(m->packed_t);
+    m->packed = NULL;
+    m->packed_t = NULL;
     free(m->cw);
     m->cw = NULL;
+}
+
+// The matrix of a slot and its (K, O).
+static const float *slot_matrix(const skpo_model *m, int slot, int *K, int *O) {
+    const skpo_config *c = &m->c;
+    int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
+    int KVD = c->num_key_value_heads * c->head_dim;
+    if (slot == c->num_hidden_layers * PK_PER_LAYER) return *K = C, *O = c->vocab_size, m->lm_head;
+    const model_layer *L = &m->layers[slot / PK_PER_LAYER];
+    switch (slot % PK_PER_LAYER) {
+    case PK_Q: return *K = C, *O = QD, L->wq;
+    case PK_K: return *K = C, *O = KVD, L->wk;
+    case PK_V: return *K = C, *O = KVD, L->wv;
+    case PK_O: return *K = QD, *O = C, L->wo;
+    case PK_G: return *K = C, *O = F, L->wg;
+    case PK_U: return *K = C, *O = F, L->wu;
+    default: return *K = F, *O = C, L->wd;
+    }
 }
 
 void model_cpu_prepare(skpo_model *m) {
@@ -48,22 +69,25 @@ void model_cpu_prepare(skpo_model *m) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < m->numel; i++) m->cw[i] = skpo_bf16_round(m->mem[i]);
     }
-    int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
-    int KVD = c->num_key_value_heads * c->head_dim, nl = c->num_hidden_layers;
-    void **pk = skpo_xmalloc(((size_t)nl * PK_PER_LAYER + 1) * sizeof *pk);
-    for (int l = 0; l < nl; l++) {
-        const model_layer *L = &m->layers[l];
-        void **p = pk + (size_t)l * PK_PER_LAYER;
-        p[PK_Q] = m->ops->pack(model_cw(m, L->wq), C, QD);
-        p[PK_K] = m->ops->pack(model_cw(m, L->wk), C, KVD);
-        p[PK_V] = m->ops->pack(model_cw(m, L->wv), C, KVD);
-        p[PK_O] = m->ops->pack(model_cw(m, L->wo), QD, C);
-        p[PK_G] = m->ops->pack(model_cw(m, L->wg), C, F);
-        p[PK_U] = m->ops->pack(model_cw(m, L->wu), C, F);
-        p[PK_D] = m->ops->pack(model_cw(m, L->wd), F, C);
+    int n = c->num_hidden_layers * PK_PER_LAYER + 1;
+    void **pk = skpo_xmalloc((size_t)n * sizeof *pk);
+    for (int slot = 0; slot < n; slot++) {
+        int K, O;
+        const float *w = slot_matrix(m, slot, &K, &O);
+        pk[slot] = m->ops->pack(model_cw(m, w), K, O);
     }
-    pk[(size_t)nl * PK_PER_LAYER] = m->ops->pack(model_cw(m, m->lm_head), C, c->vocab_size);
     m->packed = pk;
+}
+
+const void *model_cpu_packed_t(skpo_model *m, int slot) {
+    if (!m->ops->pack_t) return NULL;
+    if (!m->packed_t) m->packed_t = skpo_xcalloc((size_t)m->c.num_hidden_layers * PK_PER_LAYER + 1, sizeof *m->packed_t);
+    if (!m->packed_t[slot]) {
+        int K, O;
+        const float *w = slot_matrix(m, slot, &K, &O);
+        m->packed_t[slot] = m->ops->pack_t(model_cw(m, w), K, O);
+    }
+    return m->packed_t[slot];
 }
 
 void model_cpu_linear(const skpo_model *m, int slot, float *out, const float *in, const float *bias, int N, int K, int O,

@@ -66,6 +66,8 @@ struct skpo_model {
     void **packed;            // (L * 7 + 1) the CPU backend's packed copies of the matrices, made from
                               // the compute weights at the first forward after a weight change
                               // (model_cpu.c model_cpu_prepare); NULL until then
+    void **packed_t;          // (L * 7 + 1) the same matrices packed for the backward's din, made at
+                              // the first backward of a weight version; NULL until then
     float *cw;                // the compute weights when they differ from mem: the bf16 rounding of
                               // the fp32 masters of a trainable model from a bf16 checkpoint (what
                               // the samplers read); same offsets as mem; NULL = mem itself
@@ -171,6 +173,8 @@ enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
 // matmul_packed): the one forward product of every CPU pass.
 void model_cpu_linear(const skpo_model *m, int slot, float *out, const float *in, const float *bias, int N, int K, int O,
                       int acc);
+// Matrix `slot` packed for the backward (ops.h pack_t), made on first use per weight version.
+const void *model_cpu_packed_t(skpo_model *m, int slot);
 // Forward over whole sequences: fills logp / entropy (nullable) of the scored tokens.
 skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
                                float *logp, float *entropy, model_acts *a, skpo_err *err);

@@ -214,7 +214,8 @@ static void head_backward(skpo_model *m, model_acts *a, const float *dlogp, cons
         m->ops->logprob_backward(logits, a->stgt + s0, a->slse + s0, dent ? a->sent + s0 : NULL, dlogp + s0,
                                  dent ? dent + s0 : NULL, n, V, a->temperature);
         memset(dg, 0, (size_t)n * C * sizeof(float));
-        m->ops->matmul_backward(dg, dW, NULL, logits, g, model_cw(m, m->lm_head), n, C, V);
+        m->ops->matmul_backward(dg, dW, NULL, logits, g, model_cw(m, m->lm_head),
+                                model_cpu_packed_t(m, m->c.num_hidden_layers * PK_PER_LAYER), n, C, V);
         for (int i = 0; i < n; i++) { // rows are distinct, but keep it serial and simple
             float *d = dlnf + (size_t)a->srow[s0 + i] * C;
             for (int j = 0; j < C; j++) d[j] += dg[(size_t)i * C + j];
@@ -239,15 +240,16 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
 #define G(w) model_grad_of(m, (w))
 #define W(w) model_cw(m, (w))   // values: what the forward computed with
+#define PT(slot) model_cpu_packed_t(m, l * PK_PER_LAYER + (slot))
     // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
     op->swiglu(a->h, la.gate, la.up, (size_t)N * F);
     memset(b->dh, 0, (size_t)N * F * sizeof(float));
-    op->matmul_backward(b->dh, G(L->wd), NULL, dx, a->h, W(L->wd), N, F, C);
+    op->matmul_backward(b->dh, G(L->wd), NULL, dx, a->h, W(L->wd), PT(PK_D), N, F, C);
     if (m->lora) skpo_lora_bwd(m->lora, op, l, SKPO_LORA_DOWN, b->dh, dx, a->h, N); // LoRA
     op->swiglu_backward(b->dgate, b->dup, b->dh, la.gate, la.up, (size_t)N * F);
     memset(b->dln, 0, (size_t)N * C * sizeof(float));
-    op->matmul_backward(b->dln, G(L->wg), NULL, b->dgate, la.ln2, W(L->wg), N, C, F);
-    op->matmul_backward(b->dln, G(L->wu), NULL, b->dup, la.ln2, W(L->wu), N, C, F);
+    op->matmul_backward(b->dln, G(L->wg), NULL, b->dgate, la.ln2, W(L->wg), PT(PK_G), N, C, F);
+    op->matmul_backward(b->dln, G(L->wu), NULL, b->dup, la.ln2, W(L->wu), PT(PK_U), N, C, F);
     if (m->lora) { // LoRA
         skpo_lora_bwd(m->lora, op, l, SKPO_LORA_GATE, b->dln, b->dgate, la.ln2, N);
         skpo_lora_bwd(m->lora, op, l, SKPO_LORA_UP, b->dln, b->dup, la.ln2, N);
@@ -255,16 +257,16 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     op->rmsnorm_backward(dx, G(L->ln2), b->dln, la.xmid, W(L->ln2), la.rstd2, N, C); // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     memset(b->datt, 0, (size_t)N * QD * sizeof(float));
-    op->matmul_backward(b->datt, G(L->wo), G(L->bo), dx, la.att, W(L->wo), N, QD, C);
+    op->matmul_backward(b->datt, G(L->wo), G(L->bo), dx, la.att, W(L->wo), PT(PK_O), N, QD, C);
     if (m->lora) skpo_lora_bwd(m->lora, op, l, SKPO_LORA_O, b->datt, dx, la.att, N); // LoRA
     op->attention_backward(b->dq, b->dk, b->dv, b->datt, la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH,
                            NKV, HS);
     op->rope(b->dq, a->pos, m->inv_freq, N, NH, HS, 1);
     op->rope(b->dk, a->pos, m->inv_freq, N, NKV, HS, 1);
     memset(b->dln, 0, (size_t)N * C * sizeof(float));
-    op->matmul_backward(b->dln, G(L->wq), G(L->bq), b->dq, la.ln1, W(L->wq), N, C, QD);
-    op->matmul_backward(b->dln, G(L->wk), G(L->bk), b->dk, la.ln1, W(L->wk), N, C, KVD);
-    op->matmul_backward(b->dln, G(L->wv), G(L->bv), b->dv, la.ln1, W(L->wv), N, C, KVD);
+    op->matmul_backward(b->dln, G(L->wq), G(L->bq), b->dq, la.ln1, W(L->wq), PT(PK_Q), N, C, QD);
+    op->matmul_backward(b->dln, G(L->wk), G(L->bk), b->dk, la.ln1, W(L->wk), PT(PK_K), N, C, KVD);
+    op->matmul_backward(b->dln, G(L->wv), G(L->bv), b->dv, la.ln1, W(L->wv), PT(PK_V), N, C, KVD);
     if (m->lora) { // LoRA
         skpo_lora_bwd(m->lora, op, l, SKPO_LORA_Q, b->dln, b->dq, la.ln1, N);
         skpo_lora_bwd(m->lora, op, l, SKPO_LORA_K, b->dln, b->dk, la.ln1, N);
@@ -273,6 +275,7 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     op->rmsnorm_backward(dx, G(L->ln1), b->dln, la.xin, W(L->ln1), la.rstd1, N, C); // dx is now d/dxin
 #undef G
 #undef W
+#undef PT
 }
 
 skpo_status model_cpu_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err) {
