@@ -17,29 +17,15 @@
 
 // --- portable -----------------------------------------------------------------------------
 //
-// Compiled twice (target_clones): x86-64-v3 and plain x86-64, picked at load
-// time; every caller gets the same clone on one machine. FMA contraction
-// only makes a*b+c more accurate; it is not fast-math.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SKPO_SIMD_CLONES
-#endif
-
-__attribute__((always_inline)) static inline float dotp(const float *a, const float *b, int n) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
+// Compiled twice (SKPO_SIMD_CLONES, simd_impl.h); every caller gets the same
+// clone on one machine.
 SKPO_SIMD_CLONES
 static float row_portable(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p) {
     float mx = -INFINITY;
     int n = 0;
     for (int s = 0; s < nsp; s++)
         for (int j = 0; j < sp[s].n; j++, n++) {
-            float z = dotp(q, sp[s].k + (size_t)j * sp[s].stride, HS) * scale;
+            float z = dot(q, sp[s].k + (size_t)j * sp[s].stride, HS) * scale;
             p[n] = z;
             if (z > mx) mx = z;
         }

@@ -129,6 +129,13 @@ static void kern_portable(float *out, size_t ldo, const float *a, size_t lda, co
 #define T512 __attribute__((target("avx512f")))
 #define T256 __attribute__((target("avx2,fma")))
 
+// One row-tile size of a kernel, float or bf16 panels: a case of the kernels' switch.
+#define KCASE(fn, r_)                                                                                                  \
+    case r_:                                                                                                           \
+        if (bf) fn(out, ldo, a, lda, pn, 1, K, r_, nv, bias, acc);                                                     \
+        else fn(out, ldo, a, lda, pn, 0, K, r_, nv, bias, acc);                                                        \
+        break;
+
 T512 static inline __m512 load_part(const float *x, int n) { // lanes >= n are zero
     return _mm512_maskz_loadu_ps(n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1), x);
 }
@@ -188,16 +195,11 @@ T512 __attribute__((always_inline)) static inline void kern512(float *out, size_
 
 T512 static void kern_avx512(float *out, size_t ldo, const float *a, size_t lda, const void *pn, int bf, int K, int R,
                              int nv, const float *bias, int acc) {
-#define K512(r_)                                                                                                       \
-    case r_:                                                                                                           \
-        if (bf) kern512(out, ldo, a, lda, pn, 1, K, r_, nv, bias, acc);                                                \
-        else kern512(out, ldo, a, lda, pn, 0, K, r_, nv, bias, acc);                                                   \
-        break;
     switch (R) {
-        K512(1) K512(2) K512(3) K512(4) K512(5) K512(6) K512(7) K512(8)
+        KCASE(kern512, 1) KCASE(kern512, 2) KCASE(kern512, 3) KCASE(kern512, 4)
+        KCASE(kern512, 5) KCASE(kern512, 6) KCASE(kern512, 7) KCASE(kern512, 8)
     default: SKPO_ASSERT(0);
     }
-#undef K512
 }
 
 // Up to 4 rows x 16 outputs (half a panel) in 8 ymm accumulators, run for
@@ -242,16 +244,10 @@ T256 __attribute__((always_inline)) static inline void kern256(float *out, size_
 
 T256 static void kern_avx2(float *out, size_t ldo, const float *a, size_t lda, const void *pn, int bf, int K, int R,
                            int nv, const float *bias, int acc) {
-#define K256(r_)                                                                                                       \
-    case r_:                                                                                                           \
-        if (bf) kern256(out, ldo, a, lda, pn, 1, K, r_, nv, bias, acc);                                                \
-        else kern256(out, ldo, a, lda, pn, 0, K, r_, nv, bias, acc);                                                   \
-        break;
     switch (R) {
-        K256(1) K256(2) K256(3) K256(4)
+        KCASE(kern256, 1) KCASE(kern256, 2) KCASE(kern256, 3) KCASE(kern256, 4)
     default: SKPO_ASSERT(0);
     }
-#undef K256
 }
 #endif
 

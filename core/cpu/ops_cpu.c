@@ -23,24 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-// --- vector helpers --------------------------------------------------------------------
-//
-// The per-item kernels are compiled twice (target_clones): for x86-64-v3
-// (AVX2 + FMA) and plain x86-64, picked at load time, since the build has no
-// -march flag. FMA contraction only makes a*b+c more accurate; it is not
-// fast-math (no reassociation beyond the explicit `omp simd` reductions).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SKPO_SIMD_CLONES
-#endif
-
-__attribute__((always_inline)) static inline float dot(const float *a, const float *b, int n) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+// --- vector helpers (dot and SKPO_SIMD_CLONES: simd_impl.h) ------------------------------
 
 __attribute__((always_inline)) static inline void axpy(float *y, float a, const float *x, int n) {
 #pragma omp simd
