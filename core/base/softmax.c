@@ -19,7 +19,7 @@
 // probability can differ in its last bit between CPUs (never between runs or
 // batch layouts on one CPU).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-double skpo_softmax_exp(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
+static double softmax_exp(float *restrict prob, const float *restrict logits, int V, float m, float inv) {
 #pragma omp simd
     for (int i = 0; i < V; i++) {
         float x0 = (logits[i] - m) * inv;
@@ -49,6 +49,12 @@ double skpo_softmax_exp(float *restrict prob, const float *restrict logits, int 
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < V; i++) sum += prob[i];
     return sum;
+}
+
+// Exported through a plain function: clang (the fuzz build) does not emit an
+// externally visible target_clones resolver.
+double skpo_softmax_exp(float *prob, const float *logits, int V, float m, float inv) {
+    return softmax_exp(prob, logits, V, m, inv);
 }
 
 float skpo_logits_max(const float *x, int n) {
