@@ -136,6 +136,13 @@ skpo_status skpo_dir_check_complete(const char *dir, skpo_err *err);
 // --- time and progress --------------------------------------------------------
 
 double skpo_now(void); // monotonic seconds
+// With SKPO_TIMING set in the environment, one stderr line
+// "skpo-TOOL: compute S s (CPU C s)": the tool's compute phase (the work
+// between loading its inputs and writing its outputs), timed in-process so a
+// benchmark can set it against a peer's own compute phase (bench/b_torch.sh).
+// cpu0: skpo_cpu_seconds() at the phase's start.
+void skpo_timing_report(double seconds, double cpu0);
+double skpo_cpu_seconds(void); // CPU time of the process (all threads)
 
 // A progress line on stderr, only when stderr is a terminal; at most ~5 per second.
 typedef struct skpo_progress {

@@ -1,23 +1,52 @@
 /*
- * attn_cpu.h - AVX-512 paged attention for one query row and head (private
- * to core/cpu/; ops_cpu.c falls back to its portable loop where this says no).
- * The result depends only on the row's query, its position and the cached
- * K/V, never on the other rows of the batch, like the portable version; the
- * two differ in rounding (vectorised exp and dot products).
+ * attn_cpu.h - one query row's causal attention for one head (private to
+ * core/cpu/), the single place where the CPU computes softmax(q k^T) v in a
+ * forward pass: prefill and decode over the paged KV cache and the
+ * whole-sequence pass of scoring and training all call skpo_attn_row, so a
+ * row's output is the same bits in all of them.
+ *
+ * The keys a row sees are given as spans: runs of consecutive key rows (a
+ * block of the paged cache, a whole sequence, or a shared prompt followed by
+ * one continuation). The result depends only on the sequence of keys and
+ * values, in position order, never on how it is cut into spans, on the other
+ * rows of the batch or on the thread count: scores go into p[] at their
+ * global index, the exponentials are taken 16 at a time from index 0, and
+ * the output accumulates values in index order.
+ *
+ * AVX-512 for head sizes that are multiples of 16 up to 256 (query and
+ * output in zmm registers, two dot-product accumulators, Cephes exp 16 at a
+ * time); a portable loop otherwise. The two round differently, so one machine
+ * always takes the same one (skpo_attn_fast_ok) for every caller.
+ *
+ * Also here: the AVX-512 backward of one sequence and kv head group (the
+ * training's; it needs no invariance), where skpo_attn_fast_ok says yes.
  */
 #ifndef SKPO_ATTN_CPU_H
 #define SKPO_ATTN_CPU_H
 
-#include "cpu/ops.h"
-
 #include <stddef.h>
 
-// Whether skpo_attn_row_paged handles head size HS on this CPU.
+// n consecutive key rows k, k + stride, ... and their values likewise.
+typedef struct skpo_kv_span {
+    const float *k, *v;
+    size_t stride;   // floats between consecutive rows
+    int n;
+} skpo_kv_span;
+
+// Whether this CPU takes the AVX-512 path for head size HS.
 int skpo_attn_fast_ok(int HS);
-// o (HS) = softmax(qr . k_j * scale) v over positions j = 0..pos of the
-// sequence with block table `blocks`, kv head at float offset goff in a row.
-// p: pos + 1 floats of scratch.
-void skpo_attn_row_paged(float *o, const float *qr, const skpo_paged_kv *kv, const int *blocks, int layer, int pos,
-                         size_t goff, int HS, float scale, float *p);
+// o (HS) = softmax(q . k_j * scale) v over the keys of sp[0..nsp) in order;
+// returns log(sum_j exp(q . k_j * scale)), the normaliser backward needs.
+// p: as many floats as there are keys, scratch.
+float skpo_attn_row(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p);
+
+// Backward of causal attention over one sequence of n rows for kv head g and
+// its query heads: q, dout, dq (rows of NH * HS floats), k, v, dk, dv (rows
+// of NKV * HS), lse and D = rowsum(dout * out) (rows of NH), all pointing at
+// the sequence's first row. dq of heads g*NH/NKV .. and dk, dv of head g are
+// OVERWRITTEN. scratch: 2 * HS * (n rounded up to 16) + 16 floats.
+void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
+                         const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int HS,
+                         float scale, float *scratch);
 
 #endif

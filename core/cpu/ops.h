@@ -1,7 +1,7 @@
 /*
  * ops.h - the host kernel table: every kernel the float32 transformer needs
  * (forward and backward), as a struct of function pointers (ggml-backend
- * style), filled by core/cpu/ops_cpu.c (OpenBLAS + OpenMP). The model's CPU
+ * style), filled by core/cpu/ops_cpu.c (own AVX-512/AVX2 kernels, OpenBLAS, OpenMP). The model's CPU
  * backend (model/model_cpu.c, model_train.c) holds the math of the network
  * and calls only these. The CUDA backend has its own bf16 kernels
  * (cuda/cuda.h); it is tested against this reference. Every slot is filled
@@ -33,17 +33,17 @@ typedef struct skpo_ops {
 
     // --- dense -----------------------------------------------------------------
     // out (N, O) = in (N, K) @ w^T, w (O, K), + bias (O) when non-NULL.
-    // accumulate = 1 adds into out instead of overwriting it.
+    // accumulate = 1 adds into out instead of overwriting it. Batch-invariant:
+    // each output element's rounding depends on its own row and w only, never
+    // on N, the row's place, the thread count or which kernel ran. Every
+    // forward pass (decode, prefill, scoring, training) uses it, so a token's
+    // log-prob is the same bits wherever it is computed.
     void (*matmul)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int accumulate);
-    // Same product, but batch-invariant: each output element's rounding does not
-    // depend on N or on the other rows (inference uses it so a sequence decodes
-    // bit-identically alone or in any batch). (optional: NULL = use matmul)
-    void (*matmul_invariant)(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
-                             int accumulate);
     // din (N, K) += dout (N, O) @ w; dw (O, K) += dout^T @ in; dbias (O) += column sums of dout.
-    // Each output may be NULL (not needed).
+    // Each output may be NULL (not needed). wt: w packed by pack_t (nullable:
+    // re-laid out per call when the backend needs it).
     void (*matmul_backward)(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,
-                            int N, int K, int O);
+                            const void *wt, int N, int K, int O);
 
     // --- elementwise / rows -------------------------------------------------------
     // out (N, C) = in / sqrt(mean(in^2) + eps) * w; rstd (N) keeps 1/sqrt(...) for backward (nullable).
@@ -89,13 +89,16 @@ typedef struct skpo_ops {
     void (*logprob_backward)(float *logits, const int32_t *tgt, const float *lse, const float *ent, const float *dlogp,
                              const float *dent, int N, int V, float temperature);
 
-    // --- packed weights (optional: all three NULL = matmul_invariant on w as it is) ---
-    // A copy of w (O, K) in the backend's own layout, made once (per model
-    // load) so that inference does not re-layout the weights at every step.
-    // The copy does not follow later writes to w.
+    // --- packed weights ---------------------------------------------------------
+    // A copy of w (O, K) in the backend's own layout, made once per weight
+    // version (a model load, an optimizer update) so that passes do not
+    // re-layout the weights at every call; bf16-exact weights are kept as
+    // bf16 (half the bytes). The copy does not follow later writes to w.
     void *(*pack)(const float *w, int K, int O);
+    // The same for the backward's din = dout @ w (w (O, K)); freed by pack_free.
+    void *(*pack_t)(const float *w, int K, int O);
     void (*pack_free)(void *packed);
-    // matmul_invariant with w given packed: bit-identical to matmul_invariant on w.
+    // matmul with w given packed: bit-identical to matmul on w.
     void (*matmul_packed)(float *out, const float *in, const void *packed, const float *bias, int N, int K, int O,
                           int accumulate);
 } skpo_ops;

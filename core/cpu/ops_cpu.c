@@ -11,34 +11,19 @@
  */
 #include "cpu/ops.h"
 #include "base/common.h"
+#include "base/softmax.h"
 #include "cpu/attn_cpu.h"
 #include "cpu/gemm_cpu.h"
 #include "cpu/simd_impl.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-// --- vector helpers --------------------------------------------------------------------
-//
-// The per-item kernels are compiled twice (target_clones): for x86-64-v3
-// (AVX2 + FMA) and plain x86-64, picked at load time, since the build has no
-// -march flag. FMA contraction only makes a*b+c more accurate; it is not
-// fast-math (no reassociation beyond the explicit `omp simd` reductions).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SKPO_SIMD_CLONES
-#endif
-
-__attribute__((always_inline)) static inline float dot(const float *a, const float *b, int n) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+// --- vector helpers (dot and SKPO_SIMD_CLONES: simd_impl.h) ------------------------------
 
 __attribute__((always_inline)) static inline void axpy(float *y, float a, const float *x, int n) {
 #pragma omp simd
@@ -59,36 +44,19 @@ static void slice(int n, int t, int nt, int *a, int *b) {
     *b = *a + per < n ? *a + per : n;
 }
 
+// The forward product, everywhere (sampling, scoring, pi_old, training): the
+// batch-invariant one of gemm_cpu.h. Every output element is one fixed-order
+// chain of fused multiply-adds over K, whatever N is and wherever the row
+// sits, so a sequence's logits are the same bits alone, in any batch, in a
+// decode step or in a whole-sequence pass. (sgemm is not: its row tiling
+// changes the rounding of edge rows.) The packed variant runs the same
+// kernels on a copy made once per weight version.
 static void cpu_matmul(float *out, const float *in, const float *w, const float *bias, int N, int K, int O, int acc) {
-    if (N == 0) return;
-#pragma omp parallel
-    {
-        int o0, o1;
-        slice(O, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
-        if (o1 > o0) {
-            if (bias && !acc)
-                for (int n = 0; n < N; n++) memcpy(out + (size_t)n * O + o0, bias + o0, (size_t)(o1 - o0) * sizeof(float));
-            float beta = (acc || bias) ? 1.0f : 0.0f;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, o1 - o0, K, 1.0f, in, K, w + (size_t)o0 * K, K, beta,
-                        out + o0, O);
-            if (bias && acc)
-                for (int n = 0; n < N; n++)
-                    for (int o = o0; o < o1; o++) out[(size_t)n * O + o] += bias[o];
-        }
-    }
-}
-
-// Batch-invariant product for inference (gemm_cpu.h): every output element
-// is one fixed-order chain of fused multiply-adds over K, whatever N is and
-// wherever the row sits, so a sequence decodes bit-for-bit the same alone or
-// in any batch. (sgemm is not: its row tiling changes the rounding of edge
-// rows.) The packed variant runs the same kernels on a copy made once.
-static void cpu_matmul_invariant(float *out, const float *in, const float *w, const float *bias, int N, int K, int O,
-                                 int acc) {
     skpo_gemm_invariant(out, in, w, NULL, bias, N, K, O, acc);
 }
 
-static void *cpu_pack(const float *w, int K, int O) { return skpo_gemm_pack(w, K, O); }
+static void *cpu_pack(const float *w, int K, int O) { return skpo_gemm_pack(w, K, O, 1); }
+static void *cpu_pack_t(const float *w, int K, int O) { return skpo_gemm_pack_t(w, O, K, 1); }
 static void cpu_pack_free(void *p) { skpo_gemm_packed_free(p); }
 
 static void cpu_matmul_packed(float *out, const float *in, const void *wp, const float *bias, int N, int K, int O,
@@ -96,20 +64,34 @@ static void cpu_matmul_packed(float *out, const float *in, const void *wp, const
     skpo_gemm_invariant(out, in, NULL, wp, bias, N, K, O, acc);
 }
 
+// Backward products need no invariance; they run on gemm_cpu.c's kernels
+// (din through a transposed packing of w, dw through skpo_gemm_tn) when the
+// batch is large enough to pay for the re-layout, else on OpenBLAS sgemm.
+// Measured on Zen 4 (2 threads, CPU time, OPENBLAS_CORETYPE unset or Haswell
+// alike): see docs/model.md "CPU products".
+enum { OWN_BWD_MIN_ROWS = 32 };
+
 static void cpu_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
-                                const float *w, int N, int K, int O) {
+                                const float *w, const void *wt, int N, int K, int O) {
     if (N == 0) return;
+    int own = N >= OWN_BWD_MIN_ROWS;
+    if (own && din) { // din (N, K) += dout (N, O) @ w (O, K)
+        skpo_gemm_packed *pt = wt ? NULL : skpo_gemm_pack_t(w, O, K, 1);
+        skpo_gemm_invariant(din, dout, NULL, wt ? wt : pt, NULL, N, O, K, 1);
+        skpo_gemm_packed_free(pt);
+    }
+    if (own && dw) skpo_gemm_tn(dw, dout, in, N, K, O);
 #pragma omp parallel
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads(), a, b;
-        if (din) { // din[:, a:b] += dout @ w[:, a:b]
+        if (din && !own) { // din[:, a:b] += dout @ w[:, a:b]
             slice(K, t, nt, &a, &b);
             if (b > a)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, b - a, O, 1.0f, dout, O, w + a, K, 1.0f,
                             din + a, K);
         }
         slice(O, t, nt, &a, &b);
-        if (dw && b > a) // dw[a:b] += dout[:, a:b]^T @ in
+        if (dw && !own && b > a) // dw[a:b] += dout[:, a:b]^T @ in
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, b - a, K, N, 1.0f, dout + a, O, in, K, 1.0f,
                         dw + (size_t)a * K, K);
         if (dbias)
@@ -274,25 +256,9 @@ static int max_seq_len(const int *seq_off, int nseq) {
     return m;
 }
 
-// One query row qr against key rows k[0..n) (stride ks floats), values likewise:
-// o (HS) = softmax(qr . k * scale) v; returns the log-normaliser. p: n floats scratch.
-SKPO_SIMD_CLONES
-static float attend_row(float *o, const float *qr, const float *k, const float *v, size_t ks, int n, int HS,
-                        float scale, float *p) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        float z = dot(qr, k + (size_t)j * ks, HS) * scale;
-        p[j] = z;
-        if (z > mx) mx = z;
-    }
-    float sum = 0;
-    for (int j = 0; j < n; j++) sum += (p[j] = expf(p[j] - mx));
-    float inv = 1.0f / sum;
-    memset(o, 0, (size_t)HS * sizeof(float));
-    for (int j = 0; j < n; j++) axpy(o, p[j] * inv, v + (size_t)j * ks, HS);
-    return mx + logf(sum);
-}
-
+// Forward attention of every row goes through skpo_attn_row (attn_cpu.h),
+// the same per-row arithmetic as decode over the paged cache: a sequence's
+// whole-sequence pass gives the bits its prefill and decode steps gave.
 static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
                           int nseq, int NH, int NKV, int HS) {
     int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV;
@@ -305,8 +271,8 @@ static void cpu_attention(float *out, float *lse, const float *q, const float *k
         for (long it = 0; it < (long)N * NH; it++) {
             int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
             int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
-            float l = attend_row(out + it * HS, q + it * HS, k + (size_t)s0 * ks + (size_t)g * HS,
-                                 v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1, HS, scale, p);
+            skpo_kv_span sp = {k + (size_t)s0 * ks + (size_t)g * HS, v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1};
+            float l = skpo_attn_row(out + it * HS, q + it * HS, &sp, 1, HS, scale, p);
             if (lse) lse[it] = l;
         }
         free(p);
@@ -358,6 +324,23 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
     float *D = skpo_xmalloc((size_t)(N ? N : 1) * NH * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) dot_rows(D + (size_t)r * NH, dout + (size_t)r * NH * HS, out + (size_t)r * NH * HS, NH, HS);
+    if (skpo_attn_fast_ok(HS)) { // tiles per (sequence, kv head): attn_cpu.h
+        int T = max_seq_len(seq_off, nseq);
+#pragma omp parallel
+        {
+            float *scr = skpo_xmalloc(2 * (size_t)HS * (((size_t)T + 15) & ~(size_t)15) * sizeof(float) + 64);
+#pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < (long)nseq * NKV; it++) {
+                int s = (int)(it / NKV), g = (int)(it % NKV), s0 = seq_off[s];
+                size_t qo = (size_t)s0 * NH * HS, ko = (size_t)s0 * ks;
+                skpo_attn_bwd_group(dq + qo, dk + ko, dv + ko, dout + qo, lse + (size_t)s0 * NH, D + (size_t)s0 * NH,
+                                    q + qo, k + ko, v + ko, seq_off[s + 1] - s0, NH, NKV, g, HS, scale, scr);
+            }
+            free(scr);
+        }
+        free(D);
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NH; it++) {
         int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
@@ -375,78 +358,67 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
     free(D);
 }
 
-// Paged variant of attend_row: keys / values of positions 0..pos through the block table.
-SKPO_SIMD_CLONES
-static void attend_row_paged(float *o, const float *qr, const skpo_paged_kv *kv, const int *blocks, int layer,
-                             int pos, size_t goff, int HS, float scale, float *p) {
-    size_t bs = (size_t)kv->block_size, lstride = bs * (size_t)kv->kv_dim;
-    size_t bstride = (size_t)kv->n_layers * lstride, loff = (size_t)layer * lstride + goff;
-    float mx = -INFINITY;
-    for (int j0 = 0; j0 <= pos; j0 += (int)bs) { // block by block: no division per position
-        const float *kb = kv->pool_k + (size_t)blocks[j0 / bs] * bstride + loff;
-        int n = pos - j0 + 1 < (int)bs ? pos - j0 + 1 : (int)bs;
-        for (int j = 0; j < n; j++) {
-            float z = dot(qr, kb + (size_t)j * kv->kv_dim, HS) * scale;
-            p[j0 + j] = z;
-            if (z > mx) mx = z;
-        }
-    }
-    float sum = 0;
-    for (int j = 0; j <= pos; j++) sum += (p[j] = expf(p[j] - mx));
-    float inv = 1.0f / sum;
-    memset(o, 0, (size_t)HS * sizeof(float));
-    for (int j0 = 0; j0 <= pos; j0 += (int)bs) {
-        const float *vb = kv->pool_v + (size_t)blocks[j0 / bs] * bstride + loff;
-        int n = pos - j0 + 1 < (int)bs ? pos - j0 + 1 : (int)bs;
-        for (int j = 0; j < n; j++) axpy(o, p[j0 + j] * inv, vb + (size_t)j * kv->kv_dim, HS);
-    }
-}
-
+// Each row's keys as spans, one per cache block (attn_cpu.h).
 static void cpu_attention_paged(float *out, const float *q, int N, const int *pos, const int *const *blocks,
                                 const skpo_paged_kv *kv, int layer, int NH, int NKV, int HS) {
-    int T = 0, grp = NH / NKV;
+    int T = 0, grp = NH / NKV, bs = kv->block_size;
     for (int r = 0; r < N; r++)
         if (pos[r] + 1 > T) T = pos[r] + 1;
     float scale = 1.0f / sqrtf((float)HS);
-    int fast = skpo_attn_fast_ok(HS);
+    size_t lstride = (size_t)bs * kv->kv_dim, bstride = (size_t)kv->n_layers * lstride;
+    int maxsp = (T + bs - 1) / bs;
 #pragma omp parallel
     {
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
+        skpo_kv_span *sp = skpo_xmalloc((size_t)(maxsp ? maxsp : 1) * sizeof *sp);
 #pragma omp for schedule(dynamic, 4)
         for (long it = 0; it < (long)N * NH; it++) {
-            int r = (int)(it / NH), h = (int)(it % NH);
-            if (fast)
-                skpo_attn_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS,
-                                    HS, scale, p);
-            else
-                attend_row_paged(out + it * HS, q + it * HS, kv, blocks[r], layer, pos[r], (size_t)(h / grp) * HS, HS,
-                                 scale, p);
+            int r = (int)(it / NH), h = (int)(it % NH), nsp = 0;
+            size_t off = (size_t)layer * lstride + (size_t)(h / grp) * HS;
+            for (int j0 = 0; j0 <= pos[r]; j0 += bs, nsp++) {
+                size_t b = (size_t)blocks[r][j0 / bs] * bstride + off;
+                sp[nsp] = (skpo_kv_span){kv->pool_k + b, kv->pool_v + b, (size_t)kv->kv_dim,
+                                         pos[r] - j0 + 1 < bs ? pos[r] - j0 + 1 : bs};
+            }
+            skpo_attn_row(out + it * HS, q + it * HS, sp, nsp, HS, scale, p);
         }
+        free(sp);
         free(p);
     }
 }
 
 // --- log-probs ---------------------------------------------------------------------------------
 
+// The sampler's log-softmax (base/softmax.h), so a scored token's log-prob is
+// the float the sampler wrote for it. Entropy from the same exponentials:
+// H = log(sum) - sum_i e_i x_i / sum, x_i = (logits_i - m) / T.
 static void cpu_logprob(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int N, int V,
                         float temperature) {
-    float it = 1.0f / temperature;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++)
-            if (z[i] * it > mx) mx = z[i] * it;
-        double s = 0, sz = 0; // double: V terms of very different size
-        for (int i = 0; i < V; i++) {
-            double e = exp((double)(z[i] * it - mx));
-            s += e;
-            sz += e * (double)(z[i] * it);
+    float inv = skpo_inv_temperature(temperature);
+#pragma omp parallel if (N > 1)
+    {
+        float *e = skpo_xmalloc((size_t)V * sizeof(float));
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *z = logits + (size_t)n * V;
+            float m = skpo_logits_max(z, V);
+            if (isnan(m)) { // a NaN or +Inf logit: let the caller's finiteness check report it
+                logp[n] = NAN;
+                if (ent) ent[n] = NAN;
+                if (lse) lse[n] = NAN;
+                continue;
+            }
+            double s = skpo_softmax_exp(e, z, V, m, inv), ls = log(s);
+            logp[n] = skpo_softmax_logp(z, tgt[n], m, inv, s);
+            if (ent) {
+                double sx = 0;
+#pragma omp simd reduction(+ : sx)
+                for (int i = 0; i < V; i++) sx += (double)(e[i] * ((z[i] - m) * inv));
+                ent[n] = (float)(ls - sx / s);
+            }
+            if (lse) lse[n] = (float)((double)(m * inv) + ls);
         }
-        double l = (double)mx + log(s);
-        logp[n] = (float)((double)(z[tgt[n]] * it) - l);
-        if (ent) ent[n] = (float)(l - sz / s);
-        if (lse) lse[n] = (float)l;
+        free(e);
     }
 }
 
@@ -470,7 +442,6 @@ static void cpu_logprob_backward(float *logits, const int32_t *tgt, const float 
 static const skpo_ops CPU_OPS = {
     .name = "cpu",
     .matmul = cpu_matmul,
-    .matmul_invariant = cpu_matmul_invariant,
     .matmul_backward = cpu_matmul_backward,
     .rmsnorm = cpu_rmsnorm,
     .rmsnorm_backward = cpu_rmsnorm_backward,
@@ -485,11 +456,20 @@ static const skpo_ops CPU_OPS = {
     .logprob = cpu_logprob,
     .logprob_backward = cpu_logprob_backward,
     .pack = cpu_pack,
+    .pack_t = cpu_pack_t,
     .pack_free = cpu_pack_free,
     .matmul_packed = cpu_matmul_packed,
 };
 
 const skpo_ops *skpo_ops_cpu(void) {
     openblas_set_num_threads(1); // see "dense" above: parallelism comes from our OpenMP slices
+#if defined(__GLIBC__)
+    // A pass allocates and frees activations of tens to hundreds of MiB per
+    // micro-batch; above glibc's default mmap threshold each one is a fresh
+    // mapping whose every page faults and is zeroed again (~3% of a 125M
+    // update). Keeping them in the heap reuses the pages.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     return &CPU_OPS;
 }

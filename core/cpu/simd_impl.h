@@ -1,10 +1,27 @@
 /*
- * simd_cpu.h - AVX-512 helpers shared by the CPU kernels (private to
- * core/cpu/). Functions carry target attributes, not a global -m flag, so
+ * simd_impl.h - helpers shared by the CPU kernels (private to core/cpu/): the
+ * portable clones and dot product, and AVX-512 helpers, which carry target attributes, not a global -m flag, so
  * callers must check __builtin_cpu_supports("avx512f") before using them.
  */
 #ifndef SKPO_SIMD_CPU_H
 #define SKPO_SIMD_CPU_H
+
+// The portable per-item kernels are compiled twice (target_clones): for
+// x86-64-v3 (AVX2 + FMA) and plain x86-64, picked at load time, since the
+// build has no -march flag. FMA contraction only makes a*b+c more accurate;
+// it is not fast-math (no reassociation beyond explicit `omp simd` reductions).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define SKPO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SKPO_SIMD_CLONES
+#endif
+
+__attribute__((always_inline)) static inline float dot(const float *a, const float *b, int n) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
 
 #if defined(__x86_64__)
 #include <immintrin.h>

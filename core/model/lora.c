@@ -436,9 +436,9 @@ void skpo_lora_bwd(skpo_lora *lo, const skpo_ops *op, int l, int t, float *dx, c
     float *u = skpo_xmalloc((size_t)N * r * sizeof(float)), *du = skpo_xcalloc((size_t)N * r, sizeof(float));
     op->matmul(u, x, md->A, NULL, N, md->K, (int)r, 0);                // recomputed: N r K flops, no saved state
     for (size_t i = 0; i < (size_t)N * r; i++) u[i] *= lo->scale;
-    op->matmul_backward(du, md->dB, NULL, dy, u, md->B, N, (int)r, md->O);   // du = dy B; dB += dy^T (s u)
+    op->matmul_backward(du, md->dB, NULL, dy, u, md->B, NULL, N, (int)r, md->O);   // du = dy B; dB += dy^T (s u)
     for (size_t i = 0; i < (size_t)N * r; i++) du[i] *= lo->scale;
-    op->matmul_backward(dx, md->dA, NULL, du, x, md->A, N, md->K, (int)r);   // dx += s dy B A; dA += (s dy B)^T x
+    op->matmul_backward(dx, md->dA, NULL, du, x, md->A, NULL, N, md->K, (int)r);   // dx += s dy B A; dA += (s dy B)^T x
     free(u);
     free(du);
 }

@@ -1,6 +1,7 @@
 /*
  * model_cpu.c - the CPU backend of the model (model_impl.h): float32 weights
- * in host memory, every kernel from cpu/ops.h (OpenBLAS + OpenMP). It is the
+ * in host memory (and their bf16 rounding, below), every kernel from
+ * cpu/ops.h. It is the
  * readable reference the CUDA backend (model_cuda.c) mirrors op for op. This
  * file is inference over the paged KV cache; scoring and training are in
  * model_train.c. Each layer is
@@ -8,55 +9,90 @@
  *     x += attention(q, k, v) Wo^T ; ln = rmsnorm(x) ;
  *     x += (silu(ln Wg^T) * ln Wu^T) Wd^T
  * followed by a final rmsnorm and the lm_head (tied to the embedding or not).
+ * Decode, prefill and model_train.c's whole-sequence passes call the same
+ * kernels per row (one product, one attention row, one log-softmax), so a
+ * token's log-prob does not depend on which of them computed it.
  */
 #include "model/model_impl.h"
+
+#include "base/bf16.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-// --- packed inference weights --------------------------------------------------------------
+// --- compute weights and packed matrices ---------------------------------------------------
 //
-// A non-trainable model keeps the backend's packed copy of every matrix
-// (ops.h pack), made at its first step: batched decode then streams weights
-// already laid out for the kernel instead of re-laying them out every step.
-// Trainable models, whose weights change under the optimizer, use
-// matmul_invariant on the weights as they are (bit-identical results).
-enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
-
-static void model_unpack(skpo_model *m) {
-    if (!m->packed) return;
-    for (int i = 0; i < m->c.num_hidden_layers * PK_PER_LAYER + 1; i++) m->ops->pack_free(m->packed[i]);
+// Every CPU pass (decode, prefill, scoring, pi_old, the training forward and
+// backward) computes with the same weights: those the samplers read. For a
+// bf16 checkpoint that is the bf16 rounding of the fp32 masters a trainable
+// model holds (mixed precision as on GPUs: the optimizer updates the masters,
+// the passes see their rounding), kept in m->cw; a float32 checkpoint
+// computes with mem itself. The matrices are packed once per weight version
+// (ops.h pack: bf16 panels when bf16-exact), so a pass never re-lays out a
+// weight. skpo_model_params (the caller may write the weights) drops both.
+static void model_unprepare(skpo_model *m) {
+    int n = m->c.num_hidden_layers * PK_PER_LAYER + 1;
+    for (int i = 0; m->packed && i < n; i++) m->ops->pack_free(m->packed[i]);
+    for (int i = 0; m->packed_t && i < n; i++)
+        if (m->packed_t[i]) m->ops->pack_free(m->packed_t[i]);
     free(m->packed);
+    free(m->packed_t);
     m->packed = NULL;
+    m->packed_t = NULL;
+    free(m->cw);
+    m->cw = NULL;
 }
 
-static void model_pack(skpo_model *m) {
+// The matrix of a slot and its (K, O).
+static const float *slot_matrix(const skpo_model *m, int slot, int *K, int *O) {
     const skpo_config *c = &m->c;
-    if (m->packed || m->o.trainable || !m->ops->pack || !m->ops->matmul_packed) return;
     int C = c->hidden_size, F = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
-    int KVD = c->num_key_value_heads * c->head_dim, nl = c->num_hidden_layers;
-    void **pk = skpo_xmalloc(((size_t)nl * PK_PER_LAYER + 1) * sizeof *pk);
-    for (int l = 0; l < nl; l++) {
-        const model_layer *L = &m->layers[l];
-        void **p = pk + (size_t)l * PK_PER_LAYER;
-        p[PK_Q] = m->ops->pack(L->wq, C, QD);
-        p[PK_K] = m->ops->pack(L->wk, C, KVD);
-        p[PK_V] = m->ops->pack(L->wv, C, KVD);
-        p[PK_O] = m->ops->pack(L->wo, QD, C);
-        p[PK_G] = m->ops->pack(L->wg, C, F);
-        p[PK_U] = m->ops->pack(L->wu, C, F);
-        p[PK_D] = m->ops->pack(L->wd, F, C);
+    int KVD = c->num_key_value_heads * c->head_dim;
+    if (slot == c->num_hidden_layers * PK_PER_LAYER) return *K = C, *O = c->vocab_size, m->lm_head;
+    const model_layer *L = &m->layers[slot / PK_PER_LAYER];
+    switch (slot % PK_PER_LAYER) {
+    case PK_Q: return *K = C, *O = QD, L->wq;
+    case PK_K: return *K = C, *O = KVD, L->wk;
+    case PK_V: return *K = C, *O = KVD, L->wv;
+    case PK_O: return *K = QD, *O = C, L->wo;
+    case PK_G: return *K = C, *O = F, L->wg;
+    case PK_U: return *K = C, *O = F, L->wu;
+    default: return *K = F, *O = C, L->wd;
     }
-    pk[(size_t)nl * PK_PER_LAYER] = m->ops->pack(m->lm_head, C, c->vocab_size);
+}
+
+void model_cpu_prepare(skpo_model *m) {
+    const skpo_config *c = &m->c;
+    if (m->packed) return;
+    if (m->src_dtype == SKPO_DT_BF16 && m->o.trainable) {
+        m->cw = skpo_xmalloc(m->numel * sizeof(float));
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < m->numel; i++) m->cw[i] = skpo_bf16_round(m->mem[i]);
+    }
+    int n = c->num_hidden_layers * PK_PER_LAYER + 1;
+    void **pk = skpo_xmalloc((size_t)n * sizeof *pk);
+    for (int slot = 0; slot < n; slot++) {
+        int K, O;
+        const float *w = slot_matrix(m, slot, &K, &O);
+        pk[slot] = m->ops->pack(model_cw(m, w), K, O);
+    }
     m->packed = pk;
 }
 
-// out (N, O) (+)= in (N, K) @ w^T + bias, batch-invariant; slot names w's packed copy.
-static void model_linear(const skpo_model *m, int slot, float *out, const float *in, const float *w,
-                         const float *bias, int N, int K, int O, int acc) {
-    const skpo_ops *op = m->ops;
-    if (m->packed) op->matmul_packed(out, in, m->packed[slot], bias, N, K, O, acc);
-    else (op->matmul_invariant ? op->matmul_invariant : op->matmul)(out, in, w, bias, N, K, O, acc);
+const void *model_cpu_packed_t(skpo_model *m, int slot) {
+    if (!m->ops->pack_t) return NULL;
+    if (!m->packed_t) m->packed_t = skpo_xcalloc((size_t)m->c.num_hidden_layers * PK_PER_LAYER + 1, sizeof *m->packed_t);
+    if (!m->packed_t[slot]) {
+        int K, O;
+        const float *w = slot_matrix(m, slot, &K, &O);
+        m->packed_t[slot] = m->ops->pack_t(model_cw(m, w), K, O);
+    }
+    return m->packed_t[slot];
+}
+
+void model_cpu_linear(const skpo_model *m, int slot, float *out, const float *in, const float *bias, int N, int K, int O,
+                      int acc) {
+    m->ops->matmul_packed(out, in, m->packed[slot], model_cw(m, bias), N, K, O, acc);
 }
 
 // --- inference over the paged cache -----------------------------------------------------------
@@ -102,10 +138,10 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     const model_layer *L = &m->layers[l];
     int C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads, NKV = c->num_key_value_heads;
     int HS = c->head_dim, QD = NH * HS, KVD = NKV * HS, pw = l * PK_PER_LAYER;
-    op->rmsnorm(ln, NULL, x, L->ln1, N, C, (float)c->rms_norm_eps);
-    model_linear(m, pw + PK_Q, q, ln, L->wq, L->bq, N, C, QD, 0);
-    model_linear(m, pw + PK_K, k, ln, L->wk, L->bk, N, C, KVD, 0);
-    model_linear(m, pw + PK_V, v, ln, L->wv, L->bv, N, C, KVD, 0);
+    op->rmsnorm(ln, NULL, x, model_cw(m, L->ln1), N, C, (float)c->rms_norm_eps);
+    model_cpu_linear(m, pw + PK_Q, q, ln, L->bq, N, C, QD, 0);
+    model_cpu_linear(m, pw + PK_K, k, ln, L->bk, N, C, KVD, 0);
+    model_cpu_linear(m, pw + PK_V, v, ln, L->bv, N, C, KVD, 0);
     if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
         skpo_lora_fwd(m->lora, op, l, SKPO_LORA_Q, q, ln, N);
         skpo_lora_fwd(m->lora, op, l, SKPO_LORA_K, k, ln, N);
@@ -125,17 +161,17 @@ static void step_layer(skpo_model *m, int l, float *x, int N, const int *pos, co
     }
     skpo_paged_kv pkv = {pk, pv, ks->n_layers, ks->block_size, KVD};
     op->attention_paged(att, q, N, pos, blocks, &pkv, l, NH, NKV, HS);
-    model_linear(m, pw + PK_O, x, att, L->wo, L->bo, N, QD, C, 1); // residual: x += att Wo^T
+    model_cpu_linear(m, pw + PK_O, x, att, L->bo, N, QD, C, 1); // residual: x += att Wo^T
     if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_O, x, att, N); // LoRA
-    op->rmsnorm(ln, NULL, x, L->ln2, N, C, (float)c->rms_norm_eps);
-    model_linear(m, pw + PK_G, gate, ln, L->wg, NULL, N, C, F, 0);
-    model_linear(m, pw + PK_U, up, ln, L->wu, NULL, N, C, F, 0);
+    op->rmsnorm(ln, NULL, x, model_cw(m, L->ln2), N, C, (float)c->rms_norm_eps);
+    model_cpu_linear(m, pw + PK_G, gate, ln, NULL, N, C, F, 0);
+    model_cpu_linear(m, pw + PK_U, up, ln, NULL, N, C, F, 0);
     if (m->lora) { // LoRA
         skpo_lora_fwd(m->lora, op, l, SKPO_LORA_GATE, gate, ln, N);
         skpo_lora_fwd(m->lora, op, l, SKPO_LORA_UP, up, ln, N);
     }
     op->swiglu(gate, gate, up, (size_t)N * F);
-    model_linear(m, pw + PK_D, x, gate, L->wd, NULL, N, F, C, 1); // residual: x += h Wd^T
+    model_cpu_linear(m, pw + PK_D, x, gate, NULL, N, F, C, 1); // residual: x += h Wd^T
     if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_DOWN, x, gate, N); // LoRA
 }
 
@@ -145,7 +181,7 @@ static skpo_status cpu_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
         return skpo_err_set(err, SKPO_ERANGE, "step: the kv cache lives on a device, the model on the cpu");
     skpo_status s = model_step_check(m, seq, nseq, toks, off, err);
     if (s) return s;
-    model_pack(m);
+    model_cpu_prepare(m);
     const skpo_config *c = &m->c;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     int N = off[nseq], C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
@@ -162,12 +198,12 @@ static skpo_status cpu_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     float *q = skpo_xmalloc((size_t)N * QD * sizeof(float)), *att = skpo_xmalloc((size_t)N * QD * sizeof(float));
     float *k = skpo_xmalloc((size_t)N * KVD * sizeof(float)), *v = skpo_xmalloc((size_t)N * KVD * sizeof(float));
     float *gate = skpo_xmalloc((size_t)N * F * sizeof(float)), *up = skpo_xmalloc((size_t)N * F * sizeof(float));
-    m->ops->embed(x, m->wte, toks, N, C);
+    m->ops->embed(x, model_cw(m, m->wte), toks, N, C);
     for (int l = 0; l < c->num_hidden_layers; l++) step_layer(m, l, x, N, pos, blocks, kv, ln, q, k, v, att, gate, up);
     // Only the last new row of each sequence needs logits.
     for (int i = 0; i < nseq; i++) memcpy(ln + (size_t)i * C, x + (size_t)(off[i + 1] - 1) * C, (size_t)C * sizeof(float));
-    m->ops->rmsnorm(x, NULL, ln, m->normf, nseq, C, (float)c->rms_norm_eps);
-    model_linear(m, c->num_hidden_layers * PK_PER_LAYER, logits, x, m->lm_head, NULL, nseq, C, V, 0);
+    m->ops->rmsnorm(x, NULL, ln, model_cw(m, m->normf), nseq, C, (float)c->rms_norm_eps);
+    model_cpu_linear(m, c->num_hidden_layers * PK_PER_LAYER, logits, x, NULL, nseq, C, V, 0);
     free(x); free(ln); free(q); free(att); free(k); free(v); free(gate); free(up);
     free(pos);
     free(blocks);
@@ -179,7 +215,7 @@ static skpo_status cpu_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
 static int cpu_visible(void) { return 1; }
 
 static void cpu_close(skpo_model *m) {
-    model_unpack(m);
+    model_unprepare(m);
     model_acts_free(&m->acts);
 }
 
@@ -193,7 +229,7 @@ const model_backend model_backend_cpu = {
     .device = SKPO_DEV_CPU,
     .visible = cpu_visible,
     .close = cpu_close,
-    .host_weights_changed = model_unpack,   // packed copies would go stale
+    .host_weights_changed = model_unprepare,   // compute and packed copies would go stale
     .kv_new = cpu_kv_new,
     .step = cpu_step,
     .logprobs = model_cpu_logprobs,

@@ -54,6 +54,7 @@ typedef struct model_acts {
     int *srow;           // (S) row whose logits predict the scored token
     int32_t *stgt;       // (S) the scored token
     float *slse, *sent;  // (S) log-normaliser and entropy of each scored row
+    float *logits;       // (S, V) kept by a training forward for backward when small enough (model_train.c), else NULL
     float temperature;
     int saved;           // 1 when per-layer activations are kept (training)
 } model_acts;
@@ -62,8 +63,14 @@ struct skpo_model {
     skpo_config c;
     skpo_model_opts o;
     const skpo_ops *ops;
-    void **packed;            // (L * 7 + 1) backend copies of the matrices for inference (model.c
-                              // model_pack); NULL until a non-trainable model's first step
+    void **packed;            // (L * 7 + 1) the CPU backend's packed copies of the matrices, made from
+                              // the compute weights at the first forward after a weight change
+                              // (model_cpu.c model_cpu_prepare); NULL until then
+    void **packed_t;          // (L * 7 + 1) the same matrices packed for the backward's din, made at
+                              // the first backward of a weight version; NULL until then
+    float *cw;                // the compute weights when they differ from mem: the bf16 rounding of
+                              // the fp32 masters of a trainable model from a bf16 checkpoint (what
+                              // the samplers read); same offsets as mem; NULL = mem itself
     skpo_dtype src_dtype;
     float *mem, *grad;        // all parameters / gradients, contiguous
     size_t numel;
@@ -78,6 +85,10 @@ struct skpo_model {
     struct model_cuda *cuda;  // the CUDA backend's state (below); only model_cuda*.c touch it
     struct skpo_lora *lora;   // LoRA: low-rank path added after each targeted projection (lora.h); not owned
 };
+
+// The value a CPU pass computes with for a parameter pointer (into mem): its
+// bf16 rounding when the model keeps one (cw), else the parameter itself.
+static inline const float *model_cw(const skpo_model *m, const float *w) { return w && m->cw ? m->cw + (w - m->mem) : w; }
 
 // Gradient buffer matching a parameter pointer.
 // NULL when the base has no gradients (frozen under LoRA).
@@ -153,6 +164,17 @@ skpo_status model_check_seqs(const skpo_model *m, const skpo_seq *seqs, int nseq
 
 extern const model_backend model_backend_cpu;
 void model_acts_free(model_acts *a);
+// Before a CPU pass: the compute weights and packed matrices of the current
+// weights (kept until skpo_model_params says the weights may change).
+void model_cpu_prepare(skpo_model *m);
+// Slots of m->packed: per layer, then the lm_head.
+enum { PK_Q, PK_K, PK_V, PK_O, PK_G, PK_U, PK_D, PK_PER_LAYER };
+// out (N, O) (+)= in (N, K) @ W^T + bias with the packed matrix `slot` (ops.h
+// matmul_packed): the one forward product of every CPU pass.
+void model_cpu_linear(const skpo_model *m, int slot, float *out, const float *in, const float *bias, int N, int K, int O,
+                      int acc);
+// Matrix `slot` packed for the backward (ops.h pack_t), made on first use per weight version.
+const void *model_cpu_packed_t(skpo_model *m, int slot);
 // Forward over whole sequences: fills logp / entropy (nullable) of the scored tokens.
 skpo_status model_forward_seqs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, int save,
                                float *logp, float *entropy, model_acts *a, skpo_err *err);

@@ -124,7 +124,9 @@ int main(int argc, char **argv) {
     if (adapter) skpo_rec_set_str(&extra, "adapter", adapter);
     if (skpo_writer_meta(w, argc, argv, &extra, &err)) skpo_die("%s", err.msg);
     skpo_rec_free(&extra);
+    double tc = skpo_now(), cc = skpo_cpu_seconds();
     score_stream(m, rd, w, field, (float)temp, max_tok);
+    skpo_timing_report(skpo_now() - tc, cc);
     if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
     skpo_reader_close(rd);
     skpo_model_free(m);

@@ -46,7 +46,9 @@ int main(int argc, char **argv) {
                                                                : "writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
     skpo_policy pol = a.lora ? skpo_policy_of_lora(m, a.lora) : skpo_policy_of_model(m);
+    double tc = skpo_now(), cc = skpo_cpu_seconds();
     upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &a.u, met, &e), &e);
+    if (c->rank == 0) skpo_timing_report(skpo_now() - tc, cc);
     upd_check(c, skpo_optim_from_device(o, &e), &e);   // moments to rank 0's host for the save
     // Only rank 0 writes; the others wait to hear whether it worked.
     skpo_trainer_state ts = {a.u.step, o->t};
