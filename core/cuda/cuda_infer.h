@@ -76,6 +76,19 @@ skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo
                                         int hs, skpo_err *err);
 // Bytes of `work` that let skpo_cuda_attention_paged split as much as it wants.
 size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs);
+// The tensor-core kernel skpo_cuda_attention_paged runs when _fits says so
+// (head_dim 64, 128 or 256, at most 16 query heads per KV head, 16-byte
+// aligned q and pools; SKPO_DECODE_ATTN=simt turns it off): same contract,
+// split count from the occupancy API (decode.cu). Otherwise the CUDA-core
+// kernel of infer.cu runs.
+int skpo_cuda_attention_paged_mma_fits(const void *q, const void *pool_k, const void *pool_v, int nh, int nkv, int hs,
+                                       int max_blocks, int block_size);
+skpo_status skpo_cuda_attention_paged_mma(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                          const skpo_bf16 *pool_v, const int32_t *block_table, int max_blocks,
+                                          const int32_t *row_seq, const int32_t *row_pos, int N, int n_layers, int layer,
+                                          int block_size, int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                          skpo_err *err);
+size_t skpo_cuda_attention_paged_mma_work(skpo_cuda *c, int nh, int nkv, int hs);
 
 // CUDA graphs over the context's stream: begin capture, end it into an
 // executable graph, launch it, free it. A failed capture leaves the stream

@@ -261,7 +261,9 @@ static int pg_target_blocks(skpo_cuda *c) {
 extern "C" size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) {
     // Splitting only happens while N * nkv < target, and then S * N <= target / nkv + N.
     size_t target = (size_t)pg_target_blocks(c);
-    return (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
+    size_t simt = (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
+    size_t mma = skpo_cuda_attention_paged_mma_work(c, nh, nkv, hs);   // decode.cu
+    return simt > mma ? simt : mma;
 }
 
 extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
@@ -271,6 +273,9 @@ extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, c
                                                  int nh, int nkv, int hs, float *work, size_t work_bytes,
                                                  skpo_err *err) {
     if (!N) return SKPO_OK;
+    if (skpo_cuda_attention_paged_mma_fits(q, pool_k, pool_v, nh, nkv, hs, max_blocks, block_size))   // decode.cu
+        return skpo_cuda_attention_paged_mma(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, N,
+                                             n_layers, layer, block_size, nh, nkv, hs, work, work_bytes, err);
     if (hs > PG_MAX_HS || hs % 4 || nkv <= 0 || nh % nkv || nh / nkv > 16)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
                             hs, nh, nkv);

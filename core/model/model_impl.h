@@ -69,6 +69,7 @@ struct skpo_model {
     size_t numel;
     skpo_param *params;
     int nparams;
+    int *hf_index;            // (nparams) HF module-order index of params[j] (model.c layout_order)
     float *wte, *normf, *lm_head; // lm_head == wte when tied
     model_layer *layers;
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)

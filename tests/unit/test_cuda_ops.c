@@ -10,6 +10,7 @@
 SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
+#include "cuda/cuda_infer.h"
 
 #include <string.h>
 
@@ -227,6 +228,68 @@ static void paged_decode_attention_matches_contiguous(void) {
     skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(gq); skpo_cuda_dfree(go); skpo_cuda_dfree(gt); skpo_cuda_dfree(gl);
 }
 
+// skpo_cuda_attention_paged against a double reference, for each kernel it
+// dispatches to: tensor cores (head_dim 64 and 128; 7, 4 and 1 query heads
+// per KV head) and CUDA cores (head_dim 96). Rows of two sequences at
+// positions 0..150 over a scattered block table (block size 16, pages of one
+// sequence not adjacent), unsplit and split (flash-decoding scratch). Outputs
+// are convex combinations of bf16 values in [-1, 1]: absolute tolerance 1e-2.
+static void paged_attention_kernels_match_reference_with_and_without_splits(void) {
+    static const int shapes[4][3] = {{14, 2, 64}, {8, 2, 128}, {4, 4, 64}, {6, 2, 96}};
+    enum { N = 4, L = 2, LAYER = 1, BS = 16, MB = 12, NB = 2 * MB };
+    int32_t pos[N] = {0, 15, 70, 150}, rseq[N] = {0, 1, 0, 1}, bt[2 * MB];
+    for (int i = 0; i < 2 * MB; i++) bt[i] = (int32_t)((i * 7 + 5) % NB);   // a permutation (7, 24 coprime)
+    for (int sh = 0; sh < 4; sh++) {
+        int nh = shapes[sh][0], nkv = shapes[sh][1], hs = shapes[sh][2], kd = nkv * hs, qd = nh * hs, grp = nh / nkv;
+        size_t pool = (size_t)NB * L * BS * kd;
+        float *pk = skpo_xmalloc(pool * 4), *pv = skpo_xmalloc(pool * 4), *q = skpo_xmalloc((size_t)N * qd * 4);
+        float *ref = skpo_xmalloc((size_t)N * qd * 4);
+        fill(pk, pool, 1); fill(pv, pool, 1); fill(q, (size_t)N * qd, 2);
+        bfround(pk, pool); bfround(pv, pool); bfround(q, (size_t)N * qd);
+        for (int r = 0; r < N; r++)
+            for (int h = 0; h < nh; h++) {
+                int n = pos[r] + 1;
+                double *sc = skpo_xmalloc((size_t)n * sizeof *sc), mx = -1e300, den = 0;
+                for (int j = 0; j < n; j++) {
+                    size_t o = (((size_t)bt[rseq[r] * MB + j / BS] * L + LAYER) * BS + j % BS) * kd + (size_t)(h / grp) * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += (double)q[(size_t)r * qd + h * hs + i] * pk[o + i];
+                    sc[j] = d / sqrt(hs);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n; j++) den += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < hs; i++) {
+                    double a = 0;
+                    for (int j = 0; j < n; j++) {
+                        size_t o = (((size_t)bt[rseq[r] * MB + j / BS] * L + LAYER) * BS + j % BS) * kd + (size_t)(h / grp) * hs;
+                        a += sc[j] * pv[o + i];
+                    }
+                    ref[(size_t)r * qd + h * hs + i] = (float)(a / den);
+                }
+                free(sc);
+            }
+        skpo_err e = {0};
+        void *gk = dup_bf16(pk, pool), *gv = dup_bf16(pv, pool), *gq = dup_bf16(q, (size_t)N * qd);
+        void *go = dup_bf16(q, (size_t)N * qd), *gt = dup_raw(bt, sizeof bt), *gp = dup_raw(pos, sizeof pos);
+        void *gs = dup_raw(rseq, sizeof rseq), *gw;
+        size_t wb = skpo_cuda_attention_paged_work(G, nh, nkv, hs);
+        SKPO_ASSERT(skpo_cuda_malloc(G, &gw, wb, "t", &e) == SKPO_OK);
+        CHECK(skpo_cuda_attention_paged_mma_fits(gq, gk, gv, nh, nkv, hs, MB, BS) == (hs != 96));
+        for (int split = 0; split < 2; split++) {
+            CHECK_MSG(skpo_cuda_attention_paged(G, go, gq, gk, gv, gt, MB, gs, gp, N, L, LAYER, BS, nh, nkv, hs,
+                                                split ? gw : NULL, split ? wb : 0, &e) == SKPO_OK, "%s", e.msg);
+            float *a = back_bf16(go, (size_t)N * qd);
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)N * qd; i++) worst = fmax(worst, isfinite(a[i]) ? fabs(a[i] - ref[i]) : INFINITY);
+            CHECK_MSG(worst <= 1e-2, "heads %d/%d hs %d split %d: max abs error %g", nh, nkv, hs, split, worst);
+            free(a);
+        }
+        free(pk); free(pv); free(q); free(ref);
+        skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(gq); skpo_cuda_dfree(go); skpo_cuda_dfree(gt);
+        skpo_cuda_dfree(gp); skpo_cuda_dfree(gs); skpo_cuda_dfree(gw);
+    }
+}
+
 static void chunked_logprob_and_entropy_match_cpu_on_large_vocab(void) {
     int T = 3, V = 151936;
     float temp = 0.7f;
@@ -326,6 +389,7 @@ int main(void) {
     RUN(rope_rotates_half_and_inverse_restores);
     RUN(prefill_attention_matches_naive_causal_gqa);
     RUN(paged_decode_attention_matches_contiguous);
+    RUN(paged_attention_kernels_match_reference_with_and_without_splits);
     RUN(chunked_logprob_and_entropy_match_cpu_on_large_vocab);
     RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);
     RUN(adamw_step_matches_pytorch_formula);
