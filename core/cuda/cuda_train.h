@@ -55,6 +55,17 @@ skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo
                                                const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
                                                int hs, float *work, skpo_err *err);
 
+// Backward of skpo_cuda_qkv_rope (the training form, q, k, v buffers):
+// dqkv(T, (nh + 2 nkv) hs) = [R^-1 dq | R^-1 dk | dv], the input of one dW and
+// one dx GEMM over the fused [Wq; Wk; Wv] and of one bias colsum (fused.cu).
+skpo_status skpo_cuda_qkv_rope_backward(skpo_cuda *c, skpo_bf16 *dqkv, const skpo_bf16 *dq, const skpo_bf16 *dk,
+                                        const skpo_bf16 *dv, const int32_t *pos, const float *inv_freq, int T, int nh,
+                                        int nkv, int hs, skpo_err *err);
+// Backward of skpo_cuda_swiglu_fused: dgu(T, 2F) = [d gate | d up] from dh(T, F)
+// and gu(T, 2F) = [gate | up].
+skpo_status skpo_cuda_swiglu_fused_backward(skpo_cuda *c, skpo_bf16 *dgu, const skpo_bf16 *dh, const skpo_bf16 *gu,
+                                            int T, int F, skpo_err *err);
+
 // Collectives on host buffers over NCCL (staged through device memory), for
 // a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
 skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);
