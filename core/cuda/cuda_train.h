@@ -66,6 +66,23 @@ skpo_status skpo_cuda_qkv_rope_backward(skpo_cuda *c, skpo_bf16 *dqkv, const skp
 skpo_status skpo_cuda_swiglu_fused_backward(skpo_cuda *c, skpo_bf16 *dgu, const skpo_bf16 *dh, const skpo_bf16 *gu,
                                             int T, int F, skpo_err *err);
 
+// AdamW over every tensor in one launch (optim.cu): segment i updates
+// elements [x, x + n) of the flat w, wb (nullable) and g, with moments
+// [mo, mo + n) of m and v and weight decay wd; the math of skpo_cuda_adamw,
+// element for element. A plan keeps the table on the device (made once: it
+// depends only on the layout and the rank's slice).
+typedef struct skpo_adamw_seg {
+    uint64_t x, n, mo;
+    float wd, unused;
+} skpo_adamw_seg;
+typedef struct skpo_cuda_adamw_plan skpo_cuda_adamw_plan;
+skpo_status skpo_cuda_adamw_plan_new(skpo_cuda *c, const skpo_adamw_seg *segs, int nseg, skpo_cuda_adamw_plan **out,
+                                     skpo_err *err);
+void skpo_cuda_adamw_plan_free(skpo_cuda_adamw_plan *p);
+skpo_status skpo_cuda_adamw_multi(skpo_cuda *c, const skpo_cuda_adamw_plan *p, float *w, skpo_bf16 *wb, float *m,
+                                  float *v, const float *g, float lr, float b1, float b2, float eps, int step,
+                                  float gscale, skpo_err *err);
+
 // Collectives on host buffers over NCCL (staged through device memory), for
 // a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
 skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);

@@ -162,6 +162,14 @@ double shfl_xor_d(double v, int o) {
     if (src >= n) die("kernel %s: shuffle from a lane past the end of the block", cur_kernel);
     return shfl_slot[(size_t)g * n + src];
 }
+double shfl_up_d(double v, int d) {
+    int me = cur->lin, lane = me & 31, src = lane >= d ? me - d : me, n = (int)fibers.size();
+    int g = shfl_gen[me];
+    shfl_gen[me] ^= 1;
+    shfl_slot[(size_t)g * n + me] = v;
+    block_wait(F_WARP);
+    return shfl_slot[(size_t)g * n + src];
+}
 void *dyn_smem() { return dyn_smem_buf.data(); }
 }  // namespace emu
 
