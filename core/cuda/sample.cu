@@ -211,13 +211,33 @@ __device__ unsigned sp_resolve(int by_mass, unsigned lb, const float *z, float i
     return S.rng.prefix;
 }
 
+// fn(i, z[i]) for the tokens [c0, c1) of this warp, each once. vec (the row
+// 16-byte aligned, c0 % 4 == 0): four consecutive tokens per lane and two
+// 16-byte loads in flight per thread, so one block per row keeps enough
+// bytes moving; else one token per lane, 32 apart.
+template <class Fn> __device__ __forceinline__ void sp_each(const float *z, int c0, int c1, int vec, Fn fn) {
+    int lane = threadIdx.x & 31;
+    if (!vec) {
+        for (int i = c0 + lane; i < c1; i += 32) fn(i, z[i]);
+        return;
+    }
+    int i = c0 + 4 * lane;
+    for (; i + 128 + 3 < c1; i += 256) {
+        float4 a = *(const float4 *)(z + i), b = *(const float4 *)(z + i + 128);
+        fn(i, a.x), fn(i + 1, a.y), fn(i + 2, a.z), fn(i + 3, a.w);
+        fn(i + 128, b.x), fn(i + 129, b.y), fn(i + 130, b.z), fn(i + 131, b.w);
+    }
+    for (; i < c1; i += 128)
+        for (int e = 0; e < 4 && i + e < c1; e++) fn(i + e, z[i + e]);
+}
+
 // What one pass over the row does besides reading it.
 enum { SP_MASS0 = 1, SP_SUB = 2, SP_GATHER = 4, SP_PARTS = 8 };
 
 // Warp w owns the contiguous chunk [w wc, (w + 1) wc) of the row; its lanes
 // read it 32 apart (coalesced). SP_SUB / SP_GATHER act on the tokens inside
 // S.rng with key >= lb; SP_PARTS sums the mass of keys >= plo per warp.
-__device__ void sp_pass(int flags, const float *z, int V, int wc, float inv_t, float m, unsigned lb, u64 plo,
+__device__ void sp_pass(int flags, const float *z, int V, int wc, int vec, float inv_t, float m, unsigned lb, u64 plo,
                         sp_smem &S) {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, c0 = w * wc, c1 = min(V, c0 + wc);
     __syncthreads();   // S.rng settled, the previous users of the arrays done
@@ -229,8 +249,7 @@ __device__ void sp_pass(int flags, const float *z, int V, int wc, float inv_t, f
     sp_range R = S.rng;
     int ns = sp_sub_shift(R.shift), mask = (1 << (R.shift - ns)) - 1;
     u64 part = 0;
-    for (int i = c0 + lane; i < c1; i += 32) {
-        float zi = z[i];
+    sp_each(z, c0, c1, vec, [&](int i, float zi) {
         unsigned key = sp_key(zi);
         u64 e = (flags & (SP_MASS0 | SP_SUB | SP_PARTS)) ? sp_fx(zi * inv_t - m) : 0;
         if ((flags & SP_MASS0) && e) atomicAdd(&S.mass0[key >> 20], e);
@@ -246,7 +265,7 @@ __device__ void sp_pass(int flags, const float *z, int V, int wc, float inv_t, f
             }
         }
         if ((flags & SP_PARTS) && (u64)key >= plo) part += e;
-    }
+    });
     if (flags & SP_PARTS) {
         part = sp_warp_sum64(part);
         if (lane == 0) S.wpart[w] = part;
@@ -268,19 +287,18 @@ __device__ void sp_parts_add_cands(unsigned t, const float *z, int wc, float inv
 // Pass 1: max and its lowest index, NaN / +Inf, the online sum of
 // e^(z inv_t - m) (per thread against its own running max, merged at the
 // end), and with hist the level-0 counts.
-__device__ void sp_stats(const float *z, int V, int wc, float inv_t, int hist, float *zmax, int *imax, int *bad,
-                         float *sum, sp_smem &S) {
+__device__ void sp_stats(const float *z, int V, int wc, int vec, float inv_t, int hist, float *zmax, int *imax,
+                         int *bad, float *sum, sp_smem &S) {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, c0 = w * wc, c1 = min(V, c0 + wc);
     if (hist)
         for (int i = threadIdx.x; i < SP_NB0; i += SP_THREADS) S.cnt0[i] = 0;
     __syncthreads();
     float bz = -INFINITY, ml = -INFINITY, sl = 0.f;
     int bi = 0x7fffffff, b = 0;
-    for (int i = c0 + lane; i < c1; i += 32) {
-        float zi = z[i];
+    sp_each(z, c0, c1, vec, [&](int i, float zi) {   // a thread sees its tokens in increasing order
         if (isnan(zi) || zi == INFINITY) {
             b = 1;
-            continue;
+            return;
         }
         if (zi > bz) bz = zi, bi = i;
         float x = zi * inv_t;
@@ -291,7 +309,7 @@ __device__ void sp_stats(const float *z, int V, int wc, float inv_t, int hist, f
             sl += expf(x - ml);
         }
         if (hist) atomicAdd(&S.cnt0[sp_key(zi) >> 20], 1u);
-    }
+    });
     for (int o = 16; o > 0; o >>= 1) {   // max, lowest index on ties
         float oz = __shfl_xor_sync(SP_FULL, bz, o);
         int oi = __shfl_xor_sync(SP_FULL, bi, o), ob = __shfl_xor_sync(SP_FULL, b, o);
@@ -320,8 +338,8 @@ __device__ void sp_stats(const float *z, int V, int wc, float inv_t, int hist, f
 
 // The inverse-CDF draw over the kept tokens (key >= t) in index order: the
 // warp chunk, then one of 32 sub-chunks of it, then the token.
-__device__ __noinline__ int sp_draw(const float *z, int V, int wc, float inv_t, float m, unsigned t, float u, int fallback,
-                       sp_smem &S) {
+__device__ __noinline__ int sp_draw(const float *z, int V, int wc, int vec, float inv_t, float m, unsigned t, float u,
+                                    int fallback, sp_smem &S) {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -346,10 +364,9 @@ __device__ __noinline__ int sp_draw(const float *z, int V, int wc, float inv_t, 
     int c0 = owner * wc, c1 = min(V, c0 + wc), sl = ((c1 - c0 + SP_WARPS - 1) / SP_WARPS + 31) / 32 * 32;
     int s0 = min(c1, c0 + w * sl), s1 = min(c1, s0 + sl);
     u64 mine = 0;
-    for (int i = s0 + lane; i < s1; i += 32) {
-        float zi = z[i];
+    sp_each(z, s0, s1, vec, [&](int i, float zi) {
         if (sp_key(zi) >= t) mine += sp_fx(zi * inv_t - m);
-    }
+    });
     mine = sp_warp_sum64(mine);
     __syncthreads();
     if (lane == 0) S.scan[w] = mine;
@@ -395,10 +412,11 @@ __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *
     sp_smem &S = *(sp_smem *)sp_raw;
     const float *z = logits + (size_t)blockIdx.x * V;
     int K = top_k > 0 && top_k < V, P = top_p < 1.f, greedy = !(temp > 0.f);
-    int wc = ((V + SP_WARPS - 1) / SP_WARPS + 31) / 32 * 32;   // a warp's chunk: whole rounds of 32
+    // A warp's chunk: whole rounds of 128 tokens (16-byte aligned when the row is).
+    int wc = ((V + SP_WARPS - 1) / SP_WARPS + 127) / 128 * 128, vec = V % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     float inv_t = greedy ? 1.f : 1.f / temp, zmax, s;
     int imax, bad;
-    sp_stats(z, V, wc, inv_t, !greedy && (K || P), &zmax, &imax, &bad, &s, S);
+    sp_stats(z, V, wc, vec, inv_t, !greedy && (K || P), &zmax, &imax, &bad, &s, S);
     if (bad || zmax == -INFINITY) {
         if (threadIdx.x == 0) out_tok[blockIdx.x] = -1, out_logp[blockIdx.x] = NAN;
         return;
@@ -415,14 +433,14 @@ __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *
             if (bk < 0) bk = 0;   // cannot happen: V >= 1 tokens are counted
             sp_range_at(S, bk, (u64)top_k - S.res_before, S.res_before, 0, S.cnt0[bk], 0);
             while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {   // a crowded bin: 8 more bits per pass
-                sp_pass(SP_SUB | (P && !mass0 ? SP_MASS0 : 0), z, V, wc, inv_t, m, 0, 0, S);
+                sp_pass(SP_SUB | (P && !mass0 ? SP_MASS0 : 0), z, V, wc, vec, inv_t, m, 0, 0, S);
                 mass0 |= P;
                 sp_narrow(0, S);
             }
             if (S.rng.shift > 0) {   // gather the bin (the last pass for top-k alone)
                 u64 plo = ((u64)S.rng.prefix << S.rng.shift) + ((u64)1 << S.rng.shift);
                 cand_bin = S.rng.shift == 20 ? bk : -1;
-                sp_pass(SP_GATHER | (P && !mass0 ? SP_MASS0 : 0) | (P ? 0 : SP_PARTS), z, V, wc, inv_t, m, 0, plo, S);
+                sp_pass(SP_GATHER | (P && !mass0 ? SP_MASS0 : 0) | (P ? 0 : SP_PARTS), z, V, wc, vec, inv_t, m, 0, plo, S);
                 mass0 |= P;
                 t = sp_resolve(0, 0, z, inv_t, m, S);
                 if (!P) {
@@ -435,7 +453,7 @@ __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *
             kmass = S.rng.above_mass + S.rng.last_mass;
         }
         if (P) {
-            if (!mass0) sp_pass(SP_MASS0, z, V, wc, inv_t, m, 0, 0, S);
+            if (!mass0) sp_pass(SP_MASS0, z, V, wc, vec, inv_t, m, 0, 0, S);
             // The universe of top-p: the tokens top-k keeps (bins below bk
             // dropped, bk holding only its kept mass).
             if (K) {
@@ -463,12 +481,12 @@ __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *
                 t = sp_resolve(1, lb, z, inv_t, m, S);
             } else {
                 while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {
-                    sp_pass(SP_SUB, z, V, wc, inv_t, m, lb, 0, S);
+                    sp_pass(SP_SUB, z, V, wc, vec, inv_t, m, lb, 0, S);
                     sp_narrow(1, S);
                 }
                 if (S.rng.shift > 0) {
                     u64 plo = ((u64)S.rng.prefix << S.rng.shift) + ((u64)1 << S.rng.shift);
-                    sp_pass(SP_GATHER | SP_PARTS, z, V, wc, inv_t, m, lb, plo, S);
+                    sp_pass(SP_GATHER | SP_PARTS, z, V, wc, vec, inv_t, m, lb, plo, S);
                     t = sp_resolve(1, lb, z, inv_t, m, S);
                     sp_parts_add_cands(t, z, wc, inv_t, m, S);
                     done = 1;
@@ -477,9 +495,9 @@ __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *
                 }
             }
         }
-        if (!done) sp_pass(SP_PARTS, z, V, wc, inv_t, m, 0, (u64)t, S);
+        if (!done) sp_pass(SP_PARTS, z, V, wc, vec, inv_t, m, 0, (u64)t, S);
         // a float coin can round up to 1 from a double just below it
-        pick = sp_draw(z, V, wc, inv_t, m, t, fminf(coin[blockIdx.x], 0.99999994f), imax, S);
+        pick = sp_draw(z, V, wc, vec, inv_t, m, t, fminf(coin[blockIdx.x], 0.99999994f), imax, S);
     }
     if (threadIdx.x == 0) {
         out_tok[blockIdx.x] = pick;

@@ -248,7 +248,8 @@ int model_cuda_last_logits(const skpo_model *m, const float **dev_logits);
 // Memory of one micro-batch of N tokens (bytes, bf16 = 2): saved per layer
 // 2 N (4C + 2QD + 2KVD + 2F) + 12 N (rstd x2, lse NH); with recompute only the
 // layer inputs 2 N C per layer plus one layer's worth. The lm_head runs on
-// the scored rows in chunks of at most 2^26 logits, so no (N, vocab) tensor.
+// the scored rows in chunks sized to the free device memory (all of them
+// when they fit in half of it).
 skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                 float *entropy, skpo_err *err);
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
