@@ -309,19 +309,11 @@ extern "C" skpo_status skpo_cuda_sumsq(skpo_cuda *c, float *out, const float *g,
     return SKPO_OK;
 }
 
-// PyTorch AdamW: w -= lr*wd*w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-// w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// PyTorch AdamW (adamw_elem) on one tensor; optim.cu steps all of them in one launch.
 __global__ void k_adamw(float *w, bf16 *wb, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
                         float eps, float wd, float bc1, float bc2, float gscale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = g[i] * gscale, wi = w[i] * (1.f - lr * wd);
-    float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
-    wi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi;
-    if (wb) wb[i] = __float2bfloat16(wi);
+    if (i < n) adamw_elem(w, wb, m, v, g, i, i, lr, b1, b2, eps, wd, bc1, bc2, gscale);
 }
 
 extern "C" skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, float *v, const float *g,

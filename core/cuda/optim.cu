@@ -2,8 +2,8 @@
 // launch (cuda_train.h, skpo_cuda_adamw_multi): a plan uploads the segment
 // table once (each tensor's range, moment offset and weight decay) with the
 // first block of each segment; a block finds its segment by binary search
-// over those, then updates ADAMW_PER_BLOCK elements of it. The math is
-// skpo_cuda_adamw's (PyTorch AdamW), element for element.
+// over those, then updates ADAMW_PER_BLOCK elements of it with adamw_elem
+// (common.cuh), the element update of skpo_cuda_adamw.
 #include "common.cuh"
 #include "cuda/cuda_train.h"
 
@@ -33,19 +33,11 @@ __global__ void __launch_bounds__(ADAMW_THREADS) k_adamw_multi(float *w, bf16 *w
     }
     skpo_adamw_seg s = segs[lo];
     uint64_t base = (b - first[lo]) * ADAMW_PER_BLOCK;
-    float decay = 1.f - lr * s.wd;
 #pragma unroll
     for (int k = 0; k < ADAMW_PER_THREAD; k++) {
         uint64_t j = base + (uint64_t)k * ADAMW_THREADS + threadIdx.x;
         if (j >= s.n) break;
-        size_t i = (size_t)(s.x + j), mi = (size_t)(s.mo + j);
-        float gi = g[i] * gscale, wi = w[i] * decay;
-        float mm = b1 * m[mi] + (1.f - b1) * gi, vv = b2 * v[mi] + (1.f - b2) * gi * gi;
-        wi -= lr * (mm / bc1) / (sqrtf(vv / bc2) + eps);
-        m[mi] = mm;
-        v[mi] = vv;
-        w[i] = wi;
-        if (wb) wb[i] = __float2bfloat16(wi);
+        adamw_elem(w, wb, m, v, g, (size_t)(s.x + j), (size_t)(s.mo + j), lr, b1, b2, eps, s.wd, bc1, bc2, gscale);
     }
 }
 

@@ -27,12 +27,14 @@
 #include <string.h>
 
 // The lm_head runs on the scored rows in chunks of R rows, R as large as half
-// the device memory the rest of the pass leaves free allows: every chunk
-// reads the lm_head weight twice and reads and writes its fp32 gradient
-// (0.93 GB each way at 1.5B), so 441-row chunks of 8 x 1024 tokens would move
-// some 35 GB more than one chunk does. Tests cap it to run many chunks.
+// the device memory the rest of the pass leaves free allows, up to 2^31
+// logits (4 GiB of bf16: 14k rows at a 152k vocabulary, so a 8 x 1024
+// micro-batch is one chunk): every chunk reads the lm_head weight twice and
+// reads and writes its fp32 gradient (0.93 GB each way at 1.5B), so 441-row
+// chunks of 8 x 1024 tokens would move some 35 GB more than one chunk does.
+// Tests lower the cap to run many chunks.
 #ifndef LOGIT_CHUNK_ELEMS
-#define LOGIT_CHUNK_ELEMS ((size_t)1 << 40)
+#define LOGIT_CHUNK_ELEMS ((size_t)1 << 31)
 #endif
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
 

@@ -60,6 +60,52 @@ static double kept_set(const float *z, const scase *c, double *p, char *kept, do
     return km;
 }
 
+// Device buffers of one run: nc rows of logits, the coins, tokens, log-probs.
+typedef struct dbufs { void *z, *c, *t, *l; } dbufs;
+static void dbufs_new(skpo_cuda *cu, dbufs *b, size_t zbytes, int nc) {
+    skpo_err e = {0};
+    memset(b, 0, sizeof *b);
+    CHECK(skpo_cuda_malloc(cu, &b->z, zbytes, "logits", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &b->c, (size_t)nc * 4, "coins", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &b->t, (size_t)nc * 4, "tokens", &e) == SKPO_OK);
+    CHECK(skpo_cuda_malloc(cu, &b->l, (size_t)nc * 4, "logp", &e) == SKPO_OK);
+}
+static void dbufs_free(skpo_cuda *cu, dbufs *b) {
+    skpo_cuda_dfree(b->z);
+    skpo_cuda_dfree(b->c);
+    skpo_cuda_dfree(b->t);
+    skpo_cuda_dfree(b->l);
+    skpo_cuda_free_ctx(cu);
+}
+
+// Tokens drawn with coins coin[0..nc) from one row z(n) against the inverse
+// CDF of the kept set (p, kept, kept mass km): counts wrong tokens (coins
+// within 1e-5 of a boundary excused, counted in *edge) and the worst log-prob
+// error against log_softmax(z / temp).
+static int off_the_cdf(const float *z, int n, float temp, double logZ, const double *p, const char *kept, double km,
+                       const float *coin, const int32_t *tok, const float *lp, int nc, int *edge, double *worst_lp) {
+    int wrong = 0;
+    *edge = 0;
+    *worst_lp = 0;
+    for (int i = 0; i < nc; i++) {
+        double target = coin[i] * km, cum = 0, gap = 1;
+        int want = -1;
+        for (int t = 0; t < n && want < 0; t++) {
+            if (!kept[t]) continue;
+            double lo = cum;
+            cum += p[t];
+            if (cum > target) want = t, gap = fmin(target - lo, cum - target) / km;
+        }
+        if (tok[i] != want) {
+            if (gap < 1e-5) (*edge)++;
+            else wrong++;
+        }
+        if (tok[i] < 0 || tok[i] >= n) { wrong++; continue; }
+        *worst_lp = fmax(*worst_lp, fabs(lp[i] - ((double)z[tok[i]] / temp - logZ)));
+    }
+    return wrong;
+}
+
 static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) {
     if (skpo_cuda_device_count() == 0) SKIP("skipped: no GPU");
     static const scase cases[] = {{1.0f, 0, 1.0f}, {0.7f, 50, 1.0f}, {1.3f, 0, 0.9f}, {1.0f, 40, 0.8f}};
@@ -74,11 +120,9 @@ static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) {
     for (int i = 0; i < V; i++) z[i] = (float)(2.5 * skpo_rng_normal(&r));
     for (int c = 1; c < NC; c++) memcpy(z + (size_t)c * V, z, V * sizeof *z);
     for (int c = 0; c < NC; c++) coin[c] = (c + 0.37f) / NC;
-    void *dz = NULL, *dc = NULL, *dt = NULL, *dl = NULL;
-    CHECK(skpo_cuda_malloc(cu, &dz, (size_t)V * NC * 4, "logits", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dc, NC * 4, "coins", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dt, NC * 4, "tokens", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dl, NC * 4, "logp", &e) == SKPO_OK);
+    dbufs d;
+    dbufs_new(cu, &d, (size_t)V * NC * 4, NC);
+    void *dz = d.z, *dc = d.c, *dt = d.t, *dl = d.l;
     CHECK(skpo_cuda_h2d(cu, dz, z, (size_t)V * NC * 4, &e) == SKPO_OK);
     CHECK(skpo_cuda_h2d(cu, dc, coin, NC * 4, &e) == SKPO_OK);
     double *p = skpo_xmalloc(V * sizeof *p);
@@ -88,24 +132,9 @@ static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) {
         double logZ, km = kept_set(z, c, p, kept, &logZ);
         CHECK_MSG(skpo_cuda_sample(cu, dt, dl, dz, NC, V, c->temp, c->top_k, c->top_p, dc, &e) == SKPO_OK, "%s", e.msg);
         CHECK(skpo_cuda_d2h(cu, tok, dt, NC * 4, &e) == SKPO_OK && skpo_cuda_d2h(cu, lp, dl, NC * 4, &e) == SKPO_OK);
-        int wrong = 0, edge = 0;
-        double worst_lp = 0;
-        for (int i = 0; i < NC; i++) {
-            double target = coin[i] * km, cum = 0, gap = 1;
-            int want = -1;
-            for (int t = 0; t < V && want < 0; t++) {
-                if (!kept[t]) continue;
-                double lo = cum;
-                cum += p[t];
-                if (cum > target) want = t, gap = fmin(target - lo, cum - target) / km;
-            }
-            if (tok[i] != want) {
-                if (gap < 1e-5) edge++;
-                else wrong++;
-            }
-            if (tok[i] < 0 || tok[i] >= V) { wrong++; continue; }
-            worst_lp = fmax(worst_lp, fabs(lp[i] - ((double)z[tok[i]] / c->temp - logZ)));
-        }
+        int edge;
+        double worst_lp;
+        int wrong = off_the_cdf(z, V, c->temp, logZ, p, kept, km, coin, tok, lp, NC, &edge, &worst_lp);
         printf("# T=%.1f top_k=%d top_p=%.2f: %d wrong, %d at a CDF boundary, worst |logp error| %.2e\n", c->temp,
                c->top_k, c->top_p, wrong, edge, worst_lp);
         CHECK_MSG(wrong == 0, "T=%.1f top_k=%d top_p=%.2f: %d of %d tokens off the inverse CDF", c->temp, c->top_k,
@@ -115,11 +144,7 @@ static void device_tokens_follow_the_inverse_cdf_of_the_kept_set(void) {
     free(p);
     free(kept);
     free(z);
-    skpo_cuda_dfree(dz);
-    skpo_cuda_dfree(dc);
-    skpo_cuda_dfree(dt);
-    skpo_cuda_dfree(dl);
-    skpo_cuda_free_ctx(cu);
+    dbufs_free(cu, &d);
 }
 
 // The device's rule at a threshold: every token tied with the k-th largest
@@ -183,11 +208,9 @@ static void crowded_and_tied_thresholds_follow_the_inverse_cdf(void) {
     double *p = skpo_xmalloc((size_t)BIG * sizeof *p);
     char *kept = skpo_xmalloc(BIG);
     for (int c = 0; c < NC2; c++) coin[c] = (c + 0.61f) / NC2;
-    void *dz = NULL, *dc = NULL, *dt = NULL, *dl = NULL;
-    CHECK(skpo_cuda_malloc(cu, &dz, (size_t)BIG * NC2 * 4, "logits", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dc, NC2 * 4, "coins", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dt, NC2 * 4, "tokens", &e) == SKPO_OK);
-    CHECK(skpo_cuda_malloc(cu, &dl, NC2 * 4, "logp", &e) == SKPO_OK);
+    dbufs d;
+    dbufs_new(cu, &d, (size_t)BIG * NC2 * 4, NC2);
+    void *dz = d.z, *dc = d.c, *dt = d.t, *dl = d.l;
     CHECK(skpo_cuda_h2d(cu, dc, coin, NC2 * 4, &e) == SKPO_OK);
     for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
         const row *w = &rows[k];
@@ -209,25 +232,10 @@ static void crowded_and_tied_thresholds_follow_the_inverse_cdf(void) {
         CHECK_MSG(skpo_cuda_sample(cu, dt, dl, dz, NC2, n, w->c.temp, w->c.top_k, w->c.top_p, dc, &e) == SKPO_OK, "%s",
                   e.msg);
         CHECK(skpo_cuda_d2h(cu, tok, dt, NC2 * 4, &e) == SKPO_OK && skpo_cuda_d2h(cu, lp, dl, NC2 * 4, &e) == SKPO_OK);
-        int wrong = 0, edge = 0, nk = 0;
-        double worst_lp = 0;
+        int edge, nk = 0;
+        double worst_lp;
         for (int i = 0; i < n; i++) nk += kept[i];
-        for (int i = 0; i < NC2; i++) {
-            double target = coin[i] * km, cum = 0, gap = 1;
-            int want = -1;
-            for (int t = 0; t < n && want < 0; t++) {
-                if (!kept[t]) continue;
-                double lo = cum;
-                cum += p[t];
-                if (cum > target) want = t, gap = fmin(target - lo, cum - target) / km;
-            }
-            if (tok[i] != want) {
-                if (gap < 1e-5) edge++;
-                else wrong++;
-            }
-            if (tok[i] < 0 || tok[i] >= n) { wrong++; continue; }
-            worst_lp = fmax(worst_lp, fabs(lp[i] - ((double)z[tok[i]] / w->c.temp - logZ)));
-        }
+        int wrong = off_the_cdf(z, n, w->c.temp, logZ, p, kept, km, coin, tok, lp, NC2, &edge, &worst_lp);
         printf("# row kind %d, V=%d, T=%.1f top_k=%d top_p=%.2f: %d kept, %d wrong, %d at a CDF boundary, worst |logp "
                "error| %.2e\n", w->kind, n, w->c.temp, w->c.top_k, w->c.top_p, nk, wrong, edge, worst_lp);
         CHECK_MSG(wrong == 0, "row %zu: %d of %d tokens off the inverse CDF", k, wrong, NC2);
@@ -236,11 +244,7 @@ static void crowded_and_tied_thresholds_follow_the_inverse_cdf(void) {
     free(p);
     free(kept);
     free(z);
-    skpo_cuda_dfree(dz);
-    skpo_cuda_dfree(dc);
-    skpo_cuda_dfree(dt);
-    skpo_cuda_dfree(dl);
-    skpo_cuda_free_ctx(cu);
+    dbufs_free(cu, &d);
 }
 #endif
 
