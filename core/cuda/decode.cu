@@ -86,6 +86,108 @@ __device__ __forceinline__ void da_stash(bf16 *sK, bf16 *sV, const uint4 *rk, co
     }
 }
 
+// S = Q K^T (16 x TILE, fp32) into sF: warp w owns score columns 16 w .. 16 w + 15.
+template <int HS> __device__ __forceinline__ void da_scores(float *sF, const bf16 *sQ, const bf16 *sK, int warp) {
+    typedef da_shape<HS> D;
+    if (warp >= D::TILE / 16) return;
+    da_acc acc;
+    wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+    for (int kk = 0; kk < HS; kk += 16) {
+        da_a fa;
+        da_b_col fb;
+        wmma::load_matrix_sync(fa, sQ + kk, D::KLD);
+        wmma::load_matrix_sync(fb, sK + warp * 16 * D::KLD + kk, D::KLD);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(sF + warp * 16, acc, D::FLD, wmma::mem_row_major);
+}
+
+// Online softmax of this thread's row over the tile's nt positions (column 0
+// is always a real position, so the new max is finite): P (bf16) into sP,
+// m and l updated, the row's outputs rescaled. The 8 threads of a row are
+// lanes 8 k .. 8 k + 7 of one warp.
+template <int HS>
+__device__ __forceinline__ void da_softmax(bf16 *sP, const float *sF, float *o, float &m, float &l, int row, int k8,
+                                           int nt, float scale) {
+    typedef da_shape<HS> D;
+    float x[D::TILE / 8], mx = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < D::TILE / 8; e++) {
+        int col = k8 + 8 * e;
+        x[e] = col < nt ? sF[row * D::FLD + col] * scale : -INFINITY;
+        mx = fmaxf(mx, x[e]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    float mn = fmaxf(m, mx), corr = expf(m - mn), ps = 0.f;
+#pragma unroll
+    for (int e = 0; e < D::TILE / 8; e++) {
+        bf16 pb = __float2bfloat16(expf(x[e] - mn));
+        sP[row * D::PLD + k8 + 8 * e] = pb;
+        ps += __bfloat162float(pb);
+    }
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 4);
+    l = l * corr + ps;
+    m = mn;
+#pragma unroll
+    for (int e = 0; e < HS / 8; e++) o[e] *= corr;
+}
+
+// The tile's P V (16 x hs, fp32) into sF: warp w owns output columns w hs / 4 ..
+template <int HS> __device__ __forceinline__ void da_pv(float *sF, const bf16 *sP, const bf16 *sV, int warp) {
+    typedef da_shape<HS> D;
+#pragma unroll
+    for (int f = 0; f < HS / 64; f++) {
+        int col = warp * (HS / 4) + f * 16;
+        da_acc acc;
+        wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+        for (int kk = 0; kk < D::TILE; kk += 16) {
+            da_a fa;
+            da_b_row fb;
+            wmma::load_matrix_sync(fa, sP + kk, D::PLD);
+            wmma::load_matrix_sync(fb, sV + kk * D::KLD + col, D::KLD);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(sF + col, acc, D::FLD, wmma::mem_row_major);
+    }
+}
+
+// The block's page ids (one block-table lookup per KV block) and the group's
+// queries (rows >= G zero, 8 bf16 per 16-byte load).
+template <int HS>
+__device__ __forceinline__ void da_prologue(int32_t *sPage, bf16 *sQ, const int32_t *table, int p0, int np,
+                                            const bf16 *qg, int G) {
+    for (int i = threadIdx.x; i < np; i += DA_THREADS) sPage[i] = table[p0 + i];
+    for (int i = threadIdx.x; i < DA_ROWS * (HS / 8); i += DA_THREADS) {
+        int g = i / (HS / 8), c = i % (HS / 8);
+        uint4 v = g < G ? *(const uint4 *)(qg + (size_t)g * HS + c * 8) : make_uint4(0u, 0u, 0u, 0u);
+        *(uint4 *)(sQ + g * da_shape<HS>::KLD + c * 8) = v;
+    }
+}
+
+// Row `row` of the tile (query head h) out: normalised, or with S > 1 the
+// unnormalised (m, l, acc) partial of split z.
+template <int HS>
+__device__ __forceinline__ void da_write(bf16 *out, float *part, const float *o, float m, float l, size_t r, int nh,
+                                         int h, int S, int z, int k8) {
+    if (S > 1) {
+        float *pp = part + ((r * nh + h) * S + z) * (HS + 2);
+        if (k8 == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+        for (int e = 0; e < HS / 8; e++) pp[2 + k8 + 8 * e] = o[e];
+        return;
+    }
+    bf16 *orow = out + r * nh * HS + (size_t)h * HS;
+    float inv = 1.f / l;
+#pragma unroll
+    for (int e = 0; e < HS / 8; e++) orow[k8 + 8 * e] = __float2bfloat16(o[e] * inv);
+}
+
 // Grid (N rows, nkv, S splits), DA_THREADS threads. Thread t owns row t / 8
 // of the 16 x hs output tile (query head hk G + t / 8 when below G) at
 // columns t % 8 + 8 e, and the same row of the score tile at columns
@@ -116,15 +218,9 @@ __global__ void __launch_bounds__(DA_THREADS) k_attn_decode(bf16 *out, float *pa
         }
         return;
     }
-    const int32_t *table = bt + (size_t)row_seq[r] * max_blocks;
     int p0 = jb / bs, np = (je - 1) / bs - p0 + 1;
-    for (int i = tid; i < np; i += DA_THREADS) sPage[i] = table[p0 + i];
-    const bf16 *qg = q + (size_t)r * nh * HS + (size_t)hk * G * HS;
-    for (int i = tid; i < DA_ROWS * (HS / 8); i += DA_THREADS) {
-        int g = i / (HS / 8), c = i % (HS / 8);
-        uint4 v = g < G ? *(const uint4 *)(qg + (size_t)g * HS + c * 8) : make_uint4(0u, 0u, 0u, 0u);
-        *(uint4 *)(sQ + g * D::KLD + c * 8) = v;
-    }
+    da_prologue<HS>(sPage, sQ, bt + (size_t)row_seq[r] * max_blocks, p0, np,
+                    q + (size_t)r * nh * HS + (size_t)hk * G * HS, G);
     __syncthreads();   // sPage (and sQ) written
     uint4 rk[D::VPT], rv[D::VPT];
     float o[HS / 8], m = -INFINITY, l = 0.f;
@@ -139,84 +235,18 @@ __global__ void __launch_bounds__(DA_THREADS) k_attn_decode(bf16 *out, float *pa
         if (i + 1 < ntiles)   // the next tile's loads fly while this one is multiplied
             da_fetch<HS>(rk, rv, pk, pv, sPage, p0, j0 + D::TILE, min(D::TILE, je - j0 - D::TILE), n_layers, layer, bs,
                          kd, hk);
-        if (warp < D::TILE / 16) {   // S = Q K^T: warp w owns score columns 16 w .. 16 w + 15
-            da_acc acc;
-            wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-            for (int kk = 0; kk < HS; kk += 16) {
-                da_a fa;
-                da_b_col fb;
-                wmma::load_matrix_sync(fa, sQ + kk, D::KLD);
-                wmma::load_matrix_sync(fb, sK + warp * 16 * D::KLD + kk, D::KLD);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(sF + warp * 16, acc, D::FLD, wmma::mem_row_major);
-        }
+        da_scores<HS>(sF, sQ, sK, warp);
         __syncthreads();
-        // Online softmax of this thread's row over the tile (column 0 is always
-        // a real position, so the new max is finite).
-        float x[D::TILE / 8], mx = -INFINITY;
-#pragma unroll
-        for (int e = 0; e < D::TILE / 8; e++) {
-            int col = k8 + 8 * e;
-            x[e] = col < nt ? sF[row * D::FLD + col] * scale : -INFINITY;
-            mx = fmaxf(mx, x[e]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        float mn = fmaxf(m, mx), corr = expf(m - mn), ps = 0.f;
-#pragma unroll
-        for (int e = 0; e < D::TILE / 8; e++) {
-            bf16 pb = __float2bfloat16(expf(x[e] - mn));
-            sP[row * D::PLD + k8 + 8 * e] = pb;
-            ps += __bfloat162float(pb);
-        }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-        ps += __shfl_xor_sync(0xffffffffu, ps, 4);
-        l = l * corr + ps;
-        m = mn;
-#pragma unroll
-        for (int e = 0; e < HS / 8; e++) o[e] *= corr;
+        da_softmax<HS>(sP, sF, o, m, l, row, k8, nt, scale);
         __syncthreads();   // sP written, sF free
-#pragma unroll
-        for (int f = 0; f < HS / 64; f++) {   // the tile's P V: warp w owns output columns w hs / 4 ..
-            int col = warp * (HS / 4) + f * 16;
-            da_acc acc;
-            wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-            for (int kk = 0; kk < D::TILE; kk += 16) {
-                da_a fa;
-                da_b_row fb;
-                wmma::load_matrix_sync(fa, sP + kk, D::PLD);
-                wmma::load_matrix_sync(fb, sV + kk * D::KLD + col, D::KLD);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(sF + col, acc, D::FLD, wmma::mem_row_major);
-        }
+        da_pv<HS>(sF, sP, sV, warp);
         __syncthreads();
 #pragma unroll
         for (int e = 0; e < HS / 8; e++) o[e] += sF[row * D::FLD + k8 + 8 * e];
         if (i + 1 < ntiles) da_stash<HS>(sK, sV, rk, rv);
         __syncthreads();   // sK, sV hold the next tile; sF is free again
     }
-    if (row >= G) return;
-    int h = hk * G + row;
-    if (S > 1) {
-        float *pp = part + (((size_t)r * nh + h) * S + z) * (HS + 2);
-        if (k8 == 0) {
-            pp[0] = m;
-            pp[1] = l;
-        }
-#pragma unroll
-        for (int e = 0; e < HS / 8; e++) pp[2 + k8 + 8 * e] = o[e];
-        return;
-    }
-    bf16 *orow = out + (size_t)r * nh * HS + (size_t)h * HS;
-    float inv = 1.f / l;
-#pragma unroll
-    for (int e = 0; e < HS / 8; e++) orow[k8 + 8 * e] = __float2bfloat16(o[e] * inv);
+    if (row < G) da_write<HS>(out, part, o, m, l, (size_t)r, nh, hk * G + row, S, z, k8);
 }
 
 // One thread per output element: merge the S partials of its (row, head) by

@@ -406,102 +406,123 @@ __device__ __noinline__ int sp_draw(const float *z, int V, int wc, int vec, floa
     return pick < 0 ? fallback : pick;
 }
 
+// The row and where the selection stands (block-uniform).
+struct sp_row {
+    const float *z;
+    int V, wc, vec;
+    float inv_t, m;
+};
+struct sp_sel {
+    unsigned t;     // the kept set: keys >= t
+    int bk;         // top-k's level-0 bin (SP_NB0 without top-k: above every bin)
+    int cand_bin;   // the level-0 bin whose tokens are gathered whole (-1: none)
+    int mass0;      // the level-0 mass histogram is made
+    int done;       // the warps' chunk sums are complete
+    u64 kmass;      // top-k: the kept mass inside bk
+};
+
+// Gather the tokens of S.rng (keys >= lb) with `also` in the same pass and
+// resolve the threshold from them (by count or by mass); with parts, keys
+// above the range and the kept gathered ones make the chunk sums.
+__device__ unsigned sp_gather_resolve(const sp_row &w, int also, int by_mass, unsigned lb, int parts, sp_smem &S) {
+    u64 plo = ((u64)S.rng.prefix << S.rng.shift) + ((u64)1 << S.rng.shift);
+    sp_pass(SP_GATHER | also | (parts ? SP_PARTS : 0), w.z, w.V, w.wc, w.vec, w.inv_t, w.m, lb, plo, S);
+    unsigned t = sp_resolve(by_mass, lb, w.z, w.inv_t, w.m, S);
+    if (parts) sp_parts_add_cands(t, w.z, w.wc, w.inv_t, w.m, S);
+    return t;
+}
+
+// top-k from the level-0 counts: the bin of the k-th key, 8 more bits per
+// pass while it holds more than SP_CAP tokens, then gathered (with top-p, the
+// same pass makes the mass histogram; without, the chunk sums).
+__device__ void sp_topk(const sp_row &w, int top_k, int P, sp_sel &q, sp_smem &S) {
+    q.bk = sp_cross(S.cnt0, SP_NB0, (u64)top_k, S);
+    if (q.bk < 0) q.bk = 0;   // cannot happen: V >= 1 tokens are counted
+    sp_range_at(S, q.bk, (u64)top_k - S.res_before, S.res_before, 0, S.cnt0[q.bk], 0);
+    while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {   // a crowded bin
+        sp_pass(SP_SUB | (P && !q.mass0 ? SP_MASS0 : 0), w.z, w.V, w.wc, w.vec, w.inv_t, w.m, 0, 0, S);
+        q.mass0 |= P;
+        sp_narrow(0, S);
+    }
+    if (S.rng.shift > 0) {
+        q.cand_bin = S.rng.shift == 20 ? q.bk : -1;
+        q.t = sp_gather_resolve(w, P && !q.mass0 ? SP_MASS0 : 0, 0, 0, !P, S);
+        q.mass0 |= P;
+        q.done = !P;
+    } else {
+        q.t = S.rng.prefix;
+    }
+    q.kmass = S.rng.above_mass + S.rng.last_mass;
+}
+
+// top-p over the tokens top-k keeps (bins below bk dropped, bk holding only
+// its kept mass): the bin where top_p of that mass is reached, resolved from
+// top-k's gathered tokens when it is their bin, else narrowed and gathered
+// like top-k's, by mass.
+__device__ void sp_topp(const sp_row &w, float top_p, int K, sp_sel &q, sp_smem &S) {
+    if (!q.mass0) sp_pass(SP_MASS0, w.z, w.V, w.wc, w.vec, w.inv_t, w.m, 0, 0, S);
+    if (K) {
+        for (int i = threadIdx.x; i < SP_NB0; i += SP_THREADS)
+            if (i < q.bk) S.mass0[i] = 0;
+            else if (i == q.bk) S.mass0[i] = q.kmass;
+        __syncthreads();
+    }
+    u64 mine = 0;
+    for (int i = threadIdx.x; i < SP_NB0; i += SP_THREADS) mine += S.mass0[i];
+    sp_block_excl(mine, S);
+    u64 massk = S.total;
+    double want_d = ceil((double)top_p * (double)massk);
+    u64 want = want_d >= (double)massk ? massk : (u64)want_d;
+    if (want < 1) want = 1;
+    int bp = sp_cross(S.mass0, SP_NB0, want, S);
+    u64 before = S.res_before;
+    if (bp < 0) bp = SP_NB0 - 1, before = 0;   // cannot happen: the max token has mass 2^44
+    unsigned lb = bp == q.bk ? q.t : 0;   // inside top-k's bin only its kept tokens count
+    sp_range_at(S, bp, want - before, 0, before, S.cnt0[bp], S.mass0[bp]);
+    if (bp == q.cand_bin) {   // top-k gathered this very bin
+        q.t = sp_resolve(1, lb, w.z, w.inv_t, w.m, S);
+        return;
+    }
+    while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {
+        sp_pass(SP_SUB, w.z, w.V, w.wc, w.vec, w.inv_t, w.m, lb, 0, S);
+        sp_narrow(1, S);
+    }
+    if (S.rng.shift > 0) {
+        q.t = sp_gather_resolve(w, 0, 1, lb, 1, S);
+        q.done = 1;
+    } else {
+        q.t = S.rng.prefix;
+    }
+}
+
 __global__ void __launch_bounds__(SP_THREADS) k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V,
                                                        float temp, int top_k, float top_p, const float *coin) {
     extern __shared__ __align__(16) unsigned char sp_raw[];
     sp_smem &S = *(sp_smem *)sp_raw;
-    const float *z = logits + (size_t)blockIdx.x * V;
     int K = top_k > 0 && top_k < V, P = top_p < 1.f, greedy = !(temp > 0.f);
     // A warp's chunk: whole rounds of 128 tokens (16-byte aligned when the row is).
-    int wc = ((V + SP_WARPS - 1) / SP_WARPS + 127) / 128 * 128, vec = V % 4 == 0 && ((uintptr_t)logits & 15) == 0;
-    float inv_t = greedy ? 1.f : 1.f / temp, zmax, s;
+    sp_row w = {logits + (size_t)blockIdx.x * V, V, ((V + SP_WARPS - 1) / SP_WARPS + 127) / 128 * 128,
+                V % 4 == 0 && ((uintptr_t)logits & 15) == 0, greedy ? 1.f : 1.f / temp, 0.f};
+    float zmax, s;
     int imax, bad;
-    sp_stats(z, V, wc, vec, inv_t, !greedy && (K || P), &zmax, &imax, &bad, &s, S);
+    sp_stats(w.z, V, w.wc, w.vec, w.inv_t, !greedy && (K || P), &zmax, &imax, &bad, &s, S);
     if (bad || zmax == -INFINITY) {
         if (threadIdx.x == 0) out_tok[blockIdx.x] = -1, out_logp[blockIdx.x] = NAN;
         return;
     }
-    float m = zmax * inv_t;
+    w.m = zmax * w.inv_t;
     int pick = imax;
     if (!greedy) {
-        unsigned t = 0;            // the kept set: keys >= t
-        int mass0 = 0, cand_bin = -1, done = 0;
-        u64 kmass = 0;             // top-k: the kept mass inside its level-0 bin
-        int bk = SP_NB0;           // top-k's level-0 bin (none: above every bin)
-        if (K) {
-            bk = sp_cross(S.cnt0, SP_NB0, (u64)top_k, S);
-            if (bk < 0) bk = 0;   // cannot happen: V >= 1 tokens are counted
-            sp_range_at(S, bk, (u64)top_k - S.res_before, S.res_before, 0, S.cnt0[bk], 0);
-            while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {   // a crowded bin: 8 more bits per pass
-                sp_pass(SP_SUB | (P && !mass0 ? SP_MASS0 : 0), z, V, wc, vec, inv_t, m, 0, 0, S);
-                mass0 |= P;
-                sp_narrow(0, S);
-            }
-            if (S.rng.shift > 0) {   // gather the bin (the last pass for top-k alone)
-                u64 plo = ((u64)S.rng.prefix << S.rng.shift) + ((u64)1 << S.rng.shift);
-                cand_bin = S.rng.shift == 20 ? bk : -1;
-                sp_pass(SP_GATHER | (P && !mass0 ? SP_MASS0 : 0) | (P ? 0 : SP_PARTS), z, V, wc, vec, inv_t, m, 0, plo, S);
-                mass0 |= P;
-                t = sp_resolve(0, 0, z, inv_t, m, S);
-                if (!P) {
-                    sp_parts_add_cands(t, z, wc, inv_t, m, S);
-                    done = 1;
-                }
-            } else {
-                t = S.rng.prefix;
-            }
-            kmass = S.rng.above_mass + S.rng.last_mass;
-        }
-        if (P) {
-            if (!mass0) sp_pass(SP_MASS0, z, V, wc, vec, inv_t, m, 0, 0, S);
-            // The universe of top-p: the tokens top-k keeps (bins below bk
-            // dropped, bk holding only its kept mass).
-            if (K) {
-                for (int i = threadIdx.x; i < SP_NB0; i += SP_THREADS)
-                    if (i < bk) S.mass0[i] = 0;
-                    else if (i == bk) S.mass0[i] = kmass;
-                __syncthreads();
-            }
-            u64 massk = 0;
-            {
-                u64 mine = 0;
-                for (int i = threadIdx.x; i < SP_NB0; i += SP_THREADS) mine += S.mass0[i];
-                sp_block_excl(mine, S);
-                massk = S.total;
-            }
-            double want_d = ceil((double)top_p * (double)massk);
-            u64 want = want_d >= (double)massk ? massk : (u64)want_d;
-            if (want < 1) want = 1;
-            int bp = sp_cross(S.mass0, SP_NB0, want, S);
-            u64 before = S.res_before;
-            if (bp < 0) bp = SP_NB0 - 1, before = 0;   // cannot happen: the max token has mass 2^44
-            unsigned lb = bp == bk ? t : 0;   // inside top-k's bin only its kept tokens count
-            sp_range_at(S, bp, want - before, 0, before, S.cnt0[bp], S.mass0[bp]);
-            if (bp == cand_bin) {   // top-k gathered this very bin
-                t = sp_resolve(1, lb, z, inv_t, m, S);
-            } else {
-                while (S.rng.shift > 0 && S.rng.last_cnt > SP_CAP) {
-                    sp_pass(SP_SUB, z, V, wc, vec, inv_t, m, lb, 0, S);
-                    sp_narrow(1, S);
-                }
-                if (S.rng.shift > 0) {
-                    u64 plo = ((u64)S.rng.prefix << S.rng.shift) + ((u64)1 << S.rng.shift);
-                    sp_pass(SP_GATHER | SP_PARTS, z, V, wc, vec, inv_t, m, lb, plo, S);
-                    t = sp_resolve(1, lb, z, inv_t, m, S);
-                    sp_parts_add_cands(t, z, wc, inv_t, m, S);
-                    done = 1;
-                } else {
-                    t = S.rng.prefix;
-                }
-            }
-        }
-        if (!done) sp_pass(SP_PARTS, z, V, wc, vec, inv_t, m, 0, (u64)t, S);
+        sp_sel q = {0, SP_NB0, -1, 0, 0, 0};
+        if (K) sp_topk(w, top_k, P, q, S);
+        if (P) sp_topp(w, top_p, K, q, S);
+        if (!q.done) sp_pass(SP_PARTS, w.z, V, w.wc, w.vec, w.inv_t, w.m, 0, (u64)q.t, S);
         // a float coin can round up to 1 from a double just below it
-        pick = sp_draw(z, V, wc, vec, inv_t, m, t, fminf(coin[blockIdx.x], 0.99999994f), imax, S);
+        pick = sp_draw(w.z, V, w.wc, w.vec, w.inv_t, w.m, q.t, fminf(coin[blockIdx.x], 0.99999994f), imax, S);
     }
     if (threadIdx.x == 0) {
         out_tok[blockIdx.x] = pick;
-        out_logp[blockIdx.x] = z[pick] * inv_t - m - logf(s);
+        out_logp[blockIdx.x] = w.z[pick] * w.inv_t - w.m - logf(s);
     }
 }
 
