@@ -88,5 +88,20 @@ __device__ __forceinline__ float rmsnorm_bwd_dx(float r, float wi, float gi, flo
     return r * wi * gi - r * r * r * xi * mean;
 }
 
+// One element of PyTorch AdamW: w -= lr wd w; m = b1 m + (1-b1) g;
+// v = b2 v + (1-b2) g^2; w -= lr (m / bc1) / (sqrt(v / bc2) + eps), with
+// bc = 1 - beta^t and g scaled by gscale (clipping); wb (nullable) gets bf16(w).
+__device__ __forceinline__ void adamw_elem(float *w, bf16 *wb, float *m, float *v, const float *g, size_t i, size_t mi,
+                                           float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                                           float gscale) {
+    float gi = g[i] * gscale, wi = w[i] * (1.f - lr * wd);
+    float mm = b1 * m[mi] + (1.f - b1) * gi, vv = b2 * v[mi] + (1.f - b2) * gi * gi;
+    wi -= lr * (mm / bc1) / (sqrtf(vv / bc2) + eps);
+    m[mi] = mm;
+    v[mi] = vv;
+    w[i] = wi;
+    if (wb) wb[i] = __float2bfloat16(wi);
+}
+
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 #define STREAM(c) ((c) ? (c)->stream : (cudaStream_t)0)

@@ -22,6 +22,15 @@ void skpo_cuda_host_free(void *p);
 skpo_status skpo_cuda_h2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
 skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
 skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *dst, const void *src, size_t bytes, skpo_err *err);
+// Events: record on the context's stream; a host wait blocks until the work
+// enqueued before the record has run (a never-recorded event is done). They
+// let a pinned staging buffer be rewritten as soon as its copy has run,
+// without waiting for the whole stream.
+typedef struct skpo_cuda_event skpo_cuda_event;
+skpo_status skpo_cuda_event_new(skpo_cuda_event **out, skpo_err *err);
+void skpo_cuda_event_free(skpo_cuda_event *e);
+skpo_status skpo_cuda_event_record(skpo_cuda *c, skpo_cuda_event *e, skpo_err *err);
+skpo_status skpo_cuda_event_wait(skpo_cuda_event *e, skpo_err *err);
 // Total memory of the context's device (bytes).
 size_t skpo_cuda_mem_total(skpo_cuda *c);
 
@@ -29,16 +38,26 @@ size_t skpo_cuda_mem_total(skpo_cuda *c);
 skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skpo_bf16 *x, const skpo_bf16 *w, int T, int K,
                                     int N, skpo_err *err);
 
-// After the q/k/v GEMMs (without bias), in one launch: add the biases (any
-// may be NULL), rotate q in place and k (HF rotate-half RoPE at pos[t],
-// inv_freq(hs/2)), and store k, v rows into the paged pool at (slot_block[t],
-// slot_row[t]) of layer `layer` (kvcache.h layout). Math in fp32, one rounding
-// to bf16 per stored value.
-skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
-                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
-                                 skpo_bf16 *pool_k, skpo_bf16 *pool_v, const int32_t *slot_block,
-                                 const int32_t *slot_row, int T, int nh, int nkv, int hs, int n_layers, int layer,
-                                 int block_size, skpo_err *err);
+// After one GEMM over the fused projection [Wq; Wk; Wv] (model.c keeps them,
+// and the biases bq | bk | bv, contiguous): qkv(T, (nh + 2 nkv) hs), in one
+// launch add the biases (bias NULL: none), rotate q and k (HF rotate-half
+// RoPE at pos[t], inv_freq(hs/2)) and write q(T, nh hs) and the k and v rows:
+// into the paged pool (k = pool_k, v = pool_v) at (slot_block[t],
+// slot_row[t]) of layer `layer` (kvcache.h layout) when slot_block is
+// non-NULL, else into k, v (T, nkv hs). Math in fp32, one rounding to bf16.
+skpo_status skpo_cuda_qkv_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, skpo_bf16 *v, const skpo_bf16 *qkv,
+                               const skpo_bf16 *bias, const int32_t *pos, const float *inv_freq,
+                               const int32_t *slot_block, const int32_t *slot_row, int T, int nh, int nkv, int hs,
+                               int n_layers, int layer, int block_size, skpo_err *err);
+
+// The residual add and the RMSNorm after it, in one launch:
+// x_out(T,C) = x_in + y (+ bias(C)), y the fp32 output of the GEMM that feeds
+// the residual (skpo_cuda_linear_f32out), rounded to bf16 once; then
+// ln = x_out / rms(x_out) * w, rstd(T) saved (fp32) when non-NULL. x_out may be
+// x_in; ln NULL does the add only.
+skpo_status skpo_cuda_add_rmsnorm(skpo_cuda *c, skpo_bf16 *x_out, skpo_bf16 *ln, float *rstd, const skpo_bf16 *x_in,
+                                  const float *y, const skpo_bf16 *bias, const skpo_bf16 *w, int T, int C, float eps,
+                                  skpo_err *err);
 
 // out(T,F) = silu(gu[:, :F]) * gu[:, F:] for gu(T, 2F) = x [Wg; Wu]^T, the
 // output of one GEMM over the gate and up projections stored back to back.
@@ -76,6 +95,19 @@ skpo_status skpo_cuda_attention_prefill(skpo_cuda *c, skpo_bf16 *out, const skpo
                                         int hs, skpo_err *err);
 // Bytes of `work` that let skpo_cuda_attention_paged split as much as it wants.
 size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs);
+// The tensor-core kernel skpo_cuda_attention_paged runs when _fits says so
+// (head_dim 64, 128 or 256, at most 16 query heads per KV head, 16-byte
+// aligned q and pools; SKPO_DECODE_ATTN=simt turns it off): same contract,
+// split count from the occupancy API (decode.cu). Otherwise the CUDA-core
+// kernel of infer.cu runs.
+int skpo_cuda_attention_paged_mma_fits(const void *q, const void *pool_k, const void *pool_v, int nh, int nkv, int hs,
+                                       int max_blocks, int block_size);
+skpo_status skpo_cuda_attention_paged_mma(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pool_k,
+                                          const skpo_bf16 *pool_v, const int32_t *block_table, int max_blocks,
+                                          const int32_t *row_seq, const int32_t *row_pos, int N, int n_layers, int layer,
+                                          int block_size, int nh, int nkv, int hs, float *work, size_t work_bytes,
+                                          skpo_err *err);
+size_t skpo_cuda_attention_paged_mma_work(skpo_cuda *c, int nh, int nkv, int hs);
 
 // CUDA graphs over the context's stream: begin capture, end it into an
 // executable graph, launch it, free it. A failed capture leaves the stream

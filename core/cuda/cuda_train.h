@@ -77,6 +77,34 @@ skpo_status skpo_cuda_attention_backward_det(skpo_cuda *c, skpo_bf16 *dq, float 
 skpo_status skpo_cuda_host_register(void *p, size_t bytes, skpo_err *err);
 void skpo_cuda_host_unregister(void *p);
 
+// Backward of skpo_cuda_qkv_rope (the training form, q, k, v buffers):
+// dqkv(T, (nh + 2 nkv) hs) = [R^-1 dq | R^-1 dk | dv], the input of one dW and
+// one dx GEMM over the fused [Wq; Wk; Wv] and of one bias colsum (fused.cu).
+skpo_status skpo_cuda_qkv_rope_backward(skpo_cuda *c, skpo_bf16 *dqkv, const skpo_bf16 *dq, const skpo_bf16 *dk,
+                                        const skpo_bf16 *dv, const int32_t *pos, const float *inv_freq, int T, int nh,
+                                        int nkv, int hs, skpo_err *err);
+// Backward of skpo_cuda_swiglu_fused: dgu(T, 2F) = [d gate | d up] from dh(T, F)
+// and gu(T, 2F) = [gate | up].
+skpo_status skpo_cuda_swiglu_fused_backward(skpo_cuda *c, skpo_bf16 *dgu, const skpo_bf16 *dh, const skpo_bf16 *gu,
+                                            int T, int F, skpo_err *err);
+
+// AdamW over every tensor in one launch (optim.cu): segment i updates
+// elements [x, x + n) of the flat w, wb (nullable) and g, with moments
+// [mo, mo + n) of m and v and weight decay wd; the math of skpo_cuda_adamw,
+// element for element. A plan keeps the table on the device (made once: it
+// depends only on the layout and the rank's slice).
+typedef struct skpo_adamw_seg {
+    uint64_t x, n, mo;
+    float wd, unused;
+} skpo_adamw_seg;
+typedef struct skpo_cuda_adamw_plan skpo_cuda_adamw_plan;
+skpo_status skpo_cuda_adamw_plan_new(skpo_cuda *c, const skpo_adamw_seg *segs, int nseg, skpo_cuda_adamw_plan **out,
+                                     skpo_err *err);
+void skpo_cuda_adamw_plan_free(skpo_cuda_adamw_plan *p);
+skpo_status skpo_cuda_adamw_multi(skpo_cuda *c, const skpo_cuda_adamw_plan *p, float *w, skpo_bf16 *wb, float *m,
+                                  float *v, const float *g, float lr, float b1, float b2, float eps, int step,
+                                  float gscale, skpo_err *err);
+
 // Collectives on host buffers over NCCL (staged through device memory), for
 // a communicator without MPI (comm.c's shared-file bootstrap). In device.cu.
 skpo_status skpo_nccl_allreduce_f64_host(skpo_nccl *n, double *buf, size_t count, skpo_err *err);

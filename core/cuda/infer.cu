@@ -38,6 +38,35 @@ extern "C" skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *dst, const void *
     return SKPO_OK;
 }
 
+struct skpo_cuda_event {
+    cudaEvent_t e;
+};
+
+extern "C" skpo_status skpo_cuda_event_new(skpo_cuda_event **out, skpo_err *err) {
+    cudaEvent_t e;
+    *out = NULL;
+    CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), err);
+    *out = (skpo_cuda_event *)skpo_xcalloc(1, sizeof **out);
+    (*out)->e = e;
+    return SKPO_OK;
+}
+
+extern "C" void skpo_cuda_event_free(skpo_cuda_event *e) {
+    if (!e) return;
+    cudaEventDestroy(e->e);
+    free(e);
+}
+
+extern "C" skpo_status skpo_cuda_event_record(skpo_cuda *c, skpo_cuda_event *e, skpo_err *err) {
+    CU(cudaEventRecord(e->e, STREAM(c)), err);
+    return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_event_wait(skpo_cuda_event *e, skpo_err *err) {
+    CU(cudaEventSynchronize(e->e), err);
+    return SKPO_OK;
+}
+
 extern "C" size_t skpo_cuda_mem_total(skpo_cuda *c) {
     size_t f = 0, t = 0;
     if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
@@ -55,52 +84,6 @@ extern "C" skpo_status skpo_cuda_linear_f32out(skpo_cuda *c, float *y, const skp
     float alpha = 1.f, beta = 0.f;  // column-major view as in skpo_cuda_linear
     CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, w, CUDA_R_16BF, K, x, CUDA_R_16BF, K,
                         &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), err);
-    return SKPO_OK;
-}
-
-// --- q/k/v: bias, RoPE, store into the pool ----------------------------------------------
-// One block per row; q pairs, then k pairs, then v elements, strided over the block.
-
-__device__ __forceinline__ float bias_at(const bf16 *b, int i) { return b ? __bfloat162float(b[i]) : 0.f; }
-
-__global__ void k_qkv_finish(bf16 *q, const bf16 *k, const bf16 *v, const bf16 *bq, const bf16 *bk, const bf16 *bv,
-                             const int32_t *pos, const float *inv_freq, bf16 *pk, bf16 *pv, const int32_t *sb,
-                             const int32_t *sr, int nh, int nkv, int hs, int n_layers, int layer, int block_size) {
-    int t = blockIdx.x, half = hs / 2, kd = nkv * hs;
-    float p = (float)pos[t];
-    bf16 *qr = q + (size_t)t * nh * hs;
-    const bf16 *kr = k + (size_t)t * kd, *vr = v + (size_t)t * kd;
-    size_t o = (((size_t)sb[t] * n_layers + layer) * block_size + sr[t]) * kd;
-    for (int i = threadIdx.x; i < (nh + nkv) * half; i += blockDim.x) {
-        int isk = i >= nh * half, j = isk ? i - nh * half : i, h = j / half, d = j - h * half;
-        int e0 = h * hs + d, e1 = e0 + half;
-        float s, co;
-        sincosf(p * inv_freq[d], &s, &co);
-        if (!isk) {
-            float a = __bfloat162float(qr[e0]) + bias_at(bq, e0), b = __bfloat162float(qr[e1]) + bias_at(bq, e1);
-            qr[e0] = __float2bfloat16(a * co - b * s);
-            qr[e1] = __float2bfloat16(b * co + a * s);
-        } else {
-            float a = __bfloat162float(kr[e0]) + bias_at(bk, e0), b = __bfloat162float(kr[e1]) + bias_at(bk, e1);
-            pk[o + e0] = __float2bfloat16(a * co - b * s);
-            pk[o + e1] = __float2bfloat16(b * co + a * s);
-        }
-    }
-    for (int i = threadIdx.x; i < kd; i += blockDim.x) pv[o + i] = __float2bfloat16(__bfloat162float(vr[i]) + bias_at(bv, i));
-}
-
-extern "C" skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
-                                            const skpo_bf16 *bq, const skpo_bf16 *bk, const skpo_bf16 *bv,
-                                            const int32_t *pos, const float *inv_freq, skpo_bf16 *pool_k,
-                                            skpo_bf16 *pool_v, const int32_t *slot_block, const int32_t *slot_row, int T,
-                                            int nh, int nkv, int hs, int n_layers, int layer, int block_size,
-                                            skpo_err *err) {
-    if (!T) return SKPO_OK;
-    k_qkv_finish<<<T, 128, 0, c->stream>>>((bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)bq,
-                                           (const bf16 *)bk, (const bf16 *)bv, pos, inv_freq, (bf16 *)pool_k,
-                                           (bf16 *)pool_v, slot_block, slot_row, nh, nkv, hs, n_layers, layer,
-                                           block_size);
-    LAUNCHED(err);
     return SKPO_OK;
 }
 
@@ -261,7 +244,9 @@ static int pg_target_blocks(skpo_cuda *c) {
 extern "C" size_t skpo_cuda_attention_paged_work(skpo_cuda *c, int nh, int nkv, int hs) {
     // Splitting only happens while N * nkv < target, and then S * N <= target / nkv + N.
     size_t target = (size_t)pg_target_blocks(c);
-    return (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
+    size_t simt = (2 * target / (size_t)(nkv > 0 ? nkv : 1) + 1) * (size_t)nh * (size_t)(hs + 2) * sizeof(float);
+    size_t mma = skpo_cuda_attention_paged_mma_work(c, nh, nkv, hs);   // decode.cu
+    return simt > mma ? simt : mma;
 }
 
 extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q,
@@ -271,6 +256,9 @@ extern "C" skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, c
                                                  int nh, int nkv, int hs, float *work, size_t work_bytes,
                                                  skpo_err *err) {
     if (!N) return SKPO_OK;
+    if (skpo_cuda_attention_paged_mma_fits(q, pool_k, pool_v, nh, nkv, hs, max_blocks, block_size))   // decode.cu
+        return skpo_cuda_attention_paged_mma(c, out, q, pool_k, pool_v, block_table, max_blocks, row_seq, row_pos, N,
+                                             n_layers, layer, block_size, nh, nkv, hs, work, work_bytes, err);
     if (hs > PG_MAX_HS || hs % 4 || nkv <= 0 || nh % nkv || nh / nkv > 16)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "paged attention: head_dim %d with %d query / %d kv heads unsupported",
                             hs, nh, nkv);

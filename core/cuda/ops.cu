@@ -1,5 +1,5 @@
 // ops.cu - elementwise and row kernels of the transformer (forward and
-// backward), cuBLAS linear layers, chunked log-prob, device sampling, AdamW.
+// backward), cuBLAS linear layers, chunked log-prob, AdamW (sampling: sample.cu).
 // Math mirrors the CPU reference (fp32 inside every kernel, bf16 storage).
 #include "common.cuh"
 
@@ -289,171 +289,6 @@ extern "C" skpo_status skpo_cuda_logprob_backward(skpo_cuda *c, skpo_bf16 *dlogi
     return SKPO_OK;
 }
 
-// --- sampling ---------------------------------------------------------------------------------
-// The contract of core/gen/sampler.h, one block per row. p = softmax(z / T).
-// top-k and top-p become one probability threshold: tau_k, the largest tau
-// with count(p >= tau) >= k (the k-th largest p), then tau_p, the largest tau
-// with mass(p >= tau) >= top_p * mass(p >= tau_k), i.e. top-p applied to the
-// top-k distribution renormalised; both by bisection on [0, max p]. The token
-// is drawn by inverse CDF in index order over the kept set with the host's
-// coin. Differences from the CPU sampler, none of which changes the
-// distribution: tokens tied exactly at the threshold are all kept (the CPU
-// keeps the lowest ids), and the CPU draws a truncated set in most-likely-
-// first order, so the same coin can pick another token of that set.
-// logp = log_softmax(z / T)[token] over the whole vocabulary (T = 1 when
-// greedy); a row holding NaN or +Inf, or only -Inf, gives token -1, logp NaN.
-
-__device__ static float row_mass_count(const float *z, int V, float inv_t, float m, float s, float tau, float *cnt,
-                                       float *shm) {
-    float c = 0.f, mass = 0.f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float p = expf(z[i] * inv_t - m) / s;
-        if (p >= tau) { c += 1.f; mass += p; }
-    }
-    *cnt = block_sum(c, shm);
-    return block_sum(mass, shm);
-}
-
-// Max over the row's logits; *bad = 1 when the row holds NaN or +Inf.
-__device__ static float row_max_checked(const float *z, int V, float *bad, float *shm) {
-    float b = 0.f, zmax = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        if (isnan(z[i]) || z[i] == INFINITY) b = 1.f;
-        else zmax = fmaxf(zmax, z[i]);
-    }
-    *bad = block_max(b, shm);
-    return block_max(zmax, shm);
-}
-
-// Greedy: the argmax, lowest index on ties (sidx: a shared int).
-__device__ static int row_argmax(const float *z, int V, float zmax, int *sidx) {
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V && bi == 0x7fffffff; i += blockDim.x)
-        if (z[i] == zmax) bi = i;
-    if (threadIdx.x == 0) *sidx = 0x7fffffff;
-    __syncthreads();
-    atomicMin(sidx, bi);
-    __syncthreads();
-    return *sidx;
-}
-
-// The one threshold of top-k then top-p (see above): 40 bisection steps each
-// on [0, pmax], pmax = p of the max logit.
-__device__ static float row_keep_threshold(const float *z, int V, float inv_t, float m, float s, int top_k, float top_p,
-                                           float *shm) {
-    float pmax = 1.f / s;
-    float tau = 0.f, cnt;
-    if (top_k > 0 && top_k < V) {
-        float lo = 0.f, hi = pmax;
-        for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (lo + hi);
-            row_mass_count(z, V, inv_t, m, s, mid, &cnt, shm);
-            if (cnt >= (float)top_k) lo = mid; else hi = mid;
-        }
-        tau = lo;
-    }
-    if (top_p < 1.f) {
-        float want = top_p * row_mass_count(z, V, inv_t, m, s, tau, &cnt, shm);
-        float lo = tau, hi = pmax;
-        for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (lo + hi);
-            if (row_mass_count(z, V, inv_t, m, s, mid, &cnt, shm) >= want) lo = mid; else hi = mid;
-        }
-        tau = lo;
-    }
-    return tau;
-}
-
-// Shared state of the inverse-CDF draw: each thread's kept mass over its
-// contiguous chunk, their total, the chunk holding u * total and the mass
-// before it.
-typedef struct sample_cdf {
-    float part[1024];
-    float total, before;
-    int owner;
-} sample_cdf;
-
-// Thread 0 finds the chunk where the CDF of the kept tokens (p >= tau, index
-// order) crosses u * total.
-__device__ static void cdf_find_chunk(sample_cdf *cdf, float u, int nt) {
-    float acc = 0.f;
-    for (int k = 0; k < nt; k++) acc += cdf->part[k];
-    cdf->total = acc;
-    float target = u * acc, run = 0.f;
-    cdf->owner = -1;
-    cdf->before = 0.f;
-    for (int k = 0; k < nt; k++) {
-        if (cdf->part[k] > 0.f) { cdf->owner = k; cdf->before = run; }  // last chunk with mass: rounding fallback
-        if (run + cdf->part[k] > target && cdf->part[k] > 0.f) break;
-        run += cdf->part[k];
-    }
-}
-
-// The owner walks its chunk [b0, b1) to the token where the CDF crosses.
-__device__ static int cdf_pick_in_chunk(const sample_cdf *cdf, const float *z, int b0, int b1, float inv_t, float m,
-                                        float s, float tau, float u) {
-    float target = u * cdf->total, run = cdf->before;
-    int pick = -1, last = -1;
-    for (int i = b0; i < b1; i++) {
-        float p = expf(z[i] * inv_t - m) / s;
-        if (p < tau || p <= 0.f) continue;
-        last = i;
-        run += p;
-        if (run > target) { pick = i; break; }
-    }
-    return pick < 0 ? last : pick;  // rounding at the very end of the CDF
-}
-
-__global__ void __launch_bounds__(1024) k_sample(int32_t *out_tok, float *out_logp, const float *logits, int V, float temp, int top_k,
-                         float top_p, const float *coin) {
-    __shared__ float shm[32];
-    __shared__ sample_cdf cdf;
-    const float *z = logits + (size_t)blockIdx.x * V;
-    int tid = threadIdx.x, nt = blockDim.x;
-    float bad, zmax = row_max_checked(z, V, &bad, shm);
-    if (bad > 0.f || zmax == -INFINITY) {
-        if (tid == 0) { out_tok[blockIdx.x] = -1; out_logp[blockIdx.x] = NAN; }
-        return;
-    }
-    float inv_t = temp > 0.f ? 1.f / temp : 1.f, m = zmax * inv_t;
-    float s = 0.f;
-    for (int i = tid; i < V; i += nt) s += expf(z[i] * inv_t - m);
-    s = block_sum(s, shm);
-    if (temp <= 0.f) {
-        __shared__ int sidx;
-        int best = row_argmax(z, V, zmax, &sidx);
-        if (tid == 0) { out_tok[blockIdx.x] = best; out_logp[blockIdx.x] = z[best] * inv_t - m - logf(s); }
-        return;
-    }
-    float tau = row_keep_threshold(z, V, inv_t, m, s, top_k, top_p, shm);
-    // inverse CDF over kept tokens in index order: contiguous chunk per thread
-    int chunk = (V + nt - 1) / nt, b0 = tid * chunk, b1 = min(V, b0 + chunk);
-    float mine = 0.f;
-    for (int i = b0; i < b1; i++) {
-        float p = expf(z[i] * inv_t - m) / s;
-        if (p >= tau) mine += p;
-    }
-    cdf.part[tid] = mine;
-    __syncthreads();
-    // a float coin can round up to 1 from a double just below it
-    float u = fminf(coin[blockIdx.x], 0.99999994f);
-    if (tid == 0) cdf_find_chunk(&cdf, u, nt);
-    __syncthreads();
-    if (tid == cdf.owner) {
-        int pick = cdf_pick_in_chunk(&cdf, z, b0, b1, inv_t, m, s, tau, u);
-        out_tok[blockIdx.x] = pick;
-        out_logp[blockIdx.x] = z[pick] * inv_t - m - logf(s);
-    }
-}
-
-extern "C" skpo_status skpo_cuda_sample(skpo_cuda *c, int32_t *out_tok, float *out_logp, const float *logits, int B,
-                                        int V, float temp, int top_k, float top_p, const float *coin, skpo_err *err) {
-    if (!B) return SKPO_OK;
-    k_sample<<<B, 1024, 0, STREAM(c)>>>(out_tok, out_logp, logits, V, temp, top_k, top_p, coin);
-    LAUNCHED(err);
-    return SKPO_OK;
-}
-
 // --- optimizer ----------------------------------------------------------------------------------
 
 __global__ void k_sumsq(float *out, const float *g, size_t n) {
@@ -474,19 +309,11 @@ extern "C" skpo_status skpo_cuda_sumsq(skpo_cuda *c, float *out, const float *g,
     return SKPO_OK;
 }
 
-// PyTorch AdamW: w -= lr*wd*w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-// w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// PyTorch AdamW (adamw_elem) on one tensor; optim.cu steps all of them in one launch.
 __global__ void k_adamw(float *w, bf16 *wb, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
                         float eps, float wd, float bc1, float bc2, float gscale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = g[i] * gscale, wi = w[i] * (1.f - lr * wd);
-    float mi = b1 * m[i] + (1.f - b1) * gi, vi = b2 * v[i] + (1.f - b2) * gi * gi;
-    wi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi;
-    if (wb) wb[i] = __float2bfloat16(wi);
+    if (i < n) adamw_elem(w, wb, m, v, g, i, i, lr, b1, b2, eps, wd, bc1, bc2, gscale);
 }
 
 extern "C" skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, float *v, const float *g,

@@ -3,16 +3,20 @@
  * model on CUDA: the step leaves the logits on the device
  * (skpo_model_step_dev) and skpo_cuda_sample draws on the model's stream, so
  * only B coins go up and B tokens + log-probs come back per step instead of
- * B x vocab floats. Uses skpo_model_cuda_ctx (model/model.h) for the model's device
- * context and stream.
+ * B x vocab floats. The copies are asynchronous through pinned buffers and the
+ * draw ends in the step's one host synchronisation (the step itself never
+ * waits: model_cuda.c). Uses skpo_model_cuda_ctx (model/model.h) for the
+ * model's device context and stream.
  */
 #include "gen/generate.h"
 #include "model/model.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef SKPO_HAVE_CUDA
 #include "cuda/cuda.h"
+#include "cuda/cuda_infer.h"
 
 typedef struct gen_dev {
     skpo_gen_dev pub;       // first: the engine's view
@@ -22,7 +26,8 @@ typedef struct gen_dev {
     int nrows;
     float *d_coin, *d_logp; // device (max_rows)
     int32_t *d_tok;
-    float *h_coin;          // host (max_rows)
+    float *h_coin, *h_logp; // pinned host (max_rows)
+    int32_t *h_tok;
 } gen_dev;
 
 static skpo_status dev_step(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks, const int *off,
@@ -41,13 +46,19 @@ static skpo_status dev_sample(void *ctx, int nrows, const skpo_sample_params *p,
     gen_dev *d = ctx;
     SKPO_ASSERT(nrows <= d->nrows && d->logits);
     skpo_cuda *cu = skpo_model_cuda_ctx(d->m);
+    // h_coin is free: the previous draw synchronised after its upload.
     for (int r = 0; r < nrows; r++) d->h_coin[r] = (float)coin[r];
-    skpo_status s = skpo_cuda_h2d(cu, d->d_coin, d->h_coin, (size_t)nrows * sizeof(float), err);
+    skpo_status s = skpo_cuda_h2d_async(cu, d->d_coin, d->h_coin, (size_t)nrows * sizeof(float), err);
     if (s == SKPO_OK)
         s = skpo_cuda_sample(cu, d->d_tok, d->d_logp, d->logits, nrows, d->vocab, (float)p->temperature, p->top_k,
                              (float)p->top_p, d->d_coin, err);
-    if (s == SKPO_OK) s = skpo_cuda_d2h(cu, tok, d->d_tok, (size_t)nrows * sizeof *tok, err);
-    if (s == SKPO_OK) s = skpo_cuda_d2h(cu, logp, d->d_logp, (size_t)nrows * sizeof *logp, err);
+    if (s == SKPO_OK) s = skpo_cuda_d2h_async(cu, d->h_tok, d->d_tok, (size_t)nrows * sizeof *tok, err);
+    if (s == SKPO_OK) s = skpo_cuda_d2h_async(cu, d->h_logp, d->d_logp, (size_t)nrows * sizeof *logp, err);
+    if (s == SKPO_OK) s = skpo_cuda_sync(cu, err);   // the step's one host synchronisation
+    if (s == SKPO_OK) {
+        memcpy(tok, d->h_tok, (size_t)nrows * sizeof *tok);
+        memcpy(logp, d->h_logp, (size_t)nrows * sizeof *logp);
+    }
     return s;
 }
 
@@ -69,9 +80,11 @@ skpo_gen_dev *skpo_gen_dev_new(struct skpo_model *m, int max_rows, skpo_err *err
     d->m = m;
     d->max_rows = max_rows;
     d->vocab = skpo_model_config(m)->vocab_size;
-    d->h_coin = skpo_xmalloc((size_t)max_rows * sizeof *d->h_coin);
     size_t b = (size_t)max_rows * 4;
-    if (skpo_cuda_malloc(cu, (void **)&d->d_coin, b, "sampler coins", err) != SKPO_OK ||
+    if (skpo_cuda_host_alloc((void **)&d->h_coin, b, err) != SKPO_OK ||
+        skpo_cuda_host_alloc((void **)&d->h_logp, b, err) != SKPO_OK ||
+        skpo_cuda_host_alloc((void **)&d->h_tok, b, err) != SKPO_OK ||
+        skpo_cuda_malloc(cu, (void **)&d->d_coin, b, "sampler coins", err) != SKPO_OK ||
         skpo_cuda_malloc(cu, (void **)&d->d_logp, b, "sampled log-probs", err) != SKPO_OK ||
         skpo_cuda_malloc(cu, (void **)&d->d_tok, b, "sampled tokens", err) != SKPO_OK) {
         skpo_gen_dev_free(&d->pub);
@@ -87,7 +100,9 @@ void skpo_gen_dev_free(skpo_gen_dev *pub) {
     skpo_cuda_dfree(d->d_coin);
     skpo_cuda_dfree(d->d_logp);
     skpo_cuda_dfree(d->d_tok);
-    free(d->h_coin);
+    skpo_cuda_host_free(d->h_coin);
+    skpo_cuda_host_free(d->h_logp);
+    skpo_cuda_host_free(d->h_tok);
     free(d);
 }
 

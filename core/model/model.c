@@ -29,7 +29,8 @@ typedef struct pspec {
     int is_norm;    // initialised to 1
 } pspec;
 
-// Fill specs (may be NULL to count). Order is the HF module order.
+// Fill specs (may be NULL to count) in the HF module order; model_alloc lays
+// them out in layout_order's.
 static int param_specs(skpo_model *m, pspec *ps) {
     const skpo_config *c = &m->c;
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
@@ -60,6 +61,32 @@ static int param_specs(skpo_model *m, pspec *ps) {
     if (!c->tie_word_embeddings) P(&m->lm_head, 0, 2, V, C, "lm_head.weight");
 #undef P
     return n;
+}
+
+// The order of the parameters in memory (and in skpo_model_params): the HF
+// module order, except that a layer's q/k/v biases follow v_proj.weight, so
+// [Wq; Wk; Wv] and [bq | bk | bv] are each contiguous and a backend runs the
+// three projections as one GEMM (model_cuda.c). Checkpoints are read and
+// written by name, so files do not change. order[j] = HF index of the j-th.
+static void layout_order(const skpo_model *m, const pspec *ps, int n, int *order) {
+    int k = 0, held[3], nheld = 0;
+    for (int i = 0; i < n; i++) {
+        int is_qkv_bias = 0, before_wo = 0;
+        for (int l = 0; l < m->c.num_hidden_layers && !is_qkv_bias && !before_wo; l++) {
+            model_layer *L = &m->layers[l];
+            is_qkv_bias = ps[i].slot == &L->bq || ps[i].slot == &L->bk || ps[i].slot == &L->bv;
+            before_wo = ps[i].slot == &L->wo;
+        }
+        for (int h = 0; before_wo && h < nheld; h++) order[k++] = held[h];
+        if (before_wo) nheld = 0;
+        if (is_qkv_bias) {
+            SKPO_ASSERT(nheld < 3);
+            held[nheld++] = i;
+        } else {
+            order[k++] = i;
+        }
+    }
+    SKPO_ASSERT(k == n && nheld == 0);
 }
 
 static void compute_inv_freq(skpo_model *m) {
@@ -99,6 +126,8 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
     int n = param_specs(m, NULL);
     pspec *ps = skpo_xmalloc((size_t)n * sizeof *ps);
     param_specs(m, ps);
+    m->hf_index = skpo_xmalloc((size_t)n * sizeof *m->hf_index);
+    layout_order(m, ps, n, m->hf_index);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (size_t)ps[i].shape[0] * (ps[i].ndim == 2 ? (size_t)ps[i].shape[1] : 1);
     m->numel = total;
@@ -114,16 +143,17 @@ static skpo_model *model_alloc(const skpo_config *c, const skpo_model_opts *o, s
     m->params = skpo_xcalloc((size_t)n, sizeof(skpo_param));
     m->nparams = n;
     size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        skpo_param *p = &m->params[i];
-        p->name = skpo_xstrdup(ps[i].name);
-        p->ndim = ps[i].ndim;
-        p->shape[0] = ps[i].shape[0];
-        p->shape[1] = ps[i].ndim == 2 ? ps[i].shape[1] : 0;
-        p->numel = (size_t)ps[i].shape[0] * (ps[i].ndim == 2 ? (size_t)ps[i].shape[1] : 1);
+    for (int j = 0; j < n; j++) {
+        const pspec *sp = &ps[m->hf_index[j]];
+        skpo_param *p = &m->params[j];
+        p->name = skpo_xstrdup(sp->name);
+        p->ndim = sp->ndim;
+        p->shape[0] = sp->shape[0];
+        p->shape[1] = sp->ndim == 2 ? sp->shape[1] : 0;
+        p->numel = (size_t)sp->shape[0] * (sp->ndim == 2 ? (size_t)sp->shape[1] : 1);
         p->data = m->mem + off;
         p->grad = m->grad ? m->grad + off : NULL;
-        *ps[i].slot = p->data;
+        *sp->slot = p->data;
         off += p->numel;
     }
     if (c->tie_word_embeddings) m->lm_head = m->wte;
@@ -142,6 +172,7 @@ void skpo_model_free(skpo_model *m) {
     free(m->grad);
     free(m->layers);
     free(m->inv_freq);
+    free(m->hf_index);
     free(m);
 }
 
@@ -267,7 +298,8 @@ skpo_status skpo_model_init_random(const skpo_config *c, const skpo_model_opts *
         // A stream per (seed, tensor, chunk): parallel, yet independent of the thread count.
 #pragma omp parallel for schedule(static)
         for (size_t c0 = 0; c0 < p->numel; c0 += CHUNK) {
-            uint64_t rng = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull + c0;
+            // Keyed by the HF index: the same weights as before the q/k/v biases moved.
+            uint64_t rng = seed * 0x100000001b3ull + (uint64_t)m->hf_index[i] * 0x9e3779b97f4a7c15ull + c0;
             skpo_splitmix64(&rng);
             size_t c1 = c0 + CHUNK < p->numel ? c0 + CHUNK : p->numel;
             for (size_t j = c0; j < c1; j += 2) {

@@ -7,12 +7,20 @@
  * A step reserves KV positions on the host (kvcache.c, copy-on-write blocks
  * are copied on the device by the pool callback), uploads one packed int32
  * staging buffer (tokens, positions, slots, block tables), then runs
- *     x = embed(toks); per layer: ln = rmsnorm(x); q,k,v = ln W^T (+b);
- *     rope(q,k); store k,v in the pool; att = paged attention over 0..pos;
- *     x += att Wo^T (+bo); ln = rmsnorm(x); x += (silu(ln Wg^T) * ln Wu^T) Wd^T
- * and the logits (fp32) of the last row of each sequence. Activations are
- * bf16 (the residual stream too), accumulation fp32. Scratch grows to the
- * largest batch seen and is reused: no device allocation in a steady state.
+ *     x = embed(toks); ln = rmsnorm(x)
+ *     per layer: qkv = ln [Wq; Wk; Wv]^T                  one GEMM (model.c's layout)
+ *                q, k, v = rope(qkv + b); k, v -> pool     one launch
+ *                att = paged attention over 0..pos
+ *                x += att Wo^T (+bo); ln = rmsnorm(x)      GEMM (fp32 out) + one launch
+ *                h = silu(ln Wg^T) * ln Wu^T               one GEMM into [gate | up] + one launch
+ *                x += h Wd^T; ln = rmsnorm(x) (next layer) GEMM (fp32 out) + one launch
+ * and the logits (fp32) of the last row of each sequence: 8 launches a layer
+ * (9 when attention splits). Activations are bf16 (the residual stream too),
+ * accumulation fp32. Scratch grows to the largest batch seen and is reused:
+ * no device allocation in a steady state. The staging buffer is double-
+ * buffered in pinned memory and guarded by events, so a step never waits for
+ * the device: the one host synchronisation of a decode step is the caller's
+ * (the logits copy, or gen_device.c's sample).
  * Pure decode steps (one row per sequence) are captured in a CUDA graph per
  * (batch bucket, table width, K and V pool) and replayed (SKPO_CUDA_GRAPHS=0
  * turns that off); the batch is padded to its bucket with rows that write and
@@ -47,9 +55,13 @@ typedef struct step_graph {
 // The `infer` part of model_cuda: step scratch sized to the largest step seen.
 typedef struct infer_state {
     size_t cap_rows, cap_seqs, cap_ints;
-    skpo_bf16 *act;        // x, ln, q, k, v, att, gate, up (cap_rows each), xl, lnl (cap_seqs)
+    skpo_bf16 *act;        // bufs_of's activations (cap_rows rows, cap_seqs last rows)
+    float *yf;             // (cap_rows, C) fp32 output of the GEMMs that feed the residual
     float *logits;         // (cap_seqs, V)
-    int32_t *dints, *hints; // staging on the device / pinned host
+    int32_t *dints;        // staging on the device
+    int32_t *hints[2];     // pinned host staging, alternating steps
+    skpo_cuda_event *staged[2];  // recorded after the upload from hints[i]: rewrite it once done
+    int cur;               // the hints buffer of the next step
     float *attn_work;      // split-attention partials (flash-decoding)
     size_t attn_work_bytes;
     int last_nseq;         // rows of logits valid (0 before any step)
@@ -177,18 +189,34 @@ void model_cuda_close(skpo_model *m) {
     m->cuda = NULL;
 }
 
+// The step runs q, k, v and gate, up as one GEMM each: model.c's layout_order
+// keeps [Wq; Wk; Wv], [bq | bk | bv] and [Wg; Wu] contiguous.
+static void check_fused_layout(const skpo_model *m) {
+    const skpo_config *c = &m->c;
+    size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        SKPO_ASSERT(L->wk == L->wq + QD * C && L->wv == L->wk + KVD * C && L->wu == L->wg + F * C);
+        SKPO_ASSERT(!L->bq ? !L->bk && !L->bv : L->bk == L->bq + QD && L->bv == L->bk + KVD);
+    }
+}
+
 // The scratch every inference step uses (both ways of opening).
 static skpo_status infer_open(skpo_model *m, skpo_err *err) {
     model_cuda *mc = m->cuda;
     infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
     mc->infer = in;
+    check_fused_layout(m);
     in->graphs_off = getenv("SKPO_CUDA_GRAPHS") && !strcmp(getenv("SKPO_CUDA_GRAPHS"), "0");
     skpo_status s = model_cuda_attn_select(mc->cu, 0, m->c.num_attention_heads, m->c.num_key_value_heads,
                                            m->c.head_dim, &in->attn, &in->attn_forced, err);
     if (s) return s;
     in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
                                                          m->c.head_dim);
-    return skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err);
+    skpo_status s = SKPO_OK;
+    for (int i = 0; i < 2 && !s; i++) s = skpo_cuda_event_new(&in->staged[i], err);
+    return s ? s : skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err);
 }
 
 skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
@@ -349,34 +377,43 @@ static void infer_free(model_cuda *mc) {
     if (!in) return;
     graphs_drop(in);
     skpo_cuda_dfree(in->act);
+    skpo_cuda_dfree(in->yf);
     skpo_cuda_dfree(in->logits);
     skpo_cuda_dfree(in->dints);
-    skpo_cuda_host_free(in->hints);
+    for (int i = 0; i < 2; i++) {
+        skpo_cuda_host_free(in->hints[i]);
+        skpo_cuda_event_free(in->staged[i]);
+    }
     skpo_cuda_dfree(in->attn_work);
     free(in);
     mc->infer = NULL;
 }
 
-// Activation pointers of a step inside in->act (layout fixed by cap_rows / cap_seqs).
+// Activation pointers of a step inside in->act (layout fixed by cap_rows /
+// cap_seqs); each buffer starts 256-byte aligned (16-byte vector loads).
 typedef struct step_bufs {
-    skpo_bf16 *x, *ln, *q, *k, *v, *att, *gate, *up, *xl, *lnl;
+    skpo_bf16 *x, *ln, *qkv, *q, *att, *gu, *h, *xl, *lnl;
 } step_bufs;
 
-static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
+static size_t al128(size_t n) { return (n + 127) / 128 * 128; }
+
+// Elements of in->act for R rows and S last rows; fills b when non-NULL.
+static size_t bufs_layout(const skpo_model *m, size_t R, size_t S, skpo_bf16 *base, step_bufs *b) {
     const skpo_config *c = &m->c;
-    size_t R = in->cap_rows, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    size_t n[9] = {R * C, R * C, R * (QD + 2 * KVD), R * QD, R * QD, R * 2 * F, R * F, S * C, S * C}, off = 0;
+    skpo_bf16 **p[9] = {&b->x, &b->ln, &b->qkv, &b->q, &b->att, &b->gu, &b->h, &b->xl, &b->lnl};
+    for (int i = 0; i < 9; i++) {
+        if (base) *p[i] = base + off;
+        off += al128(n[i]);
+    }
+    return off;
+}
+
+static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
     step_bufs b;
-    b.x = in->act;
-    b.ln = b.x + R * C;
-    b.q = b.ln + R * C;
-    b.k = b.q + R * QD;
-    b.v = b.k + R * KVD;
-    b.att = b.v + R * KVD;
-    b.gate = b.att + R * QD;   // (R, 2F): [gate | up] of the fused GEMM, or gate then up
-    b.up = b.gate + R * 2 * F; // (R, F): silu(gate) * up
-    b.xl = b.up + R * F;
-    b.lnl = b.xl + in->cap_seqs * C;
+    bufs_layout(m, in->cap_rows, in->cap_seqs, in->act, &b);
     return b;
 }
 
@@ -391,19 +428,21 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
         size_t R = in->cap_rows, S = in->cap_seqs;
         if (N > R) R = N > R + R / 2 ? N : R + R / 2;
         if (nseq > S) S = nseq > S + S / 2 ? nseq : S + S / 2;
-        size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
-        size_t QD = (size_t)c->num_attention_heads * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
-        size_t elems = R * (2 * C + 2 * QD + 2 * KVD + 3 * F) + S * 2 * C;
+        step_bufs none;
+        size_t elems = bufs_layout(m, R, S, NULL, &none);
         s = skpo_cuda_sync(mc->cu, err);  // the old buffers may still be in use
         if (s) return s;
         graphs_drop(in);                  // they point into the old buffers
         skpo_cuda_dfree(in->act);
+        skpo_cuda_dfree(in->yf);
         skpo_cuda_dfree(in->logits);
         in->act = NULL;
+        in->yf = NULL;
         in->logits = NULL;
         in->cap_rows = in->cap_seqs = 0;
         in->last_nseq = 0;
         s = skpo_cuda_malloc(mc->cu, (void **)&in->act, elems * sizeof(skpo_bf16), "step activations", err);
+        if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&in->yf, R * (size_t)c->hidden_size * sizeof(float), "step activations", err);
         if (!s) s = skpo_cuda_malloc(mc->cu, (void **)&in->logits, S * (size_t)c->vocab_size * sizeof(float), "logits", err);
         if (s) return s;
         in->cap_rows = R;
@@ -414,12 +453,14 @@ static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t ni
         if ((s = skpo_cuda_sync(mc->cu, err))) return s;
         graphs_drop(in);
         skpo_cuda_dfree(in->dints);
-        skpo_cuda_host_free(in->hints);
         in->dints = NULL;
-        in->hints = NULL;
+        for (int i = 0; i < 2; i++) {
+            skpo_cuda_host_free(in->hints[i]);
+            in->hints[i] = NULL;
+        }
         in->cap_ints = 0;
         s = skpo_cuda_malloc(mc->cu, (void **)&in->dints, n * sizeof(int32_t), "step indices", err);
-        if (!s) s = skpo_cuda_host_alloc((void **)&in->hints, n * sizeof(int32_t), err);
+        for (int i = 0; i < 2 && !s; i++) s = skpo_cuda_host_alloc((void **)&in->hints[i], n * sizeof(int32_t), err);
         if (s) return s;
         in->cap_ints = n;
     }
@@ -473,36 +514,32 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
     const skpo_config *c = &m->c;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     step_bufs b = bufs_of(m, in);
-    int N = ix->N, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int N = ix->N, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     float eps = (float)c->rms_norm_eps;
     skpo_bf16 *pk = skpo_kv_pool_raw_k(kv), *pv = skpo_kv_pool_raw_v(kv);
     TRY(skpo_cuda_embed(cu, b.x, W(m->wte), ix->toks, N, C, err));
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const model_layer *L = &m->layers[l];
-        TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln1), N, C, eps, err));
-        TRY(skpo_cuda_linear(cu, b.q, b.ln, W(L->wq), NULL, N, C, QD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.k, b.ln, W(L->wk), NULL, N, C, KVD, 0.f, err));
-        TRY(skpo_cuda_linear(cu, b.v, b.ln, W(L->wv), NULL, N, C, KVD, 0.f, err));
-        // biases, RoPE on q and k, K/V rows into the pool: one launch
-        TRY(skpo_cuda_qkv_finish(cu, b.q, b.k, b.v, W(L->bq), W(L->bk), W(L->bv), ix->pos, mc->inv_freq, pk, pv,
-                                 ix->slot_b, ix->slot_r, N, NH, NKV, HS, ks->n_layers, l, ks->block_size, err));
+    TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(m->layers[0].ln1), N, C, eps, err));
+    for (int l = 0; l < L; l++) {
+        const model_layer *Ly = &m->layers[l];
+        // q | k | v in one GEMM; biases, RoPE, K/V rows into the pool: one launch
+        TRY(skpo_cuda_linear(cu, b.qkv, b.ln, W(Ly->wq), NULL, N, C, QD + 2 * KVD, 0.f, err));
+        TRY(skpo_cuda_qkv_rope(cu, b.q, pk, pv, b.qkv, W(Ly->bq), ix->pos, mc->inv_freq, ix->slot_b, ix->slot_r, N, NH,
+                               NKV, HS, ks->n_layers, l, ks->block_size, err));
         if (N > ix->nseq)   // runs of rows of one sequence: tiles of rows share the K/V staging
             TRY(prefill_attention(m, kv, ix, b.att, b.q, l, err));
         else
             TRY(skpo_cuda_attention_paged(cu, b.att, b.q, pk, pv, ix->bt, ix->MB, ix->row_seq, ix->pos, N, ks->n_layers,
                                           l, ks->block_size, NH, NKV, HS, in->attn_work, in->attn_work_bytes, err));
-        TRY(skpo_cuda_linear(cu, b.x, b.att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));  // x += att Wo^T (+bo)
-        TRY(skpo_cuda_rmsnorm(cu, b.ln, NULL, b.x, W(L->ln2), N, C, eps, err));
-        if (L->wu == L->wg + (size_t)F * C) {  // gate_proj, up_proj back to back: one GEMM into [gate | up]
-            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, 2 * F, 0.f, err));
-            TRY(skpo_cuda_swiglu_fused(cu, b.up, b.gate, N, F, err));
-        } else {
-            TRY(skpo_cuda_linear(cu, b.gate, b.ln, W(L->wg), NULL, N, C, F, 0.f, err));
-            TRY(skpo_cuda_linear(cu, b.up, b.ln, W(L->wu), NULL, N, C, F, 0.f, err));
-            TRY(skpo_cuda_swiglu(cu, b.up, b.gate, b.up, (size_t)N * F, err));
-        }
-        TRY(skpo_cuda_linear(cu, b.x, b.up, W(L->wd), NULL, N, F, C, 1.f, err));   // x += h Wd^T
+        // x += att Wo^T (+bo); ln = rmsnorm(x)
+        TRY(skpo_cuda_linear_f32out(cu, in->yf, b.att, W(Ly->wo), N, QD, C, err));
+        TRY(skpo_cuda_add_rmsnorm(cu, b.x, b.ln, NULL, b.x, in->yf, W(Ly->bo), W(Ly->ln2), N, C, eps, err));
+        // gate | up in one GEMM; x += (silu(gate) * up) Wd^T; ln = the next layer's input norm
+        TRY(skpo_cuda_linear(cu, b.gu, b.ln, W(Ly->wg), NULL, N, C, 2 * F, 0.f, err));
+        TRY(skpo_cuda_swiglu_fused(cu, b.h, b.gu, N, F, err));
+        TRY(skpo_cuda_linear_f32out(cu, in->yf, b.h, W(Ly->wd), N, F, C, err));
+        TRY(skpo_cuda_add_rmsnorm(cu, b.x, l + 1 < L ? b.ln : NULL, NULL, b.x, in->yf, NULL,
+                                  l + 1 < L ? W(m->layers[l + 1].ln1) : NULL, N, C, eps, err));
     }
     // Only the last new row of each sequence needs logits: gather them (an
     // embedding lookup with x as the table), final norm, lm_head in fp32.
@@ -557,7 +594,7 @@ static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, 
     infer_state *in = m->cuda->infer;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     int N = off[nseq] + (B - nseq), bs = ks->block_size, pad = (int)ks->n_blocks;
-    int32_t *h = in->hints, *d = in->dints;
+    int32_t *h = in->hints[in->cur], *d = in->dints;
     int32_t *ht = h, *hp = h + N, *hs = h + 2 * N, *hb = h + 3 * N, *hr = h + 4 * N, *hl = h + 5 * N;
     int32_t *hbt = hl + B;
     memcpy(ht, toks, (size_t)off[nseq] * sizeof *ht);
@@ -635,11 +672,16 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
     size_t nints = 5 * (size_t)NB + (size_t)B + (size_t)B * (size_t)MB +
                    2 * ((size_t)N / SKPO_CUDA_PREFILL_ROWS + (size_t)nseq);   // + row tiles
     in->last_nseq = 0;
-    // The stream must be idle before the pinned staging is rewritten (the last
-    // step's upload may still be reading it).
-    if (!(s = infer_reserve(m, (size_t)NB, (size_t)B, nints, err)) && !(s = skpo_cuda_sync(mc->cu, err))) {
+    // The pinned staging of this step was last read by the upload of the step
+    // before the previous one: wait for that copy only (long done when a
+    // sample synchronised in between), never for the device to go idle. The
+    // device-side staging is overwritten in stream order, after the kernels
+    // of the previous step have read it.
+    if (!(s = infer_reserve(m, (size_t)NB, (size_t)B, nints, err)) && !(s = skpo_cuda_event_wait(in->staged[in->cur], err))) {
         step_ix ix = step_stage(m, kv, seq, nseq, B, toks, off, old, MB);
-        s = skpo_cuda_h2d_async(mc->cu, in->dints, in->hints, nints * sizeof(int32_t), err);
+        s = skpo_cuda_h2d_async(mc->cu, in->dints, in->hints[in->cur], nints * sizeof(int32_t), err);
+        if (!s) s = skpo_cuda_event_record(mc->cu, in->staged[in->cur], err);
+        in->cur ^= 1;
         if (!s) s = graphed ? step_graphed(m, kv, &ix, err) : step_launch(m, kv, &ix, err);
         if (!s && logits)
             s = skpo_cuda_d2h(mc->cu, logits, in->logits, (size_t)nseq * (size_t)m->c.vocab_size * sizeof(float), err);

@@ -12,6 +12,12 @@
  * SKPO_DETERMINISTIC=1 swaps the two order-dependent atomic sums (embedding
  * rows, attention dK/dV) for ordered ones and takes the custom attention path
  * (flash's dQ and cuDNN's backward add atomically): the same bits every run.
+ * q, k, v run as one GEMM over [Wq; Wk; Wv] (model.c keeps them contiguous)
+ * followed by one bias + RoPE + split launch, gate and up as one GEMM into
+ * [gate | up]; the GEMMs that feed the residual write fp32 and one launch adds
+ * them (+ bias) and computes the next RMSNorm; backward mirrors it (one dW and
+ * one dx GEMM per fused projection). With a LoRA adapter, whose low-rank
+ * paths need each projection's own output, the projections run one by one.
  * All device memory of a pass comes from one arena that grows to the largest
  * micro-batch seen and is kept until the model is closed.
  */
@@ -29,8 +35,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef LOGIT_CHUNK_ELEMS   // tests shrink it to run many chunks on small models
-#define LOGIT_CHUNK_ELEMS ((size_t)1 << 26)   // 128 MiB of bf16 logits per chunk
+// The lm_head runs on the scored rows in chunks of R rows, R as large as half
+// the device memory the rest of the pass leaves free allows, up to 2^31
+// logits (4 GiB of bf16: 14k rows at a 152k vocabulary, so a 8 x 1024
+// micro-batch is one chunk): every chunk reads the lm_head weight twice and
+// reads and writes its fp32 gradient (0.93 GB each way at 1.5B), so 441-row
+// chunks of 8 x 1024 tokens would move some 35 GB more than one chunk does.
+// Tests lower the cap to run many chunks.
+#ifndef LOGIT_CHUNK_ELEMS
+#define LOGIT_CHUNK_ELEMS ((size_t)1 << 31)
 #endif
 #define TRY(call) do { skpo_status s_ = (call); if (s_) return s_; } while (0)
 
@@ -38,7 +51,8 @@ typedef skpo_bf16 bf;
 
 // One layer's activations (pointers into the arena).
 typedef struct ct_layer {
-    bf *xin, *xout, *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
+    bf *xin, *xout, *ln1, *q, *k, *v, *att, *xmid, *ln2;
+    bf *gu, *gate, *up;   // gu (N, 2F) = [gate | up] rows (fused), or gate, up (N, F) each (one by one)
     float *rstd1, *lse, *rstd2;
 } ct_layer;
 
@@ -57,17 +71,20 @@ typedef struct cutrain {
     int max_len;                    // longest sequence of the batch
     int det;                        // SKPO_DETERMINISTIC=1: a backward without order-dependent atomics
     int nseg;                       // det: runs of one token id in emb_order
+    int fused;                      // fused projections and residual norms (no LoRA adapter)
     float temperature;
     int have_acts;
     int32_t *ids, *pos, *seq_start, *seq_of, *srow, *stgt;
     // activations
     bf *x;                    // (L + 1 when saved, else 1; N, C)
-    bf *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;   // (nl, N, *)
+    bf *ln1, *q, *k, *v, *att, *xmid, *ln2, *gu;   // (nl, N, *); gu: N x 2F a layer
     float *rstd1, *lse, *rstd2;
     bf *h, *lnf, *g, *logits;
+    bf *qkv;                  // (N, QD + 2 KVD): the fused q|k|v GEMM's output, then d(q|k|v)
+    float *yf;                // (N, C) fp32 output of the GEMMs that feed the residual
     float *rstdf, *logp, *ent;
     // backward scratch (saved passes only)
-    bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgate, *dup, *dlnf, *dg;
+    bf *dx, *dln, *dq, *datt, *dkb, *dvb, *dh, *dgu, *dlnf, *dg;   // dgu: (N, 2F) [d gate | d up]
     float *dk, *dv, *dlogp, *dent, *colpart, *fwork;
     float *dwork;                   // det: the attention backward's D (N, heads)
     int32_t *emb_order, *emb_seg;   // det: rows sorted by token id, runs of one id
@@ -175,13 +192,14 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
     TAKE(t->ln1, nl * N * d->C, bf); TAKE(t->q, nl * N * d->QD, bf);
     TAKE(t->k, nl * N * d->KVD, bf); TAKE(t->v, nl * N * d->KVD, bf);
     TAKE(t->att, nl * N * d->QD, bf); TAKE(t->xmid, nl * N * d->C, bf); TAKE(t->ln2, nl * N * d->C, bf);
-    TAKE(t->gate, nl * N * d->F, bf); TAKE(t->up, nl * N * d->F, bf);
+    TAKE(t->gu, nl * N * 2 * d->F, bf);
     TAKE(t->rstd1, nl * N, float); TAKE(t->lse, nl * N * d->NH, float); TAKE(t->rstd2, nl * N, float);
     TAKE(t->h, N * d->F, bf); TAKE(t->lnf, N * d->C, bf); TAKE(t->rstdf, N, float);
+    TAKE(t->qkv, N * (d->QD + 2 * d->KVD), bf); TAKE(t->yf, N * d->C, float);
     TAKE(t->g, d->R * d->C, bf); TAKE(t->logits, d->R * d->V, bf);
     TAKE(t->logp, d->S, float); TAKE(t->ent, d->S, float);
     if (t->saved) {
-        size_t widest = d->C > d->QD ? d->C : d->QD;
+        size_t widest = d->C > d->QD + 2 * d->KVD ? d->C : d->QD + 2 * d->KVD;
         TAKE(t->dx, N * d->C, bf); TAKE(t->dln, N * d->C, bf);
         TAKE(t->colpart, (size_t)SKPO_COL_PARTS * widest, float);
         if (t->attn != ATTN_CUSTOM) TAKE(t->fwork, N * d->NH + N * d->QD, float);   // flash (cudnn's fallback)
@@ -192,7 +210,7 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
         TAKE(t->dq, N * d->QD, bf); TAKE(t->datt, N * d->QD, bf);
         TAKE(t->dkb, N * d->KVD, bf); TAKE(t->dvb, N * d->KVD, bf);
         TAKE(t->dk, N * d->KVD, float); TAKE(t->dv, N * d->KVD, float);
-        TAKE(t->dh, N * d->F, bf); TAKE(t->dgate, N * d->F, bf); TAKE(t->dup, N * d->F, bf);
+        TAKE(t->dh, N * d->F, bf); TAKE(t->dgu, N * 2 * d->F, bf);
         TAKE(t->dlnf, N * d->C, bf); TAKE(t->dg, d->R * d->C, bf);
         TAKE(t->dlogp, d->S, float); TAKE(t->dent, d->S, float);
     }
@@ -217,6 +235,21 @@ static skpo_status arena_fit(skpo_model *m, cutrain *t, skpo_err *err) {
     return SKPO_OK;
 }
 
+// Rows of an lm_head chunk (see LOGIT_CHUNK_ELEMS): all scored rows when the
+// logits (R x V bf16) and their row buffers fit in half of the device memory
+// the rest of the pass leaves free (the arena in use counts as free: it is
+// reallocated when it grows).
+static int head_rows(const skpo_model *m, cutrain *t) {
+    size_t V = (size_t)m->c.vocab_size, C = (size_t)m->c.hidden_size, S = t->S ? (size_t)t->S : 1;
+    t->R = 1;
+    dims d = dims_of(m, t);
+    size_t rest = layout(t, &d, NULL), avail = skpo_cuda_mem_free(m->cuda->cu) + t->cap;
+    size_t per_row = V * 2 + C * 2 * (t->saved ? 2 : 1), r = avail > rest ? (avail - rest) / 2 / per_row : 1;
+    if (r > LOGIT_CHUNK_ELEMS / V) r = LOGIT_CHUNK_ELEMS / V;
+    if (r > S) r = S;
+    return r < 1 ? 1 : (int)r;
+}
+
 static ct_layer layer_of(const skpo_model *m, const cutrain *t, int l) {
     dims d = dims_of(m, t);
     size_t N = d.N, li = t->nl > 1 ? (size_t)l : 0, xi = t->saved ? (size_t)l : 0;
@@ -224,7 +257,8 @@ static ct_layer layer_of(const skpo_model *m, const cutrain *t, int l) {
         .xin = t->x + xi * N * d.C, .xout = t->x + (t->saved ? xi + 1 : 0) * N * d.C,
         .ln1 = t->ln1 + li * N * d.C, .q = t->q + li * N * d.QD, .k = t->k + li * N * d.KVD,
         .v = t->v + li * N * d.KVD, .att = t->att + li * N * d.QD, .xmid = t->xmid + li * N * d.C,
-        .ln2 = t->ln2 + li * N * d.C, .gate = t->gate + li * N * d.F, .up = t->up + li * N * d.F,
+        .ln2 = t->ln2 + li * N * d.C, .gu = t->gu + li * N * 2 * d.F, .gate = t->gu + li * N * 2 * d.F,
+        .up = t->gu + li * N * 2 * d.F + N * d.F,
         .rstd1 = t->rstd1 + li * N, .lse = t->lse + li * N * d.NH, .rstd2 = t->rstd2 + li * N,
     };
     return a;
@@ -278,9 +312,8 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     t->max_len = 0;
     for (int i = 0; i < nseq; i++)
         if (seqs[i].n > t->max_len) t->max_len = seqs[i].n;
-    size_t r = LOGIT_CHUNK_ELEMS / (size_t)m->c.vocab_size;
-    t->R = r < 1 ? 1 : r > 8192 ? 8192 : (int)r;
-    if (t->R > t->S) t->R = t->S ? t->S : 1;
+    t->fused = !m->lora;
+    t->R = head_rows(m, t);
     TRY(arena_fit(m, t, err));
     int32_t *ids = skpo_xmalloc((size_t)(N ? N : 1) * 4), *pos = skpo_xmalloc((size_t)(N ? N : 1) * 4);
     int32_t *ss = skpo_xmalloc((size_t)(nseq + 1) * 4), *so = skpo_xmalloc((size_t)(N ? N : 1) * 4);
@@ -363,36 +396,59 @@ static skpo_status attn_bwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
 }
 
 // Layer l from a.xin; full = 0 stops after the MLP input (recomputation in
-// backward needs nothing past gate/up).
-static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, int full, skpo_err *err) {
+// backward needs nothing past gate/up). prenormed: a->ln1 and a->rstd1 were
+// made by the previous layer's residual launch (fused passes).
+static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, int full, int prenormed,
+                             skpo_err *err) {
     const skpo_config *c = &m->c;
     const model_layer *L = &m->layers[l];
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     float eps = (float)c->rms_norm_eps;
-    TRY(skpo_cuda_rmsnorm(cu, a->ln1, a->rstd1, a->xin, W(L->ln1), N, C, eps, err));
-    TRY(skpo_cuda_linear(cu, a->q, a->ln1, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
-    TRY(skpo_cuda_linear(cu, a->k, a->ln1, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
-    TRY(skpo_cuda_linear(cu, a->v, a->ln1, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
-    if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
-        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_Q, a->q, a->ln1, N, err));
-        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_K, a->k, a->ln1, N, err));
-        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_V, a->v, a->ln1, N, err));
+    if (!prenormed) TRY(skpo_cuda_rmsnorm(cu, a->ln1, a->rstd1, a->xin, W(L->ln1), N, C, eps, err));
+    if (t->fused) {   // one GEMM over [Wq; Wk; Wv], then biases, RoPE and the split in one launch
+        TRY(skpo_cuda_linear(cu, t->qkv, a->ln1, W(L->wq), NULL, N, C, QD + 2 * KVD, 0.f, err));
+        TRY(skpo_cuda_qkv_rope(cu, a->q, a->k, a->v, t->qkv, W(L->bq), t->pos, m->cuda->inv_freq, NULL, NULL, N, NH,
+                               NKV, HS, 0, 0, 0, err));
+    } else {
+        TRY(skpo_cuda_linear(cu, a->q, a->ln1, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, a->k, a->ln1, W(L->wk), W(L->bk), N, C, KVD, 0.f, err));
+        TRY(skpo_cuda_linear(cu, a->v, a->ln1, W(L->wv), W(L->bv), N, C, KVD, 0.f, err));
+        if (m->lora) { // LoRA (lora.h): the low-rank path of each targeted projection
+            TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_Q, a->q, a->ln1, N, err));
+            TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_K, a->k, a->ln1, N, err));
+            TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_V, a->v, a->ln1, N, err));
+        }
+        TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
     }
-    TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
     TRY(attn_fwd(m, t, a, err));
-    TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
-    TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
-    if (m->lora) TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_O, a->xmid, a->att, N, err)); // LoRA
-    TRY(skpo_cuda_rmsnorm(cu, a->ln2, a->rstd2, a->xmid, W(L->ln2), N, C, eps, err));
-    TRY(skpo_cuda_linear(cu, a->gate, a->ln2, W(L->wg), NULL, N, C, F, 0.f, err));
-    TRY(skpo_cuda_linear(cu, a->up, a->ln2, W(L->wu), NULL, N, C, F, 0.f, err));
-    if (m->lora) { // LoRA
-        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_GATE, a->gate, a->ln2, N, err));
-        TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_UP, a->up, a->ln2, N, err));
+    if (t->fused) {   // xmid = xin + att Wo^T (+bo) and ln2 = rmsnorm(xmid): a GEMM and one launch
+        TRY(skpo_cuda_linear_f32out(cu, t->yf, a->att, W(L->wo), N, QD, C, err));
+        TRY(skpo_cuda_add_rmsnorm(cu, a->xmid, a->ln2, a->rstd2, a->xin, t->yf, W(L->bo), W(L->ln2), N, C, eps, err));
+        TRY(skpo_cuda_linear(cu, a->gu, a->ln2, W(L->wg), NULL, N, C, 2 * F, 0.f, err));   // [gate | up]
+    } else {
+        TRY(skpo_cuda_d2d(cu, a->xmid, a->xin, (size_t)N * C * 2, err));
+        TRY(skpo_cuda_linear(cu, a->xmid, a->att, W(L->wo), W(L->bo), N, QD, C, 1.f, err));   // xmid = xin + att Wo^T
+        if (m->lora) TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_O, a->xmid, a->att, N, err)); // LoRA
+        TRY(skpo_cuda_rmsnorm(cu, a->ln2, a->rstd2, a->xmid, W(L->ln2), N, C, eps, err));
+        TRY(skpo_cuda_linear(cu, a->gate, a->ln2, W(L->wg), NULL, N, C, F, 0.f, err));
+        TRY(skpo_cuda_linear(cu, a->up, a->ln2, W(L->wu), NULL, N, C, F, 0.f, err));
+        if (m->lora) { // LoRA
+            TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_GATE, a->gate, a->ln2, N, err));
+            TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_UP, a->up, a->ln2, N, err));
+        }
     }
     if (!full) return SKPO_OK;
+    if (t->fused) {   // xout = xmid + h Wd^T, and the next norm: layer l + 1's input, or the final one
+        TRY(skpo_cuda_swiglu_fused(cu, t->h, a->gu, N, F, err));
+        TRY(skpo_cuda_linear_f32out(cu, t->yf, t->h, W(L->wd), N, F, C, err));
+        if (l + 1 == c->num_hidden_layers)
+            return skpo_cuda_add_rmsnorm(cu, a->xout, t->lnf, t->rstdf, a->xmid, t->yf, NULL, W(m->normf), N, C, eps, err);
+        ct_layer nx = layer_of(m, t, l + 1);
+        return skpo_cuda_add_rmsnorm(cu, a->xout, nx.ln1, nx.rstd1, a->xmid, t->yf, NULL, W(m->layers[l + 1].ln1), N, C,
+                                     eps, err);
+    }
     TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
     TRY(skpo_cuda_d2d(cu, a->xout, a->xmid, (size_t)N * C * 2, err));   // xout may be xin (scoring)
     TRY(skpo_cuda_linear(cu, a->xout, t->h, W(L->wd), NULL, N, F, C, 1.f, err));
@@ -434,10 +490,11 @@ static skpo_status forward(skpo_model *m, const skpo_seq *seqs, int nseq, float 
     TRY(skpo_cuda_embed(cu, t->x, W(m->wte), t->ids, N, C, err));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ct_layer a = layer_of(m, t, l);
-        TRY(layer_fwd(m, t, l, &a, 1, err));
+        TRY(layer_fwd(m, t, l, &a, 1, t->fused && l > 0, err));
     }
     bf *xl = t->x + (save ? (size_t)c->num_hidden_layers * N * C : 0);
-    TRY(skpo_cuda_rmsnorm(cu, t->lnf, t->rstdf, xl, W(m->normf), N, C, (float)c->rms_norm_eps, err));
+    if (!t->fused)   // (fused: the last layer's residual launch made lnf)
+        TRY(skpo_cuda_rmsnorm(cu, t->lnf, t->rstdf, xl, W(m->normf), N, C, (float)c->rms_norm_eps, err));
     TRY(head_fwd(m, t, err));
     float *ent = skpo_xmalloc((size_t)(t->S ? t->S : 1) * 4);
     skpo_status st = skpo_cuda_d2h(cu, logp, t->logp, (size_t)t->S * 4, err);
@@ -512,30 +569,42 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     skpo_cuda *cu = m->cuda->cu;
     int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
+    bf *dgate = t->dgu, *dup = t->dgu + (size_t)N * F;   // one-by-one views
     // MLP: xout = xmid + (silu(ln2 Wg^T) * ln2 Wu^T) Wd^T
-    TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
+    if (t->fused) TRY(skpo_cuda_swiglu_fused(cu, t->h, a->gu, N, F, err));
+    else TRY(skpo_cuda_swiglu(cu, t->h, a->gate, a->up, (size_t)N * F, err));
     TRY(proj_bwd(m, t, t->dh, 0, t->dx, t->h, L->wd, NULL, N, F, C, err));
     if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_DOWN, t->dh, t->dx, t->h, N, err)); // LoRA
-    TRY(skpo_cuda_swiglu_backward(cu, t->dgate, t->dup, t->dh, a->gate, a->up, (size_t)N * F, err));
-    TRY(proj_bwd(m, t, t->dln, 0, t->dgate, a->ln2, L->wg, NULL, N, C, F, err));
-    TRY(proj_bwd(m, t, t->dln, 1, t->dup, a->ln2, L->wu, NULL, N, C, F, err));
-    if (m->lora) { // LoRA
-        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_GATE, t->dln, t->dgate, a->ln2, N, err));
-        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_UP, t->dln, t->dup, a->ln2, N, err));
+    if (t->fused) {   // one dW and one dx GEMM over [Wg; Wu]
+        TRY(skpo_cuda_swiglu_fused_backward(cu, t->dgu, t->dh, a->gu, N, F, err));
+        TRY(proj_bwd(m, t, t->dln, 0, t->dgu, a->ln2, L->wg, NULL, N, C, 2 * F, err));
+    } else {
+        TRY(skpo_cuda_swiglu_backward(cu, dgate, dup, t->dh, a->gate, a->up, (size_t)N * F, err));
+        TRY(proj_bwd(m, t, t->dln, 0, dgate, a->ln2, L->wg, NULL, N, C, F, err));
+        TRY(proj_bwd(m, t, t->dln, 1, dup, a->ln2, L->wu, NULL, N, C, F, err));
+        if (m->lora) { // LoRA
+            TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_GATE, t->dln, dgate, a->ln2, N, err));
+            TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_UP, t->dln, dup, a->ln2, N, err));
+        }
     }
     TRY(norm_bwd(m, t, t->dln, a->xmid, L->ln2, a->rstd2, err));   // dx is now d/dxmid
     // attention: xmid = xin + attention(rope(ln1 Wq^T), rope(ln1 Wk^T), ln1 Wv^T) Wo^T
     TRY(proj_bwd(m, t, t->datt, 0, t->dx, a->att, L->wo, L->bo, N, QD, C, err));
     if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_O, t->datt, t->dx, a->att, N, err)); // LoRA
     TRY(attn_bwd(m, t, a, err));
-    TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
-    TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
-    TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
-    TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
-    if (m->lora) { // LoRA
-        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_Q, t->dln, t->dq, a->ln1, N, err));
-        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_K, t->dln, t->dkb, a->ln1, N, err));
-        TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_V, t->dln, t->dvb, a->ln1, N, err));
+    if (t->fused) {   // [R^-1 dq | R^-1 dk | dv]: one dW GEMM, one dx GEMM, one bias colsum
+        TRY(skpo_cuda_qkv_rope_backward(cu, t->qkv, t->dq, t->dkb, t->dvb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, err));
+        TRY(proj_bwd(m, t, t->dln, 0, t->qkv, a->ln1, L->wq, L->bq, N, C, QD + 2 * KVD, err));
+    } else {
+        TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
+        TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
+        TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
+        TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
+        if (m->lora) { // LoRA
+            TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_Q, t->dln, t->dq, a->ln1, N, err));
+            TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_K, t->dln, t->dkb, a->ln1, N, err));
+            TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_V, t->dln, t->dvb, a->ln1, N, err));
+        }
     }
     return norm_bwd(m, t, t->dln, a->xin, L->ln1, a->rstd1, err);   // dx is now d/dxin
 }
@@ -552,7 +621,7 @@ static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const
     TRY(norm_bwd(m, t, t->dlnf, xl, m->normf, t->rstdf, err));
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         ct_layer a = layer_of(m, t, l);
-        if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, err));   // recompute the layer from its saved input
+        if (t->recomputing) TRY(layer_fwd(m, t, l, &a, 0, 0, err));   // recompute the layer from its saved input
         TRY(layer_bwd(m, t, l, &a, err));
     }
     if (G(m->wte) && t->det)

@@ -76,6 +76,7 @@ struct skpo_model {
     size_t numel;
     skpo_param *params;
     int nparams;
+    int *hf_index;            // (nparams) HF module-order index of params[j] (model.c layout_order)
     float *wte, *normf, *lm_head; // lm_head == wte when tied
     model_layer *layers;
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)
@@ -279,7 +280,8 @@ int model_cuda_last_logits(const skpo_model *m, const float **dev_logits);
 // Memory of one micro-batch of N tokens (bytes, bf16 = 2): saved per layer
 // 2 N (4C + 2QD + 2KVD + 2F) + 12 N (rstd x2, lse NH); with recompute only the
 // layer inputs 2 N C per layer plus one layer's worth. The lm_head runs on
-// the scored rows in chunks of at most 2^26 logits, so no (N, vocab) tensor.
+// the scored rows in chunks sized to the free device memory (all of them
+// when they fit in half of it).
 skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                 float *entropy, skpo_err *err);
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,

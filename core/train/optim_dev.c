@@ -1,8 +1,10 @@
 /*
  * optim_dev.c - the optimizer's device path (optim.h, "Device path"): moments
  * on the GPU, gradient reduction (all-reduce or ZeRO-1 reduce-scatter /
- * all-gather), norm, clipping and the fused AdamW kernel. Without CUDA only
- * the refusal is compiled.
+ * all-gather), norm (one deterministic launch, before the update: a
+ * non-finite norm is refused with the weights untouched), clipping and AdamW
+ * over every tensor in one launch (a plan of the rank's segments, made once).
+ * Without CUDA only the refusal is compiled.
  */
 #include "train/comm.h"
 #include "train/optim_dev.h"
@@ -64,6 +66,7 @@ struct skpo_optim_dev {
     void *locked[8];        // page-locked ranges of the flat homes
     int nlocked, lock_tried;
     int offloaded;
+    skpo_cuda_adamw_plan *plan;   // the segments this rank steps (built on the first step)
 };
 
 void optim_dev_free(struct skpo_optim_dev *d) {
@@ -74,6 +77,7 @@ void optim_dev_free(struct skpo_optim_dev *d) {
     if (!d->hm_flat) skpo_cuda_host_free(d->hm);
     if (!d->hm_flat) skpo_cuda_host_free(d->hv);
     if (!d->hw_flat) skpo_cuda_host_free(d->hw);
+    skpo_cuda_adamw_plan_free(d->plan);
     free(d->off);
     free(d->decay);
     free(d);
@@ -180,20 +184,29 @@ static skpo_status global_norm(struct skpo_optim_dev *D, double *norm, skpo_err 
     return st;
 }
 
-// AdamW over flat [a, b) whose moments start at moment index mo.
-static skpo_status step_range(const skpo_optim *o, size_t a, size_t b, size_t mo, float lr, float coef, skpo_err *err) {
+// Segments of the parameters inside flat [a, b) whose moments start at
+// moment index mo, appended to segs.
+static int add_segments(const skpo_optim *o, size_t a, size_t b, size_t mo, skpo_adamw_seg *segs, int n) {
     const struct skpo_optim_dev *D = o->dev;
-    const skpo_adamw_cfg *c = &o->cfg;
     for (int i = 0; i < o->n; i++) {
         size_t x = D->off[i] > a ? D->off[i] : a, y = D->off[i + 1] < b ? D->off[i + 1] : b;
         if (x >= y) continue;
-        float wd = D->decay[i] ? (float)c->weight_decay : 0.f;
-        size_t k = mo + (x - a);
-        skpo_status st = skpo_cuda_adamw(D->d.cu, D->d.master + x, D->d.w + x, D->m + k, D->v + k, D->d.grad + x, y - x,
-                                         lr, (float)c->beta1, (float)c->beta2, (float)c->eps, wd, (int)o->t, coef, err);
-        if (st) return st;
+        float wd = D->decay[i] ? (float)o->cfg.weight_decay : 0.f;
+        segs[n++] = (skpo_adamw_seg){.x = x, .n = y - x, .mo = mo + (x - a), .wd = wd};
     }
-    return SKPO_OK;
+    return n;
+}
+
+// The rank's slice [lo, lo + shard) and the tail, as one launch's segments.
+static skpo_status adamw_plan(skpo_optim *o, skpo_err *err) {
+    struct skpo_optim_dev *D = o->dev;
+    if (D->plan) return SKPO_OK;
+    skpo_adamw_seg *segs = skpo_xmalloc(2 * ((size_t)o->n + 1) * sizeof *segs);
+    int n = add_segments(o, D->lo, D->lo + D->shard, 0, segs, 0);
+    if (D->d.numel > D->tail0) n = add_segments(o, D->tail0, D->d.numel, D->shard, segs, n);
+    skpo_status st = skpo_cuda_adamw_plan_new(D->d.cu, segs, n, &D->plan, err);
+    free(segs);
+    return st;
 }
 
 skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
@@ -214,9 +227,11 @@ skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err
         float cf = (float)o->cfg.max_grad_norm / ((float)norm + 1e-6f);
         if (cf < 1.0f) coef = cf;
     }
+    if ((st = adamw_plan(o, err))) return st;
     o->t++;
-    st = step_range(o, D->lo, D->lo + D->shard, 0, (float)lr, coef, err);
-    if (!st && D->d.numel > D->tail0) st = step_range(o, D->tail0, D->d.numel, D->shard, (float)lr, coef, err);
+    const skpo_adamw_cfg *c = &o->cfg;
+    st = skpo_cuda_adamw_multi(D->d.cu, D->plan, D->d.master, D->d.w, D->m, D->v, D->d.grad, (float)lr, (float)c->beta1,
+                               (float)c->beta2, (float)c->eps, (int)o->t, coef, err);
     if (!st && D->zero) {
         st = skpo_cuda_sync(D->d.cu, err);
         if (!st) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);

@@ -28,6 +28,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#undef __noinline__
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static
 
 extern uint3 emu_tid, emu_bid;
@@ -40,7 +42,8 @@ extern dim3 emu_bdim, emu_gdim;
 namespace emu {
 void syncthreads();
 void syncwarp();
-double shfl_xor_d(double v, int lanemask);   // values travel as double (exact for float and int)
+double shfl_xor_d(double v, int lanemask);   // values travel as double (exact for float and 32-bit ints)
+double shfl_up_d(double v, int delta);       // lanes below delta keep their own value
 void *dyn_smem();
 struct cfg {
     dim3 g, b;
@@ -63,11 +66,23 @@ template <class F> launcher<F> make_launcher(const char *name, F fn, cfg c) { re
 
 template <class T> inline T shfl_xor(unsigned mask, T v, int o) {
     (void)mask;
+    static_assert(sizeof(T) <= 4 || std::is_same<T, double>::value, "shuffle 64-bit integers as two 32-bit halves");
     return (T)shfl_xor_d((double)v, o);
+}
+template <class T> inline T shfl_up(unsigned mask, T v, int d) {
+    (void)mask;
+    static_assert(sizeof(T) <= 4 || std::is_same<T, double>::value, "shuffle 64-bit integers as two 32-bit halves");
+    return (T)shfl_up_d((double)v, d);
 }
 inline float atomic_add(float *p, float v) { float o = *p; *p = o + v; return o; }
 inline double atomic_add(double *p, double v) { double o = *p; *p = o + v; return o; }
 inline int atomic_add(int *p, int v) { int o = *p; *p = o + v; return o; }
+inline unsigned atomic_add(unsigned *p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+inline unsigned long long atomic_add(unsigned long long *p, unsigned long long v) {
+    unsigned long long o = *p;
+    *p = o + v;
+    return o;
+}
 inline int atomic_min(int *p, int v) { int o = *p; if (v < o) *p = v; return o; }
 }  // namespace emu
 
@@ -75,6 +90,7 @@ inline int atomic_min(int *p, int v) { int o = *p; if (v < o) *p = v; return o; 
 #define __syncthreads() emu::syncthreads()
 #define __syncwarp(...) emu::syncwarp()
 #define __shfl_xor_sync(m, v, o) emu::shfl_xor((m), (v), (o))
+#define __shfl_up_sync(m, v, d) emu::shfl_up((m), (v), (d))
 #define atomicAdd emu::atomic_add
 #define atomicMin emu::atomic_min
 #define rsqrtf(x) (1.0f / sqrtf(x))

@@ -162,6 +162,14 @@ double shfl_xor_d(double v, int o) {
     if (src >= n) die("kernel %s: shuffle from a lane past the end of the block", cur_kernel);
     return shfl_slot[(size_t)g * n + src];
 }
+double shfl_up_d(double v, int d) {
+    int me = cur->lin, lane = me & 31, src = lane >= d ? me - d : me, n = (int)fibers.size();
+    int g = shfl_gen[me];
+    shfl_gen[me] ^= 1;
+    shfl_slot[(size_t)g * n + me] = v;
+    block_wait(F_WARP);
+    return shfl_slot[(size_t)g * n + src];
+}
 void *dyn_smem() { return dyn_smem_buf.data(); }
 }  // namespace emu
 
@@ -182,14 +190,19 @@ cudaError_t fail(cudaError_t e) {
     last_error = e;
     return e;
 }
+long queued_total, ran_total;   // work items ever queued / ever run (events compare them)
 void enqueue(std::function<void()> f) {
     if (capturing) captured.push_back(f);
-    else queue.push_back(std::move(f));
+    else {
+        queue.push_back(std::move(f));
+        queued_total++;
+    }
 }
 void drain() {
     while (!queue.empty()) {
         auto f = std::move(queue.front());
         queue.pop_front();
+        ran_total++;
         f();
     }
 }
@@ -293,6 +306,24 @@ cudaError_t cudaGetDeviceCount(int *n) {
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     *v = a == cudaDevAttrMultiProcessorCount ? 132 : 0;
+    return cudaSuccess;
+}
+// Occupancy as the hardware would bound it for an sm_90 SM: 2048 threads, 32
+// blocks, 228 KiB of shared memory (1 KiB reserved per block); registers are
+// not modelled (nvcc -Xptxas -v reports them).
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *f, int threads, size_t smem,
+                                                                   unsigned int flags) {
+    if (threads <= 0 || threads > 1024) return fail(cudaErrorInvalidValue);
+    int lim = 48 << 10;
+    auto it = max_dyn_smem.find(f);
+    if (it != max_dyn_smem.end()) lim = it->second;
+    if (smem > (size_t)lim) {
+        *n = 0;
+        return cudaSuccess;
+    }
+    int by_threads = 2048 / threads, by_smem = (int)((228u << 10) / (smem + 1024));
+    *n = by_threads < by_smem ? by_threads : by_smem;
+    if (*n > 32) *n = 32;
     return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
@@ -463,6 +494,34 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
     drain();
     return cudaSuccess;
 }
+
+// --- events: a host wait on an event runs the queue up to where it was recorded --------------
+// (every stream is one queue here, so "up to" is "everything queued before").
+
+struct CUevent_st { long pending; };   // work items queued before the record (queued_total then)
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    *e = new CUevent_st{0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (capturing) return capture_violation("cudaEventRecord");
+    e->pending = queued_total;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (capturing) return capture_violation("cudaEventSynchronize");
+    while (ran_total < e->pending && !queue.empty()) {
+        auto f = std::move(queue.front());
+        queue.pop_front();
+        ran_total++;
+        f();
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return ran_total >= e->pending ? cudaSuccess : cudaErrorNotReady; }
 
 // --- graphs -------------------------------------------------------------------------------
 

@@ -75,6 +75,12 @@ void skpo_cuda_host_free(void *p) {
     fake_pinned_bytes -= bytes;
     free((char *)p - 16);
 }
+// Events: every call here completes before it returns, so a wait never waits.
+struct skpo_cuda_event { int recorded; };
+skpo_status skpo_cuda_event_new(skpo_cuda_event **out, skpo_err *err) { *out = skpo_xcalloc(1, sizeof **out); return SKPO_OK; }
+void skpo_cuda_event_free(skpo_cuda_event *e) { free(e); }
+skpo_status skpo_cuda_event_record(skpo_cuda *c, skpo_cuda_event *e, skpo_err *err) { e->recorded++; return SKPO_OK; }
+skpo_status skpo_cuda_event_wait(skpo_cuda_event *e, skpo_err *err) { return SKPO_OK; }
 // IPC within one process: the handle carries the pointer, "mapping" returns it
 // (model_cuda.c's export and open_shared host code runs as on a GPU).
 static long fake_mapped;  // handles opened and not yet closed
@@ -193,26 +199,32 @@ static skpo_status fk_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16
         }
     return SKPO_OK;
 }
-static skpo_status fk_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
-                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
-                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
-                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
-    int half = hs / 2, kd = nkv * hs;
+static skpo_status fk_qkv_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, skpo_bf16 *v, const skpo_bf16 *qkv,
+                               const skpo_bf16 *bias, const int32_t *pos, const float *inv_freq, const int32_t *sb,
+                               const int32_t *sr, int T, int nh, int nkv, int hs, int n_layers, int layer, int bs,
+                               skpo_err *err) {
+    int half = hs / 2, qd = nh * hs, kd = nkv * hs, W = qd + 2 * kd;
     for (int t = 0; t < T; t++) {
-        size_t o = (((size_t)sb[t] * n_layers + layer) * bs + sr[t]) * kd;
+        const skpo_bf16 *in = qkv + (size_t)t * W;
+        size_t o = sb ? (((size_t)sb[t] * n_layers + layer) * bs + sr[t]) * kd : (size_t)t * kd;
         for (int h = 0; h < nh + nkv; h++)
             for (int d = 0; d < half; d++) {
-                int isk = h >= nh, e0 = (isk ? h - nh : h) * hs + d, e1 = e0 + half;
-                const skpo_bf16 *src = isk ? k + (size_t)t * kd : q + (size_t)t * nh * hs, *b = isk ? bk : bq;
-                float a = fk_ld(src, e0) + (b ? fk_ld(b, e0) : 0.f), bb = fk_ld(src, e1) + (b ? fk_ld(b, e1) : 0.f);
+                int e0 = h * hs + d, e1 = e0 + half;
+                float a = fk_ld(in, e0) + (bias ? fk_ld(bias, e0) : 0.f), bb = fk_ld(in, e1) + (bias ? fk_ld(bias, e1) : 0.f);
                 float ang = (float)pos[t] * inv_freq[d], s = sinf(ang), co = cosf(ang);
-                skpo_bf16 *dst = isk ? pk + o : q + (size_t)t * nh * hs;
-                fk_st(dst, e0, a * co - bb * s);
-                fk_st(dst, e1, bb * co + a * s);
+                skpo_bf16 *dst = h < nh ? q + (size_t)t * qd + e0 : k + o + (e0 - qd);
+                fk_st(dst, 0, a * co - bb * s);
+                fk_st(dst, half, bb * co + a * s);
             }
-        for (int i = 0; i < kd; i++) fk_st(pv + o, i, fk_ld(v, (size_t)t * kd + i) + (bv ? fk_ld(bv, i) : 0.f));
+        for (int i = 0; i < kd; i++) fk_st(v + o, i, fk_ld(in, qd + kd + i) + (bias ? fk_ld(bias, qd + kd + i) : 0.f));
     }
     return SKPO_OK;
+}
+static skpo_status fk_add_rmsnorm(skpo_cuda *c, skpo_bf16 *xo, skpo_bf16 *ln, float *rstd, const skpo_bf16 *xi,
+                                  const float *y, const skpo_bf16 *bias, const skpo_bf16 *w, int T, int C, float eps,
+                                  skpo_err *err) {
+    for (size_t i = 0; i < (size_t)T * C; i++) fk_st(xo, i, fk_ld(xi, i) + y[i] + (bias ? fk_ld(bias, i % C) : 0.f));
+    return ln ? fk_rmsnorm(c, ln, rstd, xo, w, T, C, eps, err) : SKPO_OK;
 }
 static size_t fk_row(int block, int n_layers, int layer, int bs, int row, int kv_dim) {
     return (((size_t)block * n_layers + layer) * bs + row) * kv_dim;
@@ -271,7 +283,7 @@ typedef struct fk_op {
     long n[12];
     float f;
 } fk_op;
-enum { FK_LINEAR, FK_LINEAR32, FK_EMBED, FK_RMSNORM, FK_SWIGLU, FK_SWIGLU_F, FK_QKV, FK_ATTN };
+enum { FK_LINEAR, FK_LINEAR32, FK_EMBED, FK_RMSNORM, FK_SWIGLU, FK_SWIGLU_F, FK_QKV, FK_ATTN, FK_ADDNORM };
 struct skpo_cuda_graph {
     fk_op *ops;
     int n;
@@ -291,8 +303,10 @@ static skpo_status fk_run(const fk_op *o) {
     case FK_SWIGLU: return fk_swiglu(NULL, p[0], p[1], p[2], (size_t)n[0], NULL);
     case FK_SWIGLU_F: return fk_swiglu_fused(NULL, p[0], p[1], (int)n[0], (int)n[1], NULL);
     case FK_QKV:
-        return fk_qkv_finish(NULL, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], (int)n[0],
-                             (int)n[1], (int)n[2], (int)n[3], (int)n[4], (int)n[5], (int)n[6], NULL);
+        return fk_qkv_rope(NULL, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], (int)n[0], (int)n[1], (int)n[2],
+                           (int)n[3], (int)n[4], (int)n[5], (int)n[6], NULL);
+    case FK_ADDNORM:
+        return fk_add_rmsnorm(NULL, p[0], p[1], p[2], p[3], p[4], p[5], p[6], (int)n[0], (int)n[1], o->f, NULL);
     case FK_ATTN:
         return fk_attention_paged(NULL, p[0], p[1], p[2], p[3], p[4], (int)n[0], p[5], p[6], (int)n[1], (int)n[2],
                                   (int)n[3], (int)n[4], (int)n[5], (int)n[6], (int)n[7], p[7], (size_t)n[8], NULL);
@@ -333,13 +347,17 @@ skpo_status skpo_cuda_swiglu(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *g, c
 skpo_status skpo_cuda_swiglu_fused(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *gu, int T, int F, skpo_err *e) {
     return fk_exec((fk_op){FK_SWIGLU_F, {out, FKP(gu)}, {T, F}, 0});
 }
-skpo_status skpo_cuda_qkv_finish(skpo_cuda *c, skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v, const skpo_bf16 *bq,
-                                 const skpo_bf16 *bk, const skpo_bf16 *bv, const int32_t *pos, const float *inv_freq,
-                                 skpo_bf16 *pk, skpo_bf16 *pv, const int32_t *sb, const int32_t *sr, int T, int nh,
-                                 int nkv, int hs, int n_layers, int layer, int bs, skpo_err *err) {
-    return fk_exec((fk_op){FK_QKV,
-                           {q, FKP(k), FKP(v), FKP(bq), FKP(bk), FKP(bv), FKP(pos), FKP(inv_freq), pk, pv, FKP(sb), FKP(sr)},
+skpo_status skpo_cuda_qkv_rope(skpo_cuda *c, skpo_bf16 *q, skpo_bf16 *k, skpo_bf16 *v, const skpo_bf16 *qkv,
+                               const skpo_bf16 *bias, const int32_t *pos, const float *inv_freq, const int32_t *sb,
+                               const int32_t *sr, int T, int nh, int nkv, int hs, int n_layers, int layer, int bs,
+                               skpo_err *err) {
+    return fk_exec((fk_op){FK_QKV, {q, k, v, FKP(qkv), FKP(bias), FKP(pos), FKP(inv_freq), FKP(sb), FKP(sr)},
                            {T, nh, nkv, hs, n_layers, layer, bs}, 0});
+}
+skpo_status skpo_cuda_add_rmsnorm(skpo_cuda *c, skpo_bf16 *xo, skpo_bf16 *ln, float *rstd, const skpo_bf16 *xi,
+                                  const float *y, const skpo_bf16 *bias, const skpo_bf16 *w, int T, int C, float eps,
+                                  skpo_err *err) {
+    return fk_exec((fk_op){FK_ADDNORM, {xo, ln, rstd, FKP(xi), FKP(y), FKP(bias), FKP(w)}, {T, C}, eps});
 }
 skpo_status skpo_cuda_attention_paged(skpo_cuda *c, skpo_bf16 *out, const skpo_bf16 *q, const skpo_bf16 *pk,
                                       const skpo_bf16 *pv, const int32_t *bt, int max_blocks, const int32_t *row_seq,

@@ -198,6 +198,38 @@ skpo_status skpo_cuda_swiglu_backward(skpo_cuda *c, skpo_bf16 *dgate, skpo_bf16 
     return SKPO_OK;
 }
 
+skpo_status skpo_cuda_swiglu_fused_backward(skpo_cuda *c, skpo_bf16 *dgu, const skpo_bf16 *dh, const skpo_bf16 *gu,
+                                            int T, int F, skpo_err *err) {
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            size_t g = (size_t)t * 2 * F + f;
+            float a = fk_ld(gu, g), b = fk_ld(gu, g + F), d = fk_ld(dh, (size_t)t * F + f), s = 1.f / (1.f + expf(-a));
+            fk_st(dgu, g, d * b * s * (1.f + a * (1.f - s)));
+            fk_st(dgu, g + F, d * a * s);
+        }
+    return SKPO_OK;
+}
+
+// [R^-1 dq | R^-1 dk | dv] per row (the inverse rotation: angle -pos inv_freq).
+skpo_status skpo_cuda_qkv_rope_backward(skpo_cuda *c, skpo_bf16 *dqkv, const skpo_bf16 *dq, const skpo_bf16 *dk,
+                                        const skpo_bf16 *dv, const int32_t *pos, const float *inv_freq, int T, int nh,
+                                        int nkv, int hs, skpo_err *err) {
+    int half = hs / 2, qd = nh * hs, kd = nkv * hs, W = qd + 2 * kd;
+    for (int t = 0; t < T; t++) {
+        skpo_bf16 *out = dqkv + (size_t)t * W;
+        for (int h = 0; h < nh + nkv; h++)
+            for (int d = 0; d < half; d++) {
+                int e0 = h * hs + d;
+                const skpo_bf16 *src = h < nh ? dq + (size_t)t * qd + e0 : dk + (size_t)t * kd + (e0 - qd);
+                float a = fk_ld(src, 0), b = fk_ld(src, half), ang = (float)pos[t] * inv_freq[d], s = sinf(ang), co = cosf(ang);
+                fk_st(out, e0, a * co + b * s);
+                fk_st(out, e0 + half, b * co - a * s);
+            }
+        memcpy(out + qd + kd, dv + (size_t)t * kd, (size_t)kd * sizeof *out);
+    }
+    return SKPO_OK;
+}
+
 skpo_status skpo_cuda_embed_backward(skpo_cuda *c, float *dwte, const skpo_bf16 *dout, const int32_t *ids, int T, int C,
                                      skpo_err *err) {
     for (int t = 0; t < T; t++)
@@ -249,6 +281,36 @@ skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, flo
         wi -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
         m[i] = mi, v[i] = vi, w[i] = wi;
         if (wb) fk_st(wb, i, wi);
+    }
+    return SKPO_OK;
+}
+
+// The plan of the one-launch AdamW: its segment table, each segment stepped as skpo_cuda_adamw.
+struct skpo_cuda_adamw_plan {
+    skpo_adamw_seg *segs;
+    int n;
+};
+skpo_status skpo_cuda_adamw_plan_new(skpo_cuda *c, const skpo_adamw_seg *segs, int nseg, skpo_cuda_adamw_plan **out,
+                                     skpo_err *err) {
+    skpo_cuda_adamw_plan *p = skpo_xcalloc(1, sizeof *p);
+    p->segs = skpo_xmalloc((size_t)(nseg ? nseg : 1) * sizeof *segs);
+    memcpy(p->segs, segs, (size_t)nseg * sizeof *segs);
+    p->n = nseg;
+    *out = p;
+    return SKPO_OK;
+}
+void skpo_cuda_adamw_plan_free(skpo_cuda_adamw_plan *p) {
+    if (!p) return;
+    free(p->segs);
+    free(p);
+}
+skpo_status skpo_cuda_adamw_multi(skpo_cuda *c, const skpo_cuda_adamw_plan *p, float *w, skpo_bf16 *wb, float *m,
+                                  float *v, const float *g, float lr, float b1, float b2, float eps, int step,
+                                  float gscale, skpo_err *err) {
+    for (int i = 0; i < p->n; i++) {
+        const skpo_adamw_seg *s = &p->segs[i];
+        skpo_cuda_adamw(c, w + s->x, wb ? wb + s->x : NULL, m + s->mo, v + s->mo, g + s->x, s->n, lr, b1, b2, eps, s->wd,
+                        step, gscale, err);
     }
     return SKPO_OK;
 }

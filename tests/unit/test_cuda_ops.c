@@ -11,6 +11,7 @@ SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #else
 #include "cuda/cuda.h"
 #include "cuda/cuda_dnn.h"
+#include "cuda/cuda_infer.h"
 #include "cuda/cuda_train.h"
 
 #include <string.h>
@@ -233,6 +234,68 @@ static void paged_decode_attention_matches_contiguous(void) {
     skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(gq); skpo_cuda_dfree(go); skpo_cuda_dfree(gt); skpo_cuda_dfree(gl);
 }
 
+// skpo_cuda_attention_paged against a double reference, for each kernel it
+// dispatches to: tensor cores (head_dim 64 and 128; 7, 4 and 1 query heads
+// per KV head) and CUDA cores (head_dim 96). Rows of two sequences at
+// positions 0..150 over a scattered block table (block size 16, pages of one
+// sequence not adjacent), unsplit and split (flash-decoding scratch). Outputs
+// are convex combinations of bf16 values in [-1, 1]: absolute tolerance 1e-2.
+static void paged_attention_kernels_match_reference_with_and_without_splits(void) {
+    static const int shapes[4][3] = {{14, 2, 64}, {8, 2, 128}, {4, 4, 64}, {6, 2, 96}};
+    enum { N = 4, L = 2, LAYER = 1, BS = 16, MB = 12, NB = 2 * MB };
+    int32_t pos[N] = {0, 15, 70, 150}, rseq[N] = {0, 1, 0, 1}, bt[2 * MB];
+    for (int i = 0; i < 2 * MB; i++) bt[i] = (int32_t)((i * 7 + 5) % NB);   // a permutation (7, 24 coprime)
+    for (int sh = 0; sh < 4; sh++) {
+        int nh = shapes[sh][0], nkv = shapes[sh][1], hs = shapes[sh][2], kd = nkv * hs, qd = nh * hs, grp = nh / nkv;
+        size_t pool = (size_t)NB * L * BS * kd;
+        float *pk = skpo_xmalloc(pool * 4), *pv = skpo_xmalloc(pool * 4), *q = skpo_xmalloc((size_t)N * qd * 4);
+        float *ref = skpo_xmalloc((size_t)N * qd * 4);
+        fill(pk, pool, 1); fill(pv, pool, 1); fill(q, (size_t)N * qd, 2);
+        bfround(pk, pool); bfround(pv, pool); bfround(q, (size_t)N * qd);
+        for (int r = 0; r < N; r++)
+            for (int h = 0; h < nh; h++) {
+                int n = pos[r] + 1;
+                double *sc = skpo_xmalloc((size_t)n * sizeof *sc), mx = -1e300, den = 0;
+                for (int j = 0; j < n; j++) {
+                    size_t o = (((size_t)bt[rseq[r] * MB + j / BS] * L + LAYER) * BS + j % BS) * kd + (size_t)(h / grp) * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += (double)q[(size_t)r * qd + h * hs + i] * pk[o + i];
+                    sc[j] = d / sqrt(hs);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n; j++) den += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < hs; i++) {
+                    double a = 0;
+                    for (int j = 0; j < n; j++) {
+                        size_t o = (((size_t)bt[rseq[r] * MB + j / BS] * L + LAYER) * BS + j % BS) * kd + (size_t)(h / grp) * hs;
+                        a += sc[j] * pv[o + i];
+                    }
+                    ref[(size_t)r * qd + h * hs + i] = (float)(a / den);
+                }
+                free(sc);
+            }
+        skpo_err e = {0};
+        void *gk = dup_bf16(pk, pool), *gv = dup_bf16(pv, pool), *gq = dup_bf16(q, (size_t)N * qd);
+        void *go = dup_bf16(q, (size_t)N * qd), *gt = dup_raw(bt, sizeof bt), *gp = dup_raw(pos, sizeof pos);
+        void *gs = dup_raw(rseq, sizeof rseq), *gw;
+        size_t wb = skpo_cuda_attention_paged_work(G, nh, nkv, hs);
+        SKPO_ASSERT(skpo_cuda_malloc(G, &gw, wb, "t", &e) == SKPO_OK);
+        CHECK(skpo_cuda_attention_paged_mma_fits(gq, gk, gv, nh, nkv, hs, MB, BS) == (hs != 96));
+        for (int split = 0; split < 2; split++) {
+            CHECK_MSG(skpo_cuda_attention_paged(G, go, gq, gk, gv, gt, MB, gs, gp, N, L, LAYER, BS, nh, nkv, hs,
+                                                split ? gw : NULL, split ? wb : 0, &e) == SKPO_OK, "%s", e.msg);
+            float *a = back_bf16(go, (size_t)N * qd);
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)N * qd; i++) worst = fmax(worst, isfinite(a[i]) ? fabs(a[i] - ref[i]) : INFINITY);
+            CHECK_MSG(worst <= 1e-2, "heads %d/%d hs %d split %d: max abs error %g", nh, nkv, hs, split, worst);
+            free(a);
+        }
+        free(pk); free(pv); free(q); free(ref);
+        skpo_cuda_dfree(gk); skpo_cuda_dfree(gv); skpo_cuda_dfree(gq); skpo_cuda_dfree(go); skpo_cuda_dfree(gt);
+        skpo_cuda_dfree(gp); skpo_cuda_dfree(gs); skpo_cuda_dfree(gw);
+    }
+}
+
 static void chunked_logprob_and_entropy_match_cpu_on_large_vocab(void) {
     int T = 3, V = 151936;
     float temp = 0.7f;
@@ -418,6 +481,158 @@ static void sdpa_index_gives_lengths_and_element_offsets(void) {
     skpo_cuda_dfree(dss), skpo_cuda_dfree(di), skpo_cuda_dfree(dl), skpo_cuda_dfree(dp);
 }
 
+// x_out = x + y + b (y fp32, one rounding) and ln = rmsnorm(x_out) w: the
+// 16-byte path (C % 8 == 0), the scalar one (C = 203), in place, and the add
+// alone (ln NULL). x_out must equal the host's rounding of the same float sum.
+static void residual_add_and_rmsnorm_match_cpu(void) {
+    static const int Cs[2] = {200, 203};
+    for (int k = 0; k < 2; k++) {
+        int T = 5, C = Cs[k];
+        float eps = 1e-6f;
+        float *x = skpo_xmalloc(T * C * 4), *y = skpo_xmalloc(T * C * 4), *b = skpo_xmalloc(C * 4), *w = skpo_xmalloc(C * 4);
+        float *xo = skpo_xmalloc(T * C * 4), *ln = skpo_xmalloc(T * C * 4), rstd[5];
+        fill(x, T * C, 2); fill(y, T * C, 1); fill(b, C, 0.5f); fill(w, C, 1);
+        bfround(x, T * C); bfround(b, C); bfround(w, C);
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < C; i++) xo[t * C + i] = x[t * C + i] + y[t * C + i] + b[i];
+            bfround(xo + t * C, C);
+            double ss = 0;
+            for (int i = 0; i < C; i++) ss += (double)xo[t * C + i] * xo[t * C + i];
+            rstd[t] = (float)(1.0 / sqrt(ss / C + eps));
+            for (int i = 0; i < C; i++) ln[t * C + i] = xo[t * C + i] * rstd[t] * w[i];
+        }
+        skpo_err e = {0};
+        void *gx = dup_bf16(x, T * C), *gy = dup_raw(y, T * C * 4), *gb = dup_bf16(b, C), *gw = dup_bf16(w, C);
+        void *go = dup_bf16(x, T * C), *gl = dup_bf16(x, T * C), *gr;
+        SKPO_ASSERT(skpo_cuda_malloc(G, &gr, T * 4, "t", &e) == SKPO_OK);
+        CHECK(skpo_cuda_add_rmsnorm(G, go, gl, gr, gx, gy, gb, gw, T, C, eps, &e) == SKPO_OK);
+        float *ao = back_bf16(go, T * C), *al = back_bf16(gl, T * C), *ar = back_f32(gr, T);
+        CHECK_MSG(relerr(ao, xo, T * C) < 1e-6, "C %d: residual %g", C, relerr(ao, xo, T * C));
+        CHECK_MSG(relerr(al, ln, T * C) < 2e-2, "C %d: norm %g", C, relerr(al, ln, T * C));
+        CHECK_MSG(relerr(ar, rstd, T) < 1e-5, "C %d: rstd %g", C, relerr(ar, rstd, T));
+        CHECK(skpo_cuda_add_rmsnorm(G, gx, NULL, NULL, gx, gy, gb, NULL, T, C, eps, &e) == SKPO_OK);   // in place, add only
+        float *ax = back_bf16(gx, T * C);
+        CHECK_MSG(relerr(ax, xo, T * C) < 1e-6, "C %d: in-place residual %g", C, relerr(ax, xo, T * C));
+        free(ao); free(al); free(ar); free(ax); free(x); free(y); free(b); free(w); free(xo); free(ln);
+        skpo_cuda_dfree(gx); skpo_cuda_dfree(gy); skpo_cuda_dfree(gb); skpo_cuda_dfree(gw); skpo_cuda_dfree(go);
+        skpo_cuda_dfree(gl); skpo_cuda_dfree(gr);
+    }
+}
+
+// The fused q|k|v row: bias, RoPE on q and k, split into q, k, v (training)
+// or q and the paged pool (decode), against a double reference; then the
+// backward (inverse rotations packed with dv) of the split's own output gives
+// the biased input back.
+static void qkv_rope_split_and_its_backward_match_cpu(void) {
+    enum { T = 4, NH = 4, NKV = 2, HS = 16, QD = NH * HS, KD = NKV * HS, W = QD + 2 * KD, L = 2, BS = 4 };
+    float *in = skpo_xmalloc(T * W * 4), *b = skpo_xmalloc(W * 4), *ref = skpo_xmalloc(T * W * 4), invf[HS / 2];
+    int32_t pos[T] = {0, 3, 17, 1000}, sb[T] = {2, 0, 1, 2}, sr[T] = {1, 3, 0, 2};
+    for (int i = 0; i < HS / 2; i++) invf[i] = (float)pow(10000.0, -2.0 * i / HS);
+    fill(in, T * W, 1); fill(b, W, 0.3f);
+    bfround(in, T * W); bfround(b, W);
+    for (int t = 0; t < T; t++) {   // ref row = [rope(q + bq) | rope(k + bk) | v + bv]
+        for (int i = 0; i < W; i++) ref[t * W + i] = in[t * W + i] + b[i];
+        for (int h = 0; h < NH + NKV; h++)
+            for (int d = 0; d < HS / 2; d++) {
+                float *r = ref + t * W + h * HS;
+                double a = r[d], c = r[d + HS / 2], ang = (double)pos[t] * invf[d];
+                r[d] = (float)(a * cos(ang) - c * sin(ang));
+                r[d + HS / 2] = (float)(c * cos(ang) + a * sin(ang));
+            }
+    }
+    skpo_err e = {0};
+    size_t pool = (size_t)3 * L * BS * KD;
+    void *gin = dup_bf16(in, T * W), *gb = dup_bf16(b, W), *gp = dup_raw(pos, sizeof pos), *gf = dup_raw(invf, sizeof invf);
+    void *gsb = dup_raw(sb, sizeof sb), *gsr = dup_raw(sr, sizeof sr), *gq, *gk, *gv, *gpk, *gpv, *gd;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &gq, T * QD * 2, "t", &e) == 0 && skpo_cuda_malloc(G, &gk, T * KD * 2, "t", &e) == 0);
+    SKPO_ASSERT(skpo_cuda_malloc(G, &gv, T * KD * 2, "t", &e) == 0 && skpo_cuda_malloc(G, &gd, T * W * 2, "t", &e) == 0);
+    SKPO_ASSERT(skpo_cuda_malloc(G, &gpk, pool * 2, "t", &e) == 0 && skpo_cuda_malloc(G, &gpv, pool * 2, "t", &e) == 0);
+    CHECK(skpo_cuda_qkv_rope(G, gq, gk, gv, gin, gb, gp, gf, NULL, NULL, T, NH, NKV, HS, 0, 0, 0, &e) == SKPO_OK);
+    float *q = back_bf16(gq, T * QD), *k = back_bf16(gk, T * KD), *v = back_bf16(gv, T * KD);
+    float *got = skpo_xmalloc(T * W * 4);
+    for (int t = 0; t < T; t++) {
+        memcpy(got + t * W, q + t * QD, QD * 4);
+        memcpy(got + t * W + QD, k + t * KD, KD * 4);
+        memcpy(got + t * W + QD + KD, v + t * KD, KD * 4);
+    }
+    CHECK_MSG(relerr(got, ref, T * W) < 2e-2, "split %g", relerr(got, ref, T * W));
+    CHECK(skpo_cuda_qkv_rope(G, gq, gpk, gpv, gin, gb, gp, gf, gsb, gsr, T, NH, NKV, HS, L, 1, BS, &e) == SKPO_OK);
+    float *pk = back_bf16(gpk, pool), *pv = back_bf16(gpv, pool);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        size_t o = (((size_t)sb[t] * L + 1) * BS + sr[t]) * KD;
+        for (int i = 0; i < KD; i++) {
+            worst = fmax(worst, fabs(pk[o + i] - ref[t * W + QD + i]));
+            worst = fmax(worst, fabs(pv[o + i] - ref[t * W + QD + KD + i]));
+        }
+    }
+    CHECK_MSG(worst < 3e-2, "pool rows: max abs error %g", worst);
+    CHECK(skpo_cuda_qkv_rope_backward(G, gd, gq, gk, gv, gp, gf, T, NH, NKV, HS, &e) == SKPO_OK);
+    float *back = back_bf16(gd, T * W);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < W; i++) ref[t * W + i] = in[t * W + i] + b[i];
+    CHECK_MSG(relerr(back, ref, T * W) < 3e-2, "backward (inverse rotation) %g", relerr(back, ref, T * W));
+    free(in); free(b); free(ref); free(q); free(k); free(v); free(got); free(pk); free(pv); free(back);
+    void *bufs[] = {gin, gb, gp, gf, gsb, gsr, gq, gk, gv, gpk, gpv, gd};
+    for (int i = 0; i < 12; i++) skpo_cuda_dfree(bufs[i]);
+}
+
+// d[gate | up] of silu(gate) * up over the fused layout, against the formula.
+static void swiglu_fused_backward_matches_cpu(void) {
+    int T = 3, F = 37;
+    float *gu = skpo_xmalloc(T * 2 * F * 4), *dh = skpo_xmalloc(T * F * 4), *ref = skpo_xmalloc(T * 2 * F * 4);
+    fill(gu, T * 2 * F, 3); fill(dh, T * F, 1);
+    bfround(gu, T * 2 * F); bfround(dh, T * F);
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            double a = gu[t * 2 * F + f], u = gu[t * 2 * F + F + f], d = dh[t * F + f], s = 1 / (1 + exp(-a));
+            ref[t * 2 * F + f] = (float)(d * u * s * (1 + a * (1 - s)));
+            ref[t * 2 * F + F + f] = (float)(d * a * s);
+        }
+    skpo_err e = {0};
+    void *ggu = dup_bf16(gu, T * 2 * F), *gdh = dup_bf16(dh, T * F), *gd = dup_bf16(gu, T * 2 * F);
+    CHECK(skpo_cuda_swiglu_fused_backward(G, gd, gdh, ggu, T, F, &e) == SKPO_OK);
+    float *a = back_bf16(gd, T * 2 * F);
+    CHECK_MSG(relerr(a, ref, T * 2 * F) < 2e-2, "swiglu backward %g", relerr(a, ref, T * 2 * F));
+    free(a); free(gu); free(dh); free(ref);
+    skpo_cuda_dfree(ggu); skpo_cuda_dfree(gdh); skpo_cuda_dfree(gd);
+}
+
+// One launch over three segments (moments at other offsets, two weight
+// decays, one segment spanning several blocks) equals skpo_cuda_adamw per
+// segment, bit for bit; elements outside every segment stay untouched.
+static void adamw_over_segments_equals_one_launch_per_tensor(void) {
+    enum { N = 9000 };
+    skpo_adamw_seg segs[3] = {{.x = 0, .n = 5000, .mo = 100, .wd = 0.1f}, {.x = 5000, .n = 3, .mo = 0, .wd = 0.f},
+                              {.x = 6000, .n = 2500, .mo = 5100, .wd = 0.1f}};
+    float *w = skpo_xmalloc(N * 4), *m = skpo_xmalloc(N * 4), *v = skpo_xmalloc(N * 4), *g = skpo_xmalloc(N * 4);
+    fill(w, N, 1); fill(m, N, 0.01f); fill(g, N, 1);
+    for (int i = 0; i < N; i++) v[i] = fabsf(frand()) * 1e-3f;
+    skpo_err e = {0};
+    void *w1 = dup_raw(w, N * 4), *m1 = dup_raw(m, N * 4), *v1 = dup_raw(v, N * 4), *gg = dup_raw(g, N * 4);
+    void *w2 = dup_raw(w, N * 4), *m2 = dup_raw(m, N * 4), *v2 = dup_raw(v, N * 4), *b1, *b2;
+    SKPO_ASSERT(skpo_cuda_malloc(G, &b1, N * 2, "t", &e) == 0 && skpo_cuda_malloc(G, &b2, N * 2, "t", &e) == 0);
+    skpo_cuda_memset0(G, b1, N * 2, &e);
+    skpo_cuda_memset0(G, b2, N * 2, &e);
+    skpo_cuda_adamw_plan *plan = NULL;
+    CHECK(skpo_cuda_adamw_plan_new(G, segs, 3, &plan, &e) == SKPO_OK);
+    if (!plan) return;
+    CHECK(skpo_cuda_adamw_multi(G, plan, w1, b1, m1, v1, gg, 1e-3f, 0.9f, 0.999f, 1e-8f, 4, 0.7f, &e) == SKPO_OK);
+    for (int i = 0; i < 3; i++) {
+        const skpo_adamw_seg *s = &segs[i];
+        CHECK(skpo_cuda_adamw(G, (float *)w2 + s->x, (skpo_bf16 *)b2 + s->x, (float *)m2 + s->mo, (float *)v2 + s->mo,
+                              (float *)gg + s->x, s->n, 1e-3f, 0.9f, 0.999f, 1e-8f, s->wd, 4, 0.7f, &e) == SKPO_OK);
+    }
+    float *a1 = back_f32(w1, N), *a2 = back_f32(w2, N), *c1 = back_f32(m1, N), *c2 = back_f32(m2, N);
+    float *d1 = back_f32(v1, N), *d2 = back_f32(v2, N), *e1 = back_bf16(b1, N), *e2 = back_bf16(b2, N);
+    CHECK(!memcmp(a1, a2, N * 4) && !memcmp(c1, c2, N * 4) && !memcmp(d1, d2, N * 4) && !memcmp(e1, e2, N * 4));
+    CHECK(a1[5500] == w[5500] && a1[N - 1] == w[N - 1]);   // between and after the segments
+    skpo_cuda_adamw_plan_free(plan);
+    free(a1); free(a2); free(c1); free(c2); free(d1); free(d2); free(e1); free(e2); free(w); free(m); free(v); free(g);
+    void *bufs[] = {w1, m1, v1, gg, w2, m2, v2, b1, b2};
+    for (int i = 0; i < 9; i++) skpo_cuda_dfree(bufs[i]);
+}
+
 static void no_gpu_present(void) { SKIP("skipped: no GPU"); }
 
 int main(void) {
@@ -436,10 +651,15 @@ int main(void) {
     RUN(prefill_attention_matches_naive_causal_gqa);
     RUN(sdpa_index_gives_lengths_and_element_offsets);
     RUN(paged_decode_attention_matches_contiguous);
+    RUN(paged_attention_kernels_match_reference_with_and_without_splits);
     RUN(chunked_logprob_and_entropy_match_cpu_on_large_vocab);
     RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);
     RUN(adamw_step_matches_pytorch_formula);
     RUN(deterministic_backward_kernels_give_the_same_bits_in_any_block_order);
+    RUN(residual_add_and_rmsnorm_match_cpu);
+    RUN(qkv_rope_split_and_its_backward_match_cpu);
+    RUN(swiglu_fused_backward_matches_cpu);
+    RUN(adamw_over_segments_equals_one_launch_per_tensor);
     skpo_cuda_free_ctx(G);
     return TEST_SUMMARY();
 }
