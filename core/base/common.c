@@ -362,6 +362,12 @@ double skpo_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double skpo_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void skpo_progress_init(skpo_progress *p) {
     p->enabled = isatty(2);
     p->start = skpo_now();

@@ -123,6 +123,7 @@ char *skpo_path_join(const char *dir, const char *name);
 // --- time and progress --------------------------------------------------------
 
 double skpo_now(void); // monotonic seconds
+double skpo_cpu_seconds(void); // CPU time of the whole process (all threads): load-independent
 
 // A progress line on stderr, only when stderr is a terminal; at most ~5 per second.
 typedef struct skpo_progress {

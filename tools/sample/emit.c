@@ -86,14 +86,6 @@ static skpo_status put_up(const sample_cfg *c, const skpo_rollout *ro, const sam
     return st;
 }
 
-// CPU time of the whole process (all threads): a load-independent measure for
-// the benchmark on a shared machine.
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Tokens a candidate may generate: max_tokens, and for --segment --self at least t_q.
 static int self_max(const sample_cfg *c, const sample_item *it) {
     int m = (int)(c->ro.max_tokens < 1 << 30 ? c->ro.max_tokens : 1 << 30);
@@ -117,7 +109,7 @@ static void submit_all(const sample_cfg *c, skpo_rollout *ro, const sample_job *
 }
 
 skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *job, skpo_writer *w, skpo_err *err) {
-    double t0 = skpo_now(), c0 = cpu_seconds();
+    double t0 = skpo_now(), c0 = skpo_cpu_seconds();
     submit_all(c, ro, job);
     skpo_progress prog;
     skpo_progress_init(&prog);
@@ -151,15 +143,6 @@ skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *
     free(held);
     if (st != SKPO_OK) return st;
     skpo_progress_done(&prog);
-    if (c->stats) {
-        const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);
-        double dt = skpo_now() - t0, dc = cpu_seconds() - c0;
-        fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s; %.3f s CPU, %.1f tok/CPU-s); prefill %llu "
-                "tokens; %llu model calls; peak KV %zu blocks (%.1f MiB)\n", skpo_progname(),
-                (unsigned long long)gs->gen_tokens, dt, dt > 0 ? gs->gen_tokens / dt : 0.0, dc,
-                dc > 0 ? gs->gen_tokens / dc : 0.0, (unsigned long long)gs->prefill_tokens,
-                (unsigned long long)gs->steps, gs->peak_blocks,
-                gs->peak_blocks * (double)skpo_kv_bytes_per_block(ro->kv) / (1 << 20));
-    }
+    if (c->stats) skpo_rollout_print_stats(ro, skpo_now() - t0, skpo_cpu_seconds() - c0);
     return SKPO_OK;
 }
