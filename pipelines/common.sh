@@ -395,13 +395,15 @@ full_step() {
   commit_step
 }
 
-# seed_state DIR: an empty tracker whose parameters come from the config (so the
-# first visit of a prompt already uses LQ_INIT for the split position).
+# seed_state DIR [STEP]: an empty tracker at STEP (default 1) whose parameters come from
+# the config (so the first visit of a prompt already uses LQ_INIT for the split position).
 seed_state() {
+  local n=${2:-1} f
+  f=$(printf 'state-%06d.msgpack.zst' "$n")
   mkdir -p "$1"
-  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":1,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
-    "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/state-000001.msgpack.zst" \
-    && echo state-000001.msgpack.zst >"$1/CURRENT"
+  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":%s,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
+    "$n" "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/$f" \
+    && echo "$f" >"$1/CURRENT"
 }
 
 # --- running one step ------------------------------------------------------------------
