@@ -47,7 +47,7 @@ mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 SEEDS=${SEEDS:-1 2 3}
 METHODS=${METHODS:-${ALGOS:-skpo grpo drgrpo dapo spo gspo cispo sapo critique prime skpo-noskip skpo-nomc skpo-fixed skpo-extreme}}
 TASK=${TASK:-demo}
-CONF=$PIPE/config/$TASK.conf
+CONF=${TASK_CONF:-$PIPE/config/$TASK.conf}   # TASK_CONF=FILE: a recipe of one's own (the tests' tiny one)
 [ -f "$CONF" ] || die "compare: no task config '$CONF' (TASK=demo or chain)"
 # method_kv NAME: the config keys of one method or ablation
 method_kv() {
