@@ -164,32 +164,13 @@ GP
   # per-step wall time per method (the paper's Fig. 11), mean over seeds
   awk '/^per run:/ { on = 1; next } on && NF >= 7 { t[$1] += $7; n[$1]++; if (!($1 in o)) { o[$1] = ++k; nm[k] = $1 } }
        END { for (i = 1; i <= k; i++) printf "%d\t%s\t%.3f\n", i - 1, nm[i], t[nm[i]] / n[nm[i]] }' "$R.txt" >"$R-step-time.tsv"
-  [ -s "$R-step-time.tsv" ] && gnuplot <<GP && echo "plot: $R-step-time.png"
-set terminal pngcairo size 900,420 noenhanced
-set output '$R-step-time.png'
-set datafile separator tab
-set style fill solid 0.6
-set boxwidth 0.7
-set grid y
-set yrange [0:*]
-set ylabel 'seconds per training step'
-set title 'task $TASK: wall time per step (same sample budget)'
-set xtics rotate by -30
-plot '$R-step-time.tsv' using 1:3:xtic(2) with boxes notitle
-GP
+  # bars PNG YLABEL TITLE: gnuplot's preamble of a bar chart with one bar per method
+  bars() { printf "set terminal pngcairo size 900,460 noenhanced\nset output '%s'\nset datafile separator tab\nset style fill solid 0.6\nset boxwidth 0.7\nset grid y\nset ylabel '%s'\nset title 'task %s: %s'\nset xtics rotate by -30\n" "$1" "$2" "$TASK" "$3"; }
+  [ -s "$R-step-time.tsv" ] && { bars "$R-step-time.png" 'seconds per training step' 'wall time per step (same sample budget)'
+    echo "set yrange [0:*]"; echo "plot '$R-step-time.tsv' using 1:3:xtic(2) with boxes notitle"; } | gnuplot && echo "plot: $R-step-time.png"
   # paired differences against the first method, with 95% intervals
-  [ -s "$R-paired.tsv" ] && gnuplot <<GP && echo "plot: $R-paired.png"
-set terminal pngcairo size 900,480 noenhanced
-set output '$R-paired.png'
-set datafile separator tab
-set style fill solid 0.5
-set boxwidth 0.6
-set grid y
-set ylabel 'held-out mean@k, paired difference (95% CI)'
-set title 'task $TASK: after(A) - after(B) over seeds'
-set xtics rotate by -30
-set xzeroaxis lw 2
-plot '$R-paired.tsv' using 0:2:xtic(1) with boxes notitle, '' using 0:2:3 with yerrorbars pt 7 notitle
-GP
+  [ -s "$R-paired.tsv" ] && { bars "$R-paired.png" 'held-out mean@k, paired difference (95% CI)' 'after(A) - after(B) over seeds'
+    echo "set xzeroaxis lw 2"; echo "plot '$R-paired.tsv' using 0:2:xtic(1) with boxes notitle, '' using 0:2:3 with yerrorbars pt 7 notitle"; } |
+    gnuplot && echo "plot: $R-paired.png"
 fi
 exit 0

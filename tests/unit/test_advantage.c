@@ -104,6 +104,16 @@ static const skpo_rec *by_uid(const skpo_rec *recs, size_t n, const char *uid) {
     return NULL;
 }
 
+// One skpo_adv_step of recs[0..n) under o with a new tracker (returned), the
+// metrics in *m; the step must succeed.
+static skpo_tracker *adv_run(skpo_rec *recs, size_t n, const skpo_adv_opts *o, unsigned char *keep, skpo_rec *m) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(m);
+    CHECK_MSG(skpo_adv_step(recs, n, o, t, keep, m, &err) == SKPO_OK, "%s", err.msg);
+    return t;
+}
+
 // What a test of skpo_adv_step frees: its batch, the metrics record, the tracker.
 static void adv_done(skpo_rec *recs, size_t n, skpo_rec *m, skpo_tracker *t) {
     skpo_rec_free(m);
@@ -187,15 +197,12 @@ static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
 static double lq_after_one_step(int continual, double cap, const char *pid) {
     skpo_rec recs[32], m;
     unsigned char keep[32];
-    skpo_err err = {{0}};
     size_t n = skpo_batch(recs);
     skpo_adv_opts o;
     skpo_adv_opts_default(&o);
     o.len_with_segment = continual;
     o.len_cap = cap;
-    skpo_tracker *t = skpo_tracker_new(NULL);
-    skpo_rec_init(&m);
-    CHECK_MSG(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    skpo_tracker *t = adv_run(recs, n, &o, keep, &m);
     double L = skpo_tracker_len(t, pid);
     adv_done(recs, n, &m, t);
     return L;
@@ -411,7 +418,6 @@ static void dapo_drops_groups_whose_rewards_are_all_equal(void) {
 static void dapo_decides_on_accuracy_not_on_the_overlong_shaped_reward(void) {
     skpo_rec recs[32], m;
     unsigned char keep[32];
-    skpo_err err = {{0}};
     size_t n = 0;
     char uid[16];
     for (int i = 0; i < 4; i++) {
@@ -428,9 +434,7 @@ static void dapo_decides_on_accuracy_not_on_the_overlong_shaped_reward(void) {
     skpo_adv_opts_default(&o);
     o.mode = SKPO_ADV_DAPO;
     o.group = 4;
-    skpo_tracker *t = skpo_tracker_new(NULL);
-    skpo_rec_init(&m);
-    CHECK_MSG(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK, "%s", err.msg);
+    skpo_tracker *t = adv_run(recs, n, &o, keep, &m);
     for (size_t i = 0; i < n; i++) CHECK_MSG(keep[i] == (i % 3 == 1), "record %zu keep %d", i, keep[i]);
     CHECK(fget(&m, "dropped_groups") == 2);
     adv_done(recs, n, &m, t);
