@@ -87,10 +87,12 @@ stage_reward() {
   esac
 }
 # stage_advantage MODE [flags]: advantages + tracker update (into $ST) + metrics.
+# L_q observes the mean response length, capped at MAX_TOKENS; under LAYOUT=continual
+# the downstream response continues s, so |s| counts too (docs/algorithm.md Q6).
 stage_advantage() {
   local mode=$1; shift
-  skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" \
-    $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}") \
+  skpo-advantage --mode "$mode" --state "$ST" --step "$STEP" --group "$G" --max-tokens "$MAX_TOKENS" \
+    $([ "$mode" = skpo ] && echo --reward-up "${REWARD_UP:-mc}" --layout "${LAYOUT:-skip}" --up-warmup "${UP_WARMUP:-0}") \
     ${RHO_RESCORE:+--rescored} \
     --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT" \
     --max-reward-failures "${MAX_REWARD_FAILURES:-0.05}" \
@@ -376,16 +378,14 @@ bytes_of() { du -sbc "$@" 2>/dev/null | tail -n 1 | cut -f1; }
 
 # draw_prompts B [ROUND]: the step's B prompts for the --n pipelines into
 # $TMPD/prompts.msgpack.zst, uniformly without replacement from TRAIN_DATA: one
-# shuffle per step seeded by (SEED, STEP), of which ROUND r (default 0) takes
-# slice r, so DAPO's extra rounds never repeat a prompt within a step. Empty when
-# the data is used up.
+# shuffle per step seeded by (SEED, STEP) (skpo-cat --shuffle: the project's seeded
+# generator; `shuf --random-source=<(yes SEED)` drew nearly the same prompts at every
+# step), of which ROUND r (default 0) takes slice r, so DAPO's extra rounds never
+# repeat a prompt within a step. Empty when the data is used up.
 draw_prompts() {
-  local all="$RUN/prompts.jsonl" r=${2:-0}
-  if [ ! -s "$all" ]; then
-    skpo-cat --where kind=prompt "$TRAIN_DATA" >"$all.tmp" && mv "$all.tmp" "$all" || die "cannot read TRAIN_DATA '$TRAIN_DATA'"
-  fi
-  shuf --random-source=<(yes "$(seed_of_step)") "$all" | awk -v a="$((r * $1))" -v b="$(((r + 1) * $1))" 'NR > a && NR <= b' \
-    | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" || die "step $STEP: cannot draw prompts"
+  local r=${2:-0}
+  skpo-cat --where kind=prompt --shuffle "$(seed_of_step)" "$TRAIN_DATA" | awk -v a="$((r * $1))" -v b="$(((r + 1) * $1))" 'NR > a && NR <= b' \
+    | skpo-cat --pack >"$TMPD/prompts.msgpack.zst" || die "step $STEP: cannot draw prompts from TRAIN_DATA '$TRAIN_DATA'"
 }
 # stage_sample_n_prio K B [FLAGS]: K whole responses for each of B prompts drawn by the
 # tracker's prioritized sampling (SPO's prompt selection, as SKPO's sampler does).
@@ -394,23 +394,26 @@ stage_sample_n_prio() {
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
     --step "$STEP" ${THREADS:+--threads "$THREADS"} ${RHO_RESCORE:+--rescore} "${@:3}"
 }
-# GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), the
-# lowest and highest reward (lo, hi; pids in first-seen order in order[1..n]);
-# informative(p) says whether p's rewards are not all equal.
+# GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), whether its
+# outcomes differ (pids in first-seen order in order[1..n]); informative(p) says whether
+# p's group is neither all correct nor all wrong. DAPO's dynamic sampling decides on
+# accuracy (`correct`), not on the reward, which its overlong penalty shapes; a record
+# without `correct` (a custom reward stage) is judged by its reward.
 GROUP_AWK='
   function pid_of(l) { sub(/.*"pid":"/, "", l); sub(/".*/, "", l); return l }
-  function track(l,   p, r) { p = pid_of(l); r = l; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r)
-    if (!(p in lo)) { lo[p] = r; hi[p] = r; order[++n] = p }
-    if (r + 0 < lo[p] + 0) lo[p] = r; if (r + 0 > hi[p] + 0) hi[p] = r }
-  function informative(p) { return lo[p] + 0 != hi[p] + 0 }'
-# informative_groups FILE: how many prompts of FILE's full records have rewards
-# that are not all equal (the groups DAPO's dynamic sampling keeps).
+  function outcome_of(l,   r) { if (l ~ /"correct":(true|false)/) return l ~ /"correct":true/ ? "c1" : "c0"
+    r = l; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r); return "r" (r + 0) }
+  function track(l,   p, o) { p = pid_of(l); o = outcome_of(l)
+    if (!(p in first)) { first[p] = o; order[++n] = p } else if (o != first[p]) mixed[p] = 1 }
+  function informative(p) { return p in mixed }'
+# informative_groups FILE: how many prompts of FILE's full records have outcomes that
+# are not all equal (the groups DAPO's dynamic sampling keeps).
 informative_groups() {
-  skpo-cat --where kind=full --fields pid,reward "$1" | awk "$GROUP_AWK"'
+  skpo-cat --where kind=full --fields pid,correct,reward "$1" | awk "$GROUP_AWK"'
     { track($0) } END { k = 0; for (i = 1; i <= n; i++) if (informative(order[i])) k++; print k }'
 }
 # keep_groups N: stdin to stdout, dropping the informative groups after the first N
-# (records and meta pass through; all-equal groups pass for skpo-advantage to count).
+# (records and meta pass through; all-equal groups pass for skpo-advantage to count and drop).
 keep_groups() {
   skpo-cat | awk -v N="$1" "$GROUP_AWK"'
     { line[NR] = $0; if ($0 ~ /"kind":"full"/) track($0) }
@@ -437,13 +440,15 @@ full_step() {
   commit_step
 }
 
-# seed_state DIR: an empty tracker whose parameters come from the config (so the
-# first visit of a prompt already uses LQ_INIT for the split position).
+# seed_state DIR [STEP]: an empty tracker at STEP (default 1) whose parameters come from
+# the config (so the first visit of a prompt already uses LQ_INIT for the split position).
 seed_state() {
+  local n=${2:-1} f
+  f=$(printf 'state-%06d.msgpack.zst' "$n")
   mkdir -p "$1"
-  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":1,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
-    "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/state-000001.msgpack.zst" \
-    && echo state-000001.msgpack.zst >"$1/CURRENT"
+  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":%s,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
+    "$n" "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/$f" \
+    && echo "$f" >"$1/CURRENT"
 }
 
 # --- running one step ------------------------------------------------------------------

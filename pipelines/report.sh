@@ -111,3 +111,48 @@ evals_tsv() {
     eval_line "$1" "$n" | awk -v s="$n" '{ printf "%d\t%s\t%s\n", s, $1, $2 }'
   done | sort -n
 }
+
+# revisit_rate RUN: "share draws_per_prompt" of the run's committed steps, as the
+# tracker saw them (skpo-advantage's metrics): the share of drawn prompts that had
+# been drawn at an earlier step, and draws per distinct prompt drawn.
+revisit_rate() {
+  local n last; last=$(last_step "$1")
+  for ((n = 1; n <= last; n++)); do [ -f "$1/metrics/$n.msgpack.zst" ] && echo "$1/metrics/$n.msgpack.zst"; done |
+    xargs -r skpo-cat --where tool=skpo-advantage --fields groups,revisits,tracker_prompts 2>/dev/null | awk "$JNUM"'
+      { g += jnum($0, "groups"); r += jnum($0, "revisits"); p = jnum($0, "tracker_prompts") }
+      END { if (g > 0 && p > 0) printf "%.3f %.2f\n", r / g, g / p; else print "nan nan" }'
+}
+
+# PAIRED_AWK: paired statistics over seeds. Input lines "method seed value"; awk
+# variable pairs = "A:B A:C ..."; prints per pair "A - B: mean M sd S (paired t T,
+# p P, N seeds) A ahead on K, B on L" and, into the file named by tsv (if set),
+# "A-B<TAB>mean<TAB>half-width of the 95% interval". p is two-sided from Student's t
+# with N - 1 degrees of freedom (regularised incomplete beta, Numerical Recipes' betacf).
+PAIRED_AWK='
+  function abs(x) { return x < 0 ? -x : x }
+  function lgam(x,   y, t, s, j, c) { split("76.18009172947146 -86.50532032941677 24.01409824083091 -1.231739572450155 0.001208650973866179 -0.000005395239384953", c, " ")
+    y = x; t = x + 5.5; t -= (x + 0.5) * log(t); s = 1.000000000190015
+    for (j = 1; j <= 6; j++) s += c[j] / ++y
+    return -t + log(2.5066282746310005 * s / x) }
+  function betacf(a, b, x,   m, m2, aa, c, d, del, h) { c = 1; d = 1 - (a + b) * x / (a + 1); if (abs(d) < 1e-30) d = 1e-30; d = 1 / d; h = d
+    for (m = 1; m <= 300; m++) { m2 = 2 * m
+      aa = m * (b - m) * x / ((a - 1 + m2) * (a + m2)); d = 1 + aa * d; if (abs(d) < 1e-30) d = 1e-30
+      c = 1 + aa / c; if (abs(c) < 1e-30) c = 1e-30; d = 1 / d; h *= d * c
+      aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2)); d = 1 + aa * d; if (abs(d) < 1e-30) d = 1e-30
+      c = 1 + aa / c; if (abs(c) < 1e-30) c = 1e-30; d = 1 / d; del = d * c; h *= del; if (abs(del - 1) < 3e-12) break }
+    return h }
+  function ibeta(a, b, x,   bt) { if (x <= 0) return 0; if (x >= 1) return 1
+    bt = exp(lgam(a + b) - lgam(a) - lgam(b) + a * log(x) + b * log(1 - x))
+    return x < (a + 1) / (a + b + 2) ? bt * betacf(a, b, x) / a : 1 - bt * betacf(b, a, 1 - x) / b }
+  function tp(t, nu) { return ibeta(nu / 2, 0.5, nu / (nu + t * t)) }
+  function t975(nu,   lo, hi, mid, i) { lo = 0; hi = 1000; for (i = 0; i < 80; i++) { mid = (lo + hi) / 2; if (tp(mid, nu) > 0.05) lo = mid; else hi = mid } return mid }
+  NF == 3 { v[$1 SUBSEP $2] = $3; seeds[$2] = 1 }
+  END { np = split(pairs, P, " ")
+    for (i = 1; i <= np; i++) { split(P[i], ab, ":"); a = ab[1]; b = ab[2]; n = s = s2 = wa = wb = 0
+      for (sd in seeds) if ((a SUBSEP sd) in v && (b SUBSEP sd) in v) { d = v[a SUBSEP sd] - v[b SUBSEP sd]; n++; s += d; s2 += d * d; wa += d > 0; wb += d < 0 }
+      if (n < 2) continue
+      m = s / n; var = (s2 - s * s / n) / (n - 1); sdv = var > 0 ? sqrt(var) : 0
+      t = sdv > 0 ? m / (sdv / sqrt(n)) : 0
+      pv = sdv > 0 ? tp(t, n - 1) : 1; hw = t975(n - 1) * sdv / sqrt(n)
+      printf "%s - %s: mean %+.3f sd %.3f (paired t %.2f, p %.3f, %d seeds) %s ahead on %d, %s on %d\n", a, b, m, sdv, t, pv, n, a, wa, b, wb
+      if (tsv != "") printf("%s-%s\t%.4f\t%.4f\n", a, b, m, hw) > tsv } }'

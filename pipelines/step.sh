@@ -18,13 +18,16 @@
 [ $# = 1 ] || { echo "usage: pipelines/step.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
 L=$TMPD/logs
+# the advantage and update flags of both branches (one list: the sharded branch once lost --up-dual-clip)
+ADV_FLAGS=(--w-up "$W_UP" --w-down "$W_DOWN")
+UPD_FLAGS=(--up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" --up-dual-clip "${UP_DUAL_CLIP:-0}"
+  --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH")
 if sharded; then  # RANKS / GPUS / NODES > 1: sample and splice sharded (common.sh)
   shard_segments "$TMPD/spliced.msgpack.zst" || exit 1
   timed reward stage_reward <"$TMPD/spliced.msgpack.zst" 2>"$L/reward.err" \
     | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-    | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
-    | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" \
-        --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+    | timed advantage stage_advantage skpo "${ADV_FLAGS[@]}" 2>"$L/advantage.err" \
+    | timed update stage_update "${UPD_FLAGS[@]}" 2>"$L/update.err"
   check_pipe reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
   rm -f "$TMPD/spliced.msgpack.zst"
   commit_step
@@ -34,8 +37,7 @@ timed_head sample stage_sample_segment 2>"$L/sample.err" \
   | timed splice stage_splice 2>"$L/splice.err" \
   | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
-  | timed advantage stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" 2>"$L/advantage.err" \
-  | timed update stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" --up-dual-clip "${UP_DUAL_CLIP:-0}" \
-      --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+  | timed advantage stage_advantage skpo "${ADV_FLAGS[@]}" 2>"$L/advantage.err" \
+  | timed update stage_update "${UPD_FLAGS[@]}" 2>"$L/update.err"
 check_pipe sample splice reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

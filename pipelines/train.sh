@@ -75,7 +75,13 @@ enum_key() { # KEY VALUE ALLOWED...
 }
 enum_key LAYOUT "${LAYOUT:-skip}" skip continual
 enum_key REWARD_UP "${REWARD_UP:-mc}" mc self
-enum_key CUT "${CUT:-adaptive}" adaptive fixed
+case "${CUT:-adaptive}" in  # adaptive, fixed, or a fraction of L_q (F or A/B, 0 < F <= 1)
+  adaptive|fixed) ;;
+  *) awk -v c="$CUT" 'BEGIN { n = split(c, p, "/"); f = n == 2 && p[2] + 0 > 0 ? p[1] / p[2] : c + 0
+       exit !(c ~ /^[0-9.]+(\/[0-9.]+)?$/ && n <= 2 && f > 0 && f <= 1) }' ||
+     die "CUT='$CUT' is not adaptive, fixed or a fraction F of L_q (0 < F <= 1, e.g. 1/3)";;
+esac
+case "${UP_WARMUP:-0}" in ''|*[!0-9]*) die "UP_WARMUP='$UP_WARMUP' is not a whole number >= 0";; esac
 enum_key SELECT "${SELECT:-median}" median extreme
 if [ "$ALGO" = prime ]; then  # PRIME's keys (the tools check the numbers' ranges)
   enum_key PRIME_NORM "$PRIME_NORM" batch none

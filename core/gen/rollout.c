@@ -176,3 +176,13 @@ void skpo_rollout_fill(const skpo_rollout *r, skpo_rec *rec, const int32_t *toke
     skpo_rec_set_str(rec, F_FINISH, stopped ? "stop" : "length");
     skpo_rec_set_int(rec, F_SEED, (int64_t)seed);
 }
+
+void skpo_rollout_print_stats(const skpo_rollout *r, double wall_s, double cpu_s) {
+    const skpo_gen_stats *gs = skpo_gen_get_stats(r->gen);
+    fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s; %.3f s CPU, %.1f tok/CPU-s); prefill %llu "
+            "tokens; %llu model calls; peak KV %zu blocks (%.1f MiB)\n", skpo_progname(),
+            (unsigned long long)gs->gen_tokens, wall_s, wall_s > 0 ? gs->gen_tokens / wall_s : 0.0, cpu_s,
+            cpu_s > 0 ? gs->gen_tokens / cpu_s : 0.0, (unsigned long long)gs->prefill_tokens,
+            (unsigned long long)gs->steps, gs->peak_blocks,
+            gs->peak_blocks * (double)skpo_kv_bytes_per_block(r->kv) / (1 << 20));
+}

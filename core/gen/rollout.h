@@ -97,6 +97,10 @@ typedef struct skpo_rollout {
 // Open everything; on failure err names the file or setting.
 skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_err *err);
 void skpo_rollout_close(skpo_rollout *r);
+// --stats of skpo-sample and skpo-splice: one line on stderr, "PROG: generated N tokens in
+// W s (tok/s; C s CPU, tok/CPU-s); prefill N tokens; N model calls; peak KV N blocks (MiB)".
+// wall_s and cpu_s are the caller's (its generation loop's) seconds.
+void skpo_rollout_print_stats(const skpo_rollout *r, double wall_s, double cpu_s);
 // With the weights lent (export_weights): frees the engine and KV cache, ends
 // the output (hold_fd: its reader sees EOF) and waits until the importer is
 // done with the weights (skpo_weights_lend_end); else returns at once. Call

@@ -177,6 +177,12 @@ int skpo_seg_cut_fixed(double L, int64_t step) {
     return (int)(step % 2 ? lo : hi);
 }
 
+int skpo_seg_cut_frac(double L, double f) {
+    SKPO_ASSERT(isfinite(L) && L > 0 && L < 1e9 && f > 0 && f <= 1);
+    long t = lround(f * L);
+    return (int)(t < 1 ? 1 : t);
+}
+
 int skpo_seg_len(int n, int t_q, int stopped) {
     SKPO_ASSERT(n >= 0 && t_q >= 1 && n <= t_q);
     return stopped ? n / 2 : n;

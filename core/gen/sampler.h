@@ -70,6 +70,10 @@ long skpo_stop_find(const char *text, size_t len, size_t from, const char *const
 // be finite and > 0. For L < 6 the range is empty or starts at 0; the result is
 // then max(1, ceil(L/6)) so a segment always has room for one token.
 int skpo_seg_cut(double L, skpo_rng *r);
+// Split position at a fixed fraction f of L (0 < f <= 1), rounded to the
+// nearest integer, never below one token: the split-point sensitivity runs
+// (pipelines/splitpoint.sh: f = 1/6, 1/3, 1/2, 2/3 against the adaptive U[L/6, L/2]).
+int skpo_seg_cut_frac(double L, double f);
 // Length a candidate is cut to: t_q when it reached t_q tokens without
 // stopping, floor(n/2) when it stopped (EOS / stop string) after n <= t_q
 // tokens (its EOS never enters a segment).

@@ -214,7 +214,6 @@ static skpo_status infer_open(skpo_model *m, skpo_err *err) {
     if (s) return s;
     in->attn_work_bytes = skpo_cuda_attention_paged_work(mc->cu, m->c.num_attention_heads, m->c.num_key_value_heads,
                                                          m->c.head_dim);
-    skpo_status s = SKPO_OK;
     for (int i = 0; i < 2 && !s; i++) s = skpo_cuda_event_new(&in->staged[i], err);
     return s ? s : skpo_cuda_malloc(mc->cu, (void **)&in->attn_work, in->attn_work_bytes, "attention partials", err);
 }

@@ -328,7 +328,9 @@ static void put_metrics(skpo_rec *m, const step_stats *s, const batch *b, const 
 // --- computing -----------------------------------------------------------------------
 
 // Per group: rewards, lengths and advantages of its members (parallel to g->mem).
-typedef struct gvals { double *r, *len, *adv; double head_r, head_adv, self_r; int degenerate; } gvals;
+// same_outcome: every member has `correct` and all agree (-1: some lack it),
+// what DAPO's dynamic sampling decides on.
+typedef struct gvals { double *r, *len, *adv; double head_r, head_adv, self_r; int degenerate, same_outcome; } gvals;
 
 static skpo_status gather(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, gvals *gv, step_stats *s,
                           skpo_err *err) {
@@ -337,15 +339,21 @@ static skpo_status gather(skpo_rec *recs, const batch *b, const skpo_adv_opts *o
         gv[k].r = skpo_xmalloc(g->n * sizeof(double));
         gv[k].len = skpo_xmalloc(g->n * sizeof(double));
         gv[k].adv = skpo_xmalloc(g->n * sizeof(double));
+        int ncorrect = 0, nknown = 0;
         for (size_t j = 0; j < g->n; j++) {
             const skpo_rec *r = &recs[g->mem[j]];
             skpo_status st;
             if ((st = need_reward(r, &gv[k].r[j], err)) || (st = need_len(r, &gv[k].len[j], err))) return st;
             bool c;
             mom_add(&s->reward, gv[k].r[j]);
-            if (skpo_rec_bool(r, F_CORRECT, &c)) mom_add(&s->correct, c ? 1.0 : 0.0);
+            if (skpo_rec_bool(r, F_CORRECT, &c)) {
+                mom_add(&s->correct, c ? 1.0 : 0.0);
+                nknown++;
+                ncorrect += c;
+            }
             mom_add(&s->len_grp, gv[k].len[j]);
         }
+        gv[k].same_outcome = (size_t)nknown < g->n ? -1 : ncorrect == 0 || ncorrect == nknown;
         if (o->reward_up_self) {
             if (g->self < 0)
                 return skpo_err_set(err, SKPO_ENOTFOUND, "up record '%s' has no self record (--reward-up self needs "
@@ -431,6 +439,7 @@ static void compute(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, cons
     int use_std = o->mode != SKPO_ADV_DRGRPO;
     size_t nb = b->ng;
     double *up = skpo_xcalloc(nb + 1, sizeof *up);
+    size_t *warm = skpo_xcalloc(nb + 1, sizeof *warm);
     for (size_t k = 0; k < nb; k++) {
         const group *g = &b->g[k];
         if (o->mode == SKPO_ADV_SPO) {
@@ -446,11 +455,20 @@ static void compute(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, cons
         up[k] = gv[k].head_r - skpo_tracker_value(t, skpo_rec_str(h, F_PID)); // pre-update baseline
     }
     if (o->mode == SKPO_ADV_SKPO || o->mode == SKPO_ADV_SPO) {
-        skpo_adv_batch_norm(up, nb, o->eps_batch);
-        for (size_t k = 0; k < nb; k++) gv[k].head_adv = up[k];
+        // warm-up: the prompts without K earlier visits are left out (A = 0)
+        size_t m = 0;
+        for (size_t k = 0; k < nb; k++) {
+            const skpo_rec *h = &recs[b->g[k].head >= 0 ? b->g[k].head : b->g[k].mem[0]];
+            if (o->mode == SKPO_ADV_SKPO && skpo_tracker_visits(t, skpo_rec_str(h, F_PID)) < o->up_warmup) continue;
+            warm[m] = k;
+            up[m++] = up[k];
+        }
+        skpo_adv_batch_norm(up, m, o->eps_batch);
+        for (size_t k = 0; k < nb; k++) gv[k].head_adv = 0;
+        for (size_t i = 0; i < m; i++) gv[warm[i]].head_adv = up[i];
     }
     if (o->mode == SKPO_ADV_SPO)
-        for (size_t k = 0; k < nb; k++) gv[k].adv[0] = up[k];
+        for (size_t k = 0; k < nb; k++) gv[k].adv[0] = gv[k].head_adv;
     if (o->mode == SKPO_ADV_SKPO && o->norm_down) {
         size_t tot = 0;
         for (size_t k = 0; k < nb; k++) tot += b->g[k].n;
@@ -463,15 +481,19 @@ static void compute(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, cons
         free(all);
     }
     free(up);
+    free(warm);
 }
 
-// Write adv/weight/reward into the records; dapo drops degenerate groups.
+// Write adv/weight/reward into the records. dapo drops the groups whose
+// outcomes are all equal (all correct or all wrong: DAPO's accuracy filter, so
+// an all-correct group is dropped even when the overlong penalty made its
+// rewards differ); without `correct` on every member, all-equal rewards.
 static void annotate(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, gvals *gv, unsigned char *keep,
                      step_stats *s) {
     int skpo = o->mode == SKPO_ADV_SKPO;
     for (size_t k = 0; k < b->ng; k++) {
         const group *g = &b->g[k];
-        int drop = o->mode == SKPO_ADV_DAPO && gv[k].degenerate;
+        int drop = o->mode == SKPO_ADV_DAPO && (gv[k].same_outcome >= 0 ? gv[k].same_outcome : gv[k].degenerate);
         s->dropped += drop;
         for (size_t j = 0; j < g->n; j++) {
             skpo_rec *r = &recs[g->mem[j]];
@@ -492,14 +514,17 @@ static void annotate(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, gva
     }
 }
 
-// The prompt's average full response length, what L_q tracks (the paper: "the
-// per-prompt average response length"): in skpo a full response is the segment
-// followed by one downstream continuation, |s| + mean_i |o_i|; in the other
-// modes each member is a whole response.
+// The prompt's average response length, what L_q tracks (the paper: "the
+// per-prompt average response length", docs/algorithm.md Q6). Under the skip
+// layout [s, q] a downstream response is a whole solution of q (it restates s
+// or ignores it), so the observation is mean_i |o_i|; counting |s| again made L
+// drift to ~1.5x the real length. Under the continual layout [q, s] o_i
+// continues s: |s| + mean_i |o_i|. Other modes: the mean response length.
 static double response_len(const skpo_rec *recs, const group *g, const skpo_adv_opts *o, const gvals *gv) {
     double len = mean_of(gv->len, g->n), seg = 0;
-    if (o->mode == SKPO_ADV_SKPO && g->head >= 0 && need_len(&recs[g->head], &seg, NULL) == SKPO_OK) len += seg;
-    return len;
+    if (o->mode == SKPO_ADV_SKPO && o->len_with_segment && g->head >= 0 && need_len(&recs[g->head], &seg, NULL) == SKPO_OK)
+        len += seg;
+    return o->len_cap > 0 && len > o->len_cap ? o->len_cap : len;
 }
 
 static skpo_status update_tracker(skpo_rec *recs, const batch *b, const skpo_adv_opts *o, skpo_tracker *t,

@@ -9,13 +9,18 @@
  *           up: reward R_I = mean of its G down rewards (written as `reward`),
  *           A = R_I - V_prev(pid), then (A - mean) / (std + 1e-8) over the
  *           batch's up records. weight w_up / w_down (0.5 / 0.5).
+ *           With up_warmup K > 0 (ours, not the paper's: a baseline warm-up) a
+ *           prompt seen fewer than K times before has no baseline yet: its up
+ *           record gets A = 0 and stays out of the batch mean and std.
  *           With reward_up_self (the paper's "w/o MC Estimation" ablation) R_I
  *           is instead the reward of the up record's `self` record (gid = up
  *           uid): the outcome of the kept candidate's own complete generation.
  *   grpo    `full` records grouped by pid (G each), group-normalised as above.
  *   drgrpo  the same without the std division (Dr. GRPO).
- *   dapo    grpo plus dynamic sampling: groups whose rewards are all equal are
- *           dropped (keep[i] = 0).
+ *   dapo    grpo plus dynamic sampling: groups whose outcomes are all equal
+ *           (all `correct` or none; DAPO decides on accuracy, not on the
+ *           overlong-shaped reward) are dropped (keep[i] = 0); a group whose
+ *           records lack `correct` is judged by its rewards instead.
  *   spo     one `full` record per pid, A = R - V_prev(pid), batch-normalised.
  *   prime   `full` records grouped by pid (K each, K >= 2) with `prm_logp` and
  *           `ref_logp` (skpo-score) and `correct` (the 0/1 outcome):
@@ -26,9 +31,11 @@
  * A = 0 after batch normalisation (the std is undefined).
  * The tracker (tracker.h) is updated once per prompt observation after all
  * advantages used the pre-update baselines: V from R_I (skpo), the group mean
- * (grpo family) or R (spo); L from the mean full response length (the paper's
- * "per-prompt average response length"): |s| + mean |o_i| in skpo, the mean
- * response length otherwise;
+ * (grpo family) or R (spo); L from the prompt's mean response length (the
+ * paper's "per-prompt average response length", docs/algorithm.md Q6): in skpo
+ * mean |o_i| under the skip layout (each downstream response restates s and
+ * solves q whole) and |s| + mean |o_i| under the continual one (o_i continues
+ * s); the mean response length otherwise; capped at len_cap when set;
  * skpo and spo also store the segment (tokens, logp, prompt) for the next D.
  * rho: clamp(2^(-D/tau)) with D from the records' `seg_div` (div_from_records,
  * what the pipelines use: skpo-sample --rescore measures it) or the caller's
@@ -111,6 +118,9 @@ typedef struct skpo_adv_opts {
     double w_up, w_down;        // phase weights in skpo mode (others write 1.0)
     int norm_down;              // skpo: batch-normalise downstream advantages too
     int reward_up_self;         // skpo: R_I = reward of the `self` record, not the mean of the downs
+    long up_warmup;             // skpo: prompts with fewer earlier visits get upstream A = 0, outside the batch statistics
+    int len_with_segment;       // skpo: L observes |s| + mean |o_i| (continual layout [q, s]); 0: mean |o_i| (skip)
+    double len_cap;             // > 0: the L observation is capped here (MAX_TOKENS, the completion limit)
     double eps_group;           // 1e-6
     double eps_batch;           // 1e-8
     skpo_divergence_fn divergence; // NULL: rho = rho_max (unless div_from_records)

@@ -133,6 +133,11 @@ double skpo_tracker_count(const skpo_tracker *t, const char *pid) {
     return e ? e->N : 0.0;
 }
 
+int64_t skpo_tracker_visits(const skpo_tracker *t, const char *pid) {
+    const entry *e = find(t, pid);
+    return e ? e->visits : 0;
+}
+
 // Rewards outside [-1, 1] (e.g. DAPO's overlong penalty) can push V out of
 // range; p is clamped so the weight stays a real number.
 double skpo_prio_weight(double v, double eps) {

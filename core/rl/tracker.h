@@ -78,6 +78,7 @@ int skpo_tracker_seen(const skpo_tracker *t, const char *pid);
 double skpo_tracker_len(const skpo_tracker *t, const char *pid);    // L_q; len_init unseen
 double skpo_tracker_value(const skpo_tracker *t, const char *pid);  // V(q) in [-1,1]; 0 unseen
 double skpo_tracker_count(const skpo_tracker *t, const char *pid);  // N(q); 0 unseen
+int64_t skpo_tracker_visits(const skpo_tracker *t, const char *pid); // observations so far; 0 unseen
 double skpo_tracker_weight(const skpo_tracker *t, const char *pid); // sqrt(p(1-p)) + eps
 // The prioritized-sampling weight of a value V: sqrt(p (1 - p)) + eps with
 // p = (V + 1) / 2 clamped to [0, 1] (V leaves [-1, 1] under shaped rewards,

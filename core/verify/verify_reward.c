@@ -27,8 +27,11 @@ double skpo_reward_overlong(const skpo_reward_opts *o, long len) {
     return -1;
 }
 
+// A `self` record (the kept candidate's own whole generation, REWARD_UP=self)
+// answers the same problem as the down records: judged by the same task.
 skpo_task skpo_reward_task(const skpo_reward_opts *o, const skpo_rec *r) {
-    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL)) return SKPO_TASK_MATH;
+    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL) && !skpo_rec_is_kind(r, SKPO_KIND_SELF))
+        return SKPO_TASK_MATH;
     if (o->task != SKPO_TASK_AUTO) return o->task;
     const char *t = skpo_rec_str(r, F_TASK);
     if (t && !strcmp(t, "choice")) return SKPO_TASK_CHOICE;

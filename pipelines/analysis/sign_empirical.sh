@@ -11,9 +11,11 @@
 #
 # Outputs in --out: responses.msgpack.zst, continuations.msgpack.zst,
 # signs.txt (the table), signs.png (sign accuracy and all-signs-right rate
-# against the position, one line per estimate size), mae.txt and mae.png (the
-# paper's Fig. 8: mean absolute error of the k-continuation MC advantages
-# against the leave-out reference, per cut position, against k; GRPO at k = 1).
+# against the position, one line per estimate size), mae.txt, mae.png (mean
+# absolute error of the k-continuation MC advantages against the leave-out
+# reference, per cut position, against k; GRPO at k = 1) and mae-pos.png (the
+# paper's Fig. 8: the same MAE against the relative position, one line per
+# estimator, GRPO's own outcomes included).
 set -eu
 USAGE="$0 --model DIR --prompts FILE [--out DIR] [--group G] [--n N] [--at R,R,...] [--k K,K,...]
        [--max-tokens T] [--seed S] [--sample-flags '...'] [--reward-flags '...']"
@@ -67,5 +69,11 @@ if command -v gnuplot >/dev/null 2>&1; then
   titles=$(awk '!/^#/ && $2 != "grpo" && !($1 in s) { s[$1] = 1; printf "rel=%s ", $1 }' "$out/mae.txt")
   printf "set terminal pngcairo size 800,500 noenhanced\nset output '%s.tmp'\nset logscale x 2\nset grid\nset xlabel 'continuations k'\nset ylabel 'MAE of MC advantages'\nset title 'MC advantage error against k, rollouts of %s'\ntitles = '%s'\nplot for [i=1:words(titles)] '%s' index (i-1) using 2:3 with linespoints title word(titles, i)\n" \
     "$out/mae.png" "$(basename "$model")" "$titles" "$dat" | gnuplot && mv "$out/mae.png.tmp" "$out/mae.png" && log "wrote $out/mae.png"
+  # Fig. 8: MAE against the relative position, one block per estimator (grpo first, then k ascending)
+  awk '!/^#/ { print ($2 == "grpo" ? 0 : $2), $1, $3 }' "$out/mae.txt" | sort -k1,1g -k2,2g |
+    awk '{ if (NR > 1 && $1 != last) printf "\n\n"; last = $1; print }' >"$dat"
+  titles=$(awk '!/^#/ { print ($2 == "grpo" ? 0 : $2) }' "$out/mae.txt" | sort -gu | awk '{ printf "%s ", $1 == 0 ? "grpo" : "mc_k=" $1 }')
+  printf "set terminal pngcairo size 800,500 noenhanced\nset output '%s.tmp'\nset grid\nset key outside right\nset xlabel 'relative position of the cut'\nset ylabel 'MAE of the advantage'\nset title 'Advantage error by position (Fig. 8), rollouts of %s'\ntitles = '%s'\nplot for [i=1:words(titles)] '%s' index (i-1) using 2:3 with linespoints title word(titles, i)\n" \
+    "$out/mae-pos.png" "$(basename "$model")" "$titles" "$dat" | gnuplot && mv "$out/mae-pos.png.tmp" "$out/mae-pos.png" && log "wrote $out/mae-pos.png"
   rm -f "$dat"
 fi

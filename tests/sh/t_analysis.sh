@@ -132,7 +132,8 @@ else
     done
     ! grep -q "mc_k=8 " "$TMP/se/signs.txt" && [ -s "$TMP/se/continuations.msgpack.zst" ] &&
     [ "$(awk "!/^#/ && \$2 != \"grpo\"" "$TMP/se/mae.txt" | wc -l)" = 6 ] &&
-    [ "$(awk "!/^#/ && \$2 == \"grpo\"" "$TMP/se/mae.txt" | wc -l)" = 2 ]'
+    [ "$(awk "!/^#/ && \$2 == \"grpo\"" "$TMP/se/mae.txt" | wc -l)" = 2 ] &&
+    { ! command -v gnuplot >/dev/null || [ -s "$TMP/se/mae-pos.png" ]; }'
   t "shortcut.sh: three layouts at six positions, same segments for continual and skip" sh -c '
     sh "$A/shortcut.sh" --model "$M" --prompts "$P" --out "$TMP/sc" --group 3 --max-tokens 12 >/dev/null 2>"$TMP/e" ||
       { cat "$TMP/e"; exit 1; }

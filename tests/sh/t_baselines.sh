@@ -35,6 +35,15 @@ t "CUT=fixed: every cut is L/6 on an odd step and L/2 on an even one" sh -c '
   $S --cut fixed --step 4 | skpo-cat --where kind=up --fields cut | sort -u >"$0/c4" &&
   [ "$(cat "$0/c3")" = "{\"cut\":4}" ] && [ "$(cat "$0/c4")" = "{\"cut\":12}" ] &&
   $S --step 3 | skpo-cat --where kind=up --fields cut | sort -u | wc -l | grep -qv "^1$" || { cat "$0/c3" "$0/c4"; exit 1; }' "$TMP"
+t "CUT=F: every cut is round(F L); a fraction outside (0, 1] or a word is a usage error" sh -c '
+  [ "$($S --cut 1/3 --step 3 | skpo-cat --where kind=up --fields cut | sort -u)" = "{\"cut\":8}" ] &&
+  [ "$($S --cut 0.6667 --step 4 | skpo-cat --where kind=up --fields cut | sort -u)" = "{\"cut\":16}" ] &&
+  for c in 0 1.5 3/2 x 1/0; do $S --cut "$c" >/dev/null 2>&1; [ $? = 2 ] || { echo "--cut $c"; exit 1; }; done' "$TMP"
+t "train.sh refuses CUT=0 and UP_WARMUP=x before any step" sh -c '
+  ! bash "$1/train.sh" "$0/badcut" MODEL="$2/model" TRAIN_DATA="$2/train.msgpack.zst" CUT=0 2>"$0/bc.err" &&
+  grep -q "CUT=.0. is not adaptive, fixed or a fraction" "$0/bc.err" && [ ! -e "$0/badcut/last" ] &&
+  ! bash "$1/train.sh" "$0/badwu" MODEL="$2/model" TRAIN_DATA="$2/train.msgpack.zst" UP_WARMUP=x 2>"$0/bw.err" &&
+  grep -q "UP_WARMUP=.x. is not a whole number" "$0/bw.err"' "$TMP" "$P" "$TMP"
 # nll of the kept candidate per prompt, for one selection and step
 nll() { $S --max-tokens 30 --lq-init 30 --step "$2" $1 | skpo-cat --where kind=up --fields pid,nll | sed 's/.*"nll":\([^}]*\)}/\1/'; }
 nll "" 1 >"$TMP/med1"; nll "--select extreme" 1 >"$TMP/min1"
@@ -75,19 +84,43 @@ t "REWARD_UP=self without self records is an error naming the up record" sh -c '
   grep -q "a:1:up. has no self record" "$0/e" || { cat "$0/e"; exit 1; }' "$TMP"
 
 # --- through train.sh ------------------------------------------------------------------
-for kv in REWARD_UP=self CUT=fixed SELECT=extreme; do
+for kv in REWARD_UP=self CUT=fixed SELECT=extreme LAYOUT=continual UP_WARMUP=1; do
   run "$TMP/abl-${kv%%=*}" "$kv" >"$TMP/abl-${kv%%=*}.out" 2>&1
 done
 t "an SKPO step commits under each ablation key" sh -c '
-  for k in REWARD_UP CUT SELECT; do [ "$(cat "$0/abl-$k/last" 2>/dev/null)" = 1 ] || { cat "$0/abl-$k.out"; exit 1; }; done' "$TMP"
+  for k in REWARD_UP CUT SELECT LAYOUT UP_WARMUP; do [ "$(cat "$0/abl-$k/last" 2>/dev/null)" = 1 ] || { cat "$0/abl-$k.out"; exit 1; }; done' "$TMP"
 t "REWARD_UP=self in train.sh: rewarded self records; the tracker learned their outcomes" sh -c '
   f="$0/abl-REWARD_UP/rollouts/1.msgpack.zst" st="$0/abl-REWARD_UP/state/1"
   skpo-cat --where kind=self --fields pid,reward "$f" | sed "s/{\"pid\":\"\([^\"]*\)\",\"reward\":\(-\{0,1\}[0-9]*\).*/\1 \2/" | sort >"$0/sr" &&
   skpo-cat --where kind=state --fields pid,value "$st/$(cat "$st/CURRENT")" |
     sed "s/{\"pid\":\"\([^\"]*\)\",\"value\":\(-\{0,1\}[0-9]*\).*/\1 \2/" | sort >"$0/vr" &&
   [ "$(wc -l <"$0/sr")" = 4 ] && cmp "$0/sr" "$0/vr" || { cat "$0/sr" "$0/vr"; exit 1; }' "$TMP"
+# L_q's observation per prompt after step 1 (first visits: L = the observation):
+# skip: mean |o_i|; continual: |s| + mean |o_i|; both capped at MAX_TOKENS (6)
+lq_check() { # RUN LAYOUT
+  st="$1/state/1"
+  { skpo-cat --where kind=state --fields pid,len "$st/$(cat "$st/CURRENT")" | sed 's/^/S /'
+    skpo-cat --where kind=up --fields pid,tokens "$1/rollouts/1.msgpack.zst" | sed 's/^/U /'
+    skpo-cat --where kind=down --fields pid,tokens "$1/rollouts/1.msgpack.zst" | sed 's/^/D /'; } |
+  awk -v lay="$2" '
+    function pid(l) { sub(/.*"pid":"/, "", l); sub(/".*/, "", l); return l }
+    function ntok(l) { sub(/.*"tokens":\[/, "", l); sub(/\].*/, "", l); return l == "" ? 0 : split(l, x, ",") }
+    /^S / { l = $0; sub(/.*"len":/, "", l); sub(/[,}].*/, "", l); L[pid($0)] = l + 0 }
+    /^U / { s[pid($0)] = ntok($0) } /^D / { p = pid($0); o[p] += ntok($0); n[p]++ }
+    END { for (p in n) { want = o[p] / n[p] + (lay == "continual" ? s[p] : 0); if (want > 6) want = 6; k++
+            if (L[p] - want > 1e-9 || want - L[p] > 1e-9) { print p ": L " L[p] ", want " want; bad = 1 } }
+          exit bad || k != 4 }'
+}
+lq_both() { lq_check "$TMP/abl-LAYOUT" continual && lq_check "$TMP/abl-CUT" skip; }
+t "L_q observes mean |o_i| under LAYOUT=skip, |s| + mean |o_i| under continual, capped at MAX_TOKENS" lq_both
 t "CUT=fixed in train.sh: step 1 cuts at ceil(LQ_INIT/6)" sh -c '
   [ "$(skpo-cat --where kind=up --fields cut "$0/abl-CUT/rollouts/1.msgpack.zst" | sort -u)" = "{\"cut\":1}" ]' "$TMP"
+
+t "UP_WARMUP=1: no prompt has a baseline at step 1, so every upstream advantage is 0" sh -c '
+  [ "$(cat "$0/abl-UP_WARMUP/last" 2>/dev/null)" = 1 ] &&
+  m() { skpo-cat --where tool=skpo-advantage --fields adv_up_mean,adv_up_std "$0/abl-$1/metrics/1.msgpack.zst"; }
+  [ "$(m UP_WARMUP)" = "{\"adv_up_mean\":0.0,\"adv_up_std\":0.0}" ] && m SELECT | grep -qv "\"adv_up_std\":0.0}" ||
+  { m UP_WARMUP; m SELECT; exit 1; }' "$TMP"
 
 for a in grpo drgrpo gspo cispo sapo; do run "$TMP/$a" ALGO=$a >"$TMP/$a.out" 2>&1; done
 t "one step of each new baseline (drgrpo gspo cispo sapo) commits and moves the weights" sh -c '

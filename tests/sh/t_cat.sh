@@ -221,3 +221,12 @@ streaming_view() {
   [ ! -f "$TMP/timeout" ] && grep -q 'uid=u9.0' "$out"
 }
 t "--view also prints each record as it arrives" streaming_view
+
+# --shuffle: a permutation of the selected records, fixed by the seed, changed by another
+seq 1 50 | awk '{ print "{\"kind\":\"prompt\",\"pid\":\"p" $1 "\"}" }' | skpo-cat --pack >"$TMP/fifty.zst"
+t "--shuffle SEED prints a permutation of the selected records, the same for a seed, another for another seed" sh -c '
+  skpo-cat --where kind=prompt --shuffle 7 --fields pid "$0" >"$0.a" && skpo-cat --where kind=prompt --shuffle 7 --fields pid "$0" >"$0.b" &&
+  skpo-cat --where kind=prompt --shuffle 8 --fields pid "$0" >"$0.c" && cmp -s "$0.a" "$0.b" && ! cmp -s "$0.a" "$0.c" &&
+  [ "$(sort "$0.a" | md5sum)" = "$(skpo-cat --where kind=prompt --fields pid "$0" | sort | md5sum)" ] &&
+  ! cmp -s "$0.a" "$(skpo-cat --where kind=prompt --fields pid "$0" >"$0.d"; echo "$0.d")" &&
+  [ "$(skpo-cat --where kind=prompt --shuffle 7 --head 5 --fields pid "$0")" = "$(head -n 5 "$0.a")" ]' "$TMP/fifty.zst"

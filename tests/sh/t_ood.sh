@@ -35,6 +35,12 @@ t "choice: the committed letter is judged, hedged and several letters are wrong,
   skpo-cat --where uid=m70-2 "$1/c.zst" | grep -q "\"pred\":\"B,C\".*hedged: several letters" &&
   skpo-cat --where uid=b2-1 "$1/c.zst" | grep -q "cut at the length limit"' "$O" "$TMP"
 
+t "choice: self records (REWARD_UP=self) are judged by the choice verifier, as full records are" sh -c '
+  sed "s/\"kind\": \"full\"/\"kind\": \"self\"/" "$0/choice_full.jsonl" | skpo-cat --pack | skpo-reward >"$1/cs.zst" &&
+  got=$(skpo-cat --where kind=self --fields correct "$1/cs.zst" | grep -o "true\|false" | tr "\n" " ") &&
+  [ "$got" = "true false false true false true true true false true false false " ] || { echo "$got"; exit 1; }
+  skpo-cat --where uid=m70-2 "$1/cs.zst" | grep -q "\"kind\":\"self\".*\"pred\":\"B,C\".*hedged: several letters"' "$O" "$TMP"
+
 t "skpo-eval prints accuracy per MMLU-Pro category and overall" sh -c '
   skpo-cat --pack "$0/choice_full.jsonl" | skpo-reward | skpo-eval --table >"$1/ct" &&
   grep -Eq "^mmlu_pro +4 +3 +50.00 " "$1/ct" && grep -Eq "^mmlu_pro/math +2 +3 +50.00 " "$1/ct" &&
@@ -53,6 +59,12 @@ if bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/
     skpo-eval --table "$1/k.zst" >"$1/kt" && grep -Eq "^livecodebench/easy +1 +3 +33.33 +33.33 " "$1/kt" &&
     grep -Eq "^livecodebench/medium +1 +3 +33.33 +33.33 " "$1/kt" &&
     [ "$(ps -eo uid= | awk "\$1 >= 1073741824" | wc -l)" = 0 ]' "$O" "$TMP"
+  t "code: self records (REWARD_UP=self) are run in the sandbox on their tests, as full records are" sh -c '
+    sed "s/\"kind\": \"full\"/\"kind\": \"self\"/" "$0/code_full.jsonl" | skpo-cat --pack | skpo-reward --code-timeout 2 >"$1/ks.zst" &&
+    skpo-cat --where kind=self --fields uid,correct,reason "$1/ks.zst" >"$1/ks.json" &&
+    grep -qx "{\"uid\":\"c1-0\",\"correct\":true,\"reason\":\"passed 3/3 tests\"}" "$1/ks.json" &&
+    grep -qx "{\"uid\":\"c2-1\",\"correct\":false,\"reason\":\"test 1/2: runtime error: ValueError: boom\"}" "$1/ks.json" ||
+    { cat "$1/ks.json"; exit 1; }' "$O" "$TMP"
   t "code rollouts are judged in order among other records, which pass through" sh -c '
     ( skpo-cat --pack "$0/code_full.jsonl"; skpo-cat --pack "$0/choice_full.jsonl" ) | skpo-reward --code-batch 4 --code-timeout 2 |
       skpo-cat --fields uid | grep -o "\"uid\":\"[^\"]*\"" | tr "\n" " " >"$1/order" &&

@@ -98,6 +98,33 @@ t "DAPO dynamic sampling draws more prompts until PROMPTS groups are informative
   grep -q "dynamic sampling drew [2-9] rounds" "$0/logs/1.sample.err" || { cat "$1"; ls "$0/logs"; exit 1; }' \
   "$TMP/dapo2" "$TMP/dapo2.err" "$P"
 
+# The GRPO family's prompt draw: a fresh uniform shuffle per step (200 prompts, 8 a
+# step: consecutive steps share 0.3 prompts on average; the old `shuf` seeded with
+# `yes SEED` shared 7 of 8), DAPO's rounds are disjoint slices of the step's shuffle,
+# and the same seed and step give the same draw.
+skpo-synth --count 200 --max-operand 9 --tokenizer "$FIX/demo/tokenizer" >"$TMP/pool200.msgpack.zst"
+t "draw_prompts: each step draws afresh, rounds of a step never repeat a prompt, a seed replays" bash -c '
+  . "$1/common.sh"; TRAIN_DATA=$0 SEED=1; mkdir -p "$2"
+  pids() { STEP=$1 TMPD=$2; mkdir -p "$TMPD"; draw_prompts 8 "$3"; skpo-cat --fields pid "$TMPD/prompts.msgpack.zst" | grep pid | sort; }
+  pids 1 "$2/s1" 0 >"$2/a"; pids 2 "$2/s2" 0 >"$2/b"; pids 2 "$2/s2r1" 1 >"$2/c"; pids 1 "$2/again" 0 >"$2/d"
+  [ "$(wc -l <"$2/a")" = 8 ] && [ "$(comm -12 "$2/a" "$2/b" | wc -l)" -le 3 ] && [ "$(comm -12 "$2/b" "$2/c" | wc -l)" = 0 ] &&
+  cmp -s "$2/a" "$2/d" || { comm -12 "$2/a" "$2/b"; exit 1; }' "$TMP/pool200.msgpack.zst" "$P" "$TMP/draws"
+
+# DAPO's filter on fixed records: a is all correct but its overlong-shaped rewards
+# differ (not informative: DAPO decides on accuracy), b is mixed, c and d carry no
+# `correct` (a custom reward stage): c's rewards are all -1, d's differ.
+for i in 1 2; do
+  echo "{\"kind\":\"full\",\"pid\":\"a\",\"uid\":\"a$i\",\"correct\":true,\"reward\":$([ $i = 1 ] && echo 1 || echo 0.5)}"
+  echo "{\"kind\":\"full\",\"pid\":\"b\",\"uid\":\"b$i\",\"correct\":$([ $i = 1 ] && echo true || echo false),\"reward\":$([ $i = 1 ] && echo 1 || echo -1)}"
+  echo "{\"kind\":\"full\",\"pid\":\"c\",\"uid\":\"c$i\",\"reward\":-1}"
+  echo "{\"kind\":\"full\",\"pid\":\"d\",\"uid\":\"d$i\",\"reward\":$i}"
+done | skpo-cat --pack >"$TMP/groups.msgpack.zst"
+t "DAPO dynamic sampling counts a group informative on accuracy, not on the overlong-shaped reward" bash -c '
+  . "$1/common.sh"
+  [ "$(informative_groups "$0")" = 2 ] &&
+  [ "$(keep_groups 1 <"$0" | skpo-cat --where kind=full --fields pid | sort -u | tr -d "\n")" = "{\"pid\":\"a\"}{\"pid\":\"b\"}{\"pid\":\"c\"}" ] ||
+  { informative_groups "$0"; keep_groups 1 <"$0" | skpo-cat; exit 1; }' "$TMP/groups.msgpack.zst" "$P"
+
 # skpo-eval on fixed records against a hand computation: problem a has 1 of 4
 # correct (majority answer wrong), b has 3 of 4 (majority right).
 # mean@4 = (1/4 + 3/4) / 2 = 0.5; pass@2 = ((1 - C(3,2)/C(4,2)) + 1) / 2 = 0.75;

@@ -114,3 +114,10 @@ JSON
     [ "$(tail -n 1 "$TMP/edge.txt")" = '{"kind":"metrics"}' ]
 }
 t "splice gives empty length responses when [s,q] fills the context, handles an empty segment, keeps order" edge_segments
+
+# --stats: the tokens the engine generated (x2's two 5-token responses; x1 had no room)
+splice_stats() {
+  skpo-splice --model "$M" --group 2 --max-tokens 5 --stats <"$TMP/ups.zst" >/dev/null 2>"$TMP/st.err" &&
+  grep -q "^skpo-splice: generated 10 tokens in .*peak KV [0-9]* blocks" "$TMP/st.err" || { cat "$TMP/st.err"; return 1; }
+}
+t "splice --stats says how many tokens it generated and the peak KV" splice_stats

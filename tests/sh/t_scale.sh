@@ -3,7 +3,8 @@
 # (docs/scaling.md): rho measured by the sampler (the advantage stage loads no
 # model) with pinned tracker values (tests/fixtures/scale: first made with the
 # model-loading design's binaries and found equal; regenerated when #19 changed
-# L_q to |s| + mean|o| and the loss defaults, which move the trajectory), the update server
+# L_q to |s| + mean|o| and the loss defaults, and again when #32 made it mean|o| under
+# the skip layout; each moves the trajectory), the update server
 # (SERVE=1: optimizer state in memory, weights-only steps between durable
 # checkpoints, bit-identical to one-shot updates), a kill of every stage in turn
 # and of the server, each resumed bit for bit with every drawn prompt trained

@@ -77,6 +77,12 @@ t "LAUNCHER=srun NODES=2: the shards run as srun tasks (srun --ntasks 2 ... shar
   grep -q "^srun --ntasks 2 --kill-on-bad-exit=1 .*pipelines/shard.sh $1 1 stage_sample_n 4$" "$0" &&
   grep -q "shard 1/2 via srun" "$1/logs/1.sample.1.err" || { cat "$0" "$1.err"; exit 1; }' "$TMP/srun.log" "$TMP/srun-n2"
 t "LAUNCHER=srun NODES=2: the same rollouts as 1 shard" sharded_same "$TMP/grpo-1" "$TMP/srun-n2" 2
+# step.sh's sharded branch hands the update the same flags as the one-process branch
+# (it once dropped --up-dual-clip): the launcher's log shows the update's command line.
+SRUN_LOG=$TMP/srun-skpo.log PATH="$TMP/fake:$PATH" run "$TMP/srun-skpo" ALGO=skpo NODES=2 LAUNCHER=srun UP_DUAL_CLIP=3
+t "a sharded SKPO step passes UP_DUAL_CLIP to the update (--up-dual-clip 3) and commits" sh -c '
+  [ "$(cat "$1/last" 2>/dev/null)" = 1 ] && grep -q "^srun --ntasks 2 .*skpo-update .*--up-dual-clip 3 " "$0" ||
+  { cat "$0" "$1.err"; exit 1; }' "$TMP/srun-skpo.log" "$TMP/srun-skpo"
 
 t "shard.sh refuses to run with no shard given and outside a launcher" sh -c '
   ! env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u SKPO_SHARD bash "$1/shard.sh" "$0" 1 stage_sample_n 4 2>"$0.noshard" &&

@@ -104,6 +104,16 @@ static const skpo_rec *by_uid(const skpo_rec *recs, size_t n, const char *uid) {
     return NULL;
 }
 
+// One skpo_adv_step of recs[0..n) under o with a new tracker (returned), the
+// metrics in *m; the step must succeed.
+static skpo_tracker *adv_run(skpo_rec *recs, size_t n, const skpo_adv_opts *o, unsigned char *keep, skpo_rec *m) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_rec_init(m);
+    CHECK_MSG(skpo_adv_step(recs, n, o, t, keep, m, &err) == SKPO_OK, "%s", err.msg);
+    return t;
+}
+
 // What a test of skpo_adv_step frees: its batch, the metrics record, the tracker.
 static void adv_done(skpo_rec *recs, size_t n, skpo_rec *m, skpo_tracker *t) {
     skpo_rec_free(m);
@@ -131,10 +141,11 @@ static void skpo_step_groups_records_in_any_order(void) {
     CHECK_NEAR(fget(by_uid(recs, n, "d1-7"), F_ADV), -1.5 / sd, 1e-9);
     CHECK(skpo_rec_is_kind(&recs[8], "note") && skpo_rec_get(&recs[8], F_ADV) == NULL); // passed through
     for (size_t i = 0; i < n; i++) CHECK(keep[i]);
-    // tracker: first visits overwrite V; L_q from the mean full response length,
-    // segment + downstream continuation (6 + 10, 4 + 20)
+    // tracker: first visits overwrite V; L_q from the mean response length, which
+    // under the skip layout is the downstream responses' alone (10, 20): each one
+    // solves q whole, so |s| is not counted again
     CHECK(skpo_tracker_value(t, "p1") == 0.5 && skpo_tracker_value(t, "p2") == -0.25);
-    CHECK_MSG(skpo_tracker_len(t, "p1") == 16 && skpo_tracker_len(t, "p2") == 24, "L %g %g", skpo_tracker_len(t, "p1"),
+    CHECK_MSG(skpo_tracker_len(t, "p1") == 10 && skpo_tracker_len(t, "p2") == 20, "L %g %g", skpo_tracker_len(t, "p1"),
               skpo_tracker_len(t, "p2"));
     skpo_tracker_seg seg;
     CHECK(skpo_tracker_last_seg(t, "p1", &seg) && seg.ntokens == 6 && seg.nprompt == 3);
@@ -165,7 +176,7 @@ static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
     CHECK(fget(u1, F_REWARD) == -1 && fget(u2, F_REWARD) == 1);
     CHECK_NEAR(fget(u1, F_ADV), -1 / sqrt(2.0), 1e-7); // the order flipped against mc
     CHECK(skpo_tracker_value(t, "p1") == -1 && skpo_tracker_value(t, "p2") == 1);
-    CHECK(skpo_tracker_len(t, "p1") == 16); // L unchanged: |s| + the mean downstream length, as with mc
+    CHECK(skpo_tracker_len(t, "p1") == 10); // L unchanged: the mean downstream length, as with mc
     double sd = sqrt(6.0 / 7.0) + 1e-6;
     CHECK_NEAR(fget(by_uid(recs, n, "d1-0"), F_ADV), 0.5 / sd, 1e-9);
     CHECK(skpo_rec_get(by_uid(recs, n, "s1"), F_ADV) == NULL); // never trained
@@ -179,6 +190,61 @@ static void reward_up_self_takes_the_outcome_of_the_own_completion(void) {
     CHECK(strstr(err.msg, "has no self record") != NULL);
     adv_done(recs, n, &m, t);
     skpo_tracker_free(t2);
+}
+
+// L_q's observation by layout: skip = mean |o_i| (10, 20), continual [q, s] =
+// |s| + mean |o_i| (6 + 10, 4 + 20), each capped at len_cap (MAX_TOKENS).
+static double lq_after_one_step(int continual, double cap, const char *pid) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.len_with_segment = continual;
+    o.len_cap = cap;
+    skpo_tracker *t = adv_run(recs, n, &o, keep, &m);
+    double L = skpo_tracker_len(t, pid);
+    adv_done(recs, n, &m, t);
+    return L;
+}
+
+static void lq_observes_the_mean_response_length_of_the_layout_capped_at_max_tokens(void) {
+    CHECK(lq_after_one_step(0, 0, "p1") == 10 && lq_after_one_step(0, 0, "p2") == 20);
+    CHECK(lq_after_one_step(1, 0, "p1") == 16 && lq_after_one_step(1, 0, "p2") == 24);
+    CHECK(lq_after_one_step(0, 15, "p1") == 10 && lq_after_one_step(0, 15, "p2") == 15);
+    CHECK(lq_after_one_step(1, 12, "p1") == 12 && lq_after_one_step(1, 12, "p2") == 12);
+}
+
+// Baseline warm-up (up_warmup = 1): a prompt never seen before has no baseline
+// and gets upstream A = 0, outside the batch statistics; once both prompts were
+// seen the advantages are those of the plain step.
+static void up_warmup_zeroes_first_visits_and_keeps_them_out_of_the_batch_norm(void) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    skpo_tracker_update(t, "p1", 0.5, 10, 0.96, NULL, &err);
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    size_t n = skpo_batch(recs);
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.up_warmup = 1;
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    CHECK(fget(by_uid(recs, n, "u2"), F_ADV) == 0 && fget(by_uid(recs, n, "u1"), F_ADV) == 0); // u1 alone: no std
+    double sd = sqrt(6.0 / 7.0) + 1e-6;
+    CHECK_NEAR(fget(by_uid(recs, n, "d1-0"), F_ADV), 0.5 / sd, 1e-9); // downstream untouched
+    skpo_rec_free(&m);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&recs[i]);
+    skpo_tracker_free(t);
+    t = skpo_tracker_new(NULL); // both seen before: raw 0.5 - 0.5 and -0.25 - 0.25, normalised +-0.7071
+    skpo_tracker_update(t, "p1", 0.5, 10, 0.96, NULL, &err);
+    skpo_tracker_update(t, "p2", 0.25, 10, 0.96, NULL, &err);
+    n = skpo_batch(recs);
+    skpo_rec_init(&m);
+    CHECK(skpo_adv_step(recs, n, &o, t, keep, &m, &err) == SKPO_OK);
+    CHECK_NEAR(fget(by_uid(recs, n, "u1"), F_ADV), 1 / sqrt(2.0), 1e-7);
+    CHECK_NEAR(fget(by_uid(recs, n, "u2"), F_ADV), -1 / sqrt(2.0), 1e-7);
+    adv_done(recs, n, &m, t);
 }
 
 static void skpo_second_visit_uses_the_pre_update_baseline(void) {
@@ -342,6 +408,35 @@ static void dapo_drops_groups_whose_rewards_are_all_equal(void) {
     CHECK_NEAR(fget(&recs[0], F_ADV), 1 / sd, 1e-9);
     CHECK(fget(&recs[0], F_WEIGHT) == 1.0);
     CHECK(fget(&m, "dropped_groups") == 1 && fget(&m, "degenerate_frac") == 0.5);
+    adv_done(recs, n, &m, t);
+}
+
+// DAPO keeps a group on accuracy (some but not all correct), not on the shaped
+// reward: a with 4 correct of which two carry an overlong penalty (rewards differ)
+// is dropped; b (mixed) is kept; c, whose records lack `correct`, falls back to
+// its rewards (all equal: dropped).
+static void dapo_decides_on_accuracy_not_on_the_overlong_shaped_reward(void) {
+    skpo_rec recs[32], m;
+    unsigned char keep[32];
+    size_t n = 0;
+    char uid[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(uid, sizeof uid, "a%d", i);
+        mk(&recs[n], SKPO_KIND_FULL, uid, "a", NULL, i < 2 ? 1 : 0.5, 8);
+        skpo_rec_set_bool(&recs[n++], F_CORRECT, true);
+        snprintf(uid, sizeof uid, "b%d", i);
+        mk(&recs[n++], SKPO_KIND_FULL, uid, "b", NULL, i < 1 ? 0.75 : -1, 4);
+        snprintf(uid, sizeof uid, "c%d", i);
+        mk(&recs[n], SKPO_KIND_FULL, uid, "c", NULL, -1, 4);
+        skpo_rec_del(&recs[n++], F_CORRECT);
+    }
+    skpo_adv_opts o;
+    skpo_adv_opts_default(&o);
+    o.mode = SKPO_ADV_DAPO;
+    o.group = 4;
+    skpo_tracker *t = adv_run(recs, n, &o, keep, &m);
+    for (size_t i = 0; i < n; i++) CHECK_MSG(keep[i] == (i % 3 == 1), "record %zu keep %d", i, keep[i]);
+    CHECK(fget(&m, "dropped_groups") == 2);
     adv_done(recs, n, &m, t);
 }
 
@@ -541,6 +636,7 @@ int main(void) {
     RUN(batch_norm_uses_unbiased_std_and_zeros_a_single_sample);
     RUN(skpo_step_groups_records_in_any_order);
     RUN(skpo_second_visit_uses_the_pre_update_baseline);
+    RUN(up_warmup_zeroes_first_visits_and_keeps_them_out_of_the_batch_norm);
     RUN(reward_up_self_takes_the_outcome_of_the_own_completion);
     RUN(divergence_sets_rho_on_revisits_only);
     RUN(norm_down_and_phase_weights_follow_the_options);
@@ -549,6 +645,8 @@ int main(void) {
     RUN(missing_reward_is_an_error);
     RUN(down_record_without_its_up_record_is_an_error);
     RUN(dapo_drops_groups_whose_rewards_are_all_equal);
+    RUN(dapo_decides_on_accuracy_not_on_the_overlong_shaped_reward);
+    RUN(lq_observes_the_mean_response_length_of_the_layout_capped_at_max_tokens);
     RUN(spo_takes_one_response_per_prompt_with_the_tracker_baseline);
     RUN(prime_combines_leave_one_out_process_and_outcome_returns);
     RUN(prime_matches_pytorch);

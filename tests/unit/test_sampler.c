@@ -254,6 +254,14 @@ static void fixed_cut_alternates_one_sixth_and_one_half_by_step(void) {
     CHECK(skpo_seg_cut_fixed(1, 1) == 1 && skpo_seg_cut_fixed(1, 2) == 1); // never below one token
 }
 
+// Split-point sensitivity: t_q = round(F L), at least one token.
+static void fraction_cut_is_the_rounded_fraction_of_l(void) {
+    CHECK(skpo_seg_cut_frac(1024, 1.0 / 6) == 171 && skpo_seg_cut_frac(1024, 1.0 / 3) == 341);
+    CHECK(skpo_seg_cut_frac(1024, 0.5) == 512 && skpo_seg_cut_frac(1024, 2.0 / 3) == 683);
+    CHECK(skpo_seg_cut_frac(24, 2.0 / 3) == 16 && skpo_seg_cut_frac(1024, 1) == 1024);
+    CHECK(skpo_seg_cut_frac(2, 1.0 / 6) == 1); // never below one token
+}
+
 // Selection:Extreme: min or max mean NLL, first index on ties.
 static void extreme_pick_takes_min_or_max_nll(void) {
     double a[5] = {2.0, 0.5, 3.0, 0.5, 3.0};
@@ -323,6 +331,7 @@ int main(void) {
     RUN(candidate_ending_early_is_cut_at_half);
     RUN(median_pick_is_closest_lowest_index);
     RUN(fixed_cut_alternates_one_sixth_and_one_half_by_step);
+    RUN(fraction_cut_is_the_rounded_fraction_of_l);
     RUN(extreme_pick_takes_min_or_max_nll);
     RUN(prioritized_draw_is_distinct_and_proportional);
     return TEST_SUMMARY();

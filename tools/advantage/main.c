@@ -19,7 +19,8 @@
 
 static const char synopsis[] =
     "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
-    "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
+    "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--layout skip|continual] [--max-tokens N]\n"
+    "       [--up-warmup K] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
     "       [--max-reward-failures F] [--metrics FILE] [--summary] [FILE]";
 static const char about[] =
@@ -30,21 +31,25 @@ static const char about[] =
     "where D (mean |dlogp| of each revisited prompt's stored segment under the weights that sampled this\n"
     "step) is the `seg_div` field skpo-sample --rescore wrote on the prompt's records. Loads no model.\n"
     "Tracker options given on the command line replace those stored in the state.\n"
+    "L_q observes each prompt's mean response length: mean |o_i| of the downstream responses under the skip\n"
+    "layout (each one solves q whole), |s| + mean |o_i| under --layout continual (o_i continues s), capped\n"
+    "at --max-tokens (the completion limit).\n"
     "Rewards the verifier could not judge (reward_status timeout or error, skpo-reward) count as wrong and\n"
     "are counted in the metrics (reward_timeouts, reward_errors); above --max-reward-failures of the step's\n"
     "rewarded records the step fails and the state stays.";
 
 typedef struct args {
-    const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm;
+    const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm, *layout;
     skpo_prime_opts prime;
-    long step, group;
+    long step, group, max_tokens, up_warmup;
     double w_up, w_down, tau, rho_min, rho_max, eps, len_init, max_fail;
     int norm_down, summary, rescored;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
     *a = (args){.step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
-                .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch"};
+                .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch",
+                .layout = "skip"};
     skpo_prime_opts_default(&a->prime);
     const skpo_opt opts[] = {
         SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo, spo or prime"),
@@ -66,6 +71,9 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_DOUBLE("max-reward-failures", 0, &a->max_fail, 0, 1, "F",
                         "fail the step when more than this fraction of its rewards timed out or failed (default 0.05)"),
         SKPO_OPT_STR("reward-up", 0, &a->reward_up, "mc|self", "skpo: upstream reward = mean downstream outcome (mc), or its `self` record's (self: \"w/o MC\")"),
+        SKPO_OPT_STR("layout", 0, &a->layout, "skip|continual", "skpo: the downstream prefix skpo-splice used; continual: L_q counts |s| too"),
+        SKPO_OPT_LONG("up-warmup", 0, &a->up_warmup, 0, 1L << 30, "K", "skpo: upstream A = 0 until a prompt was seen K times (default 0)"),
+        SKPO_OPT_LONG("max-tokens", 0, &a->max_tokens, 1, 1L << 30, "N", "cap of the L_q observation (the completion limit; default none)"),
         SKPO_OPT_DOUBLE("prime-beta", 0, &a->prime.beta, 1e-12, 1e12, "X", "prime: implicit reward beta log(pi_prm/pi_ref) (0.05)"),
         SKPO_OPT_DOUBLE("prime-coef-process", 0, &a->prime.coef_process, 0, 1e12, "X", "prime: weight of the process rewards' RLOO (5)"),
         SKPO_OPT_DOUBLE("prime-coef-outcome", 0, &a->prime.coef_outcome, 0, 1e12, "X", "prime: weight of the outcomes' RLOO (5)"),
@@ -183,6 +191,12 @@ int main(int argc, char **argv) {
     if (!strcmp(a.reward_up, "self")) o.reward_up_self = 1;
     else if (strcmp(a.reward_up, "mc")) skpo_cli_usage_error(synopsis, "--reward-up: '%s' is not mc or self", a.reward_up);
     if (o.reward_up_self && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--reward-up self goes with --mode skpo");
+    if (!strcmp(a.layout, "continual")) o.len_with_segment = 1;
+    else if (strcmp(a.layout, "skip")) skpo_cli_usage_error(synopsis, "--layout: '%s' is not skip or continual", a.layout);
+    if (o.len_with_segment && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--layout continual goes with --mode skpo");
+    o.len_cap = (double)a.max_tokens;
+    o.up_warmup = a.up_warmup;
+    if (o.up_warmup && o.mode != SKPO_ADV_SKPO) skpo_cli_usage_error(synopsis, "--up-warmup goes with --mode skpo");
     o.prime = a.prime;
     if (!strcmp(a.prime_norm, "none")) o.prime.batch_norm = 0;
     else if (strcmp(a.prime_norm, "batch")) skpo_cli_usage_error(synopsis, "--prime-norm: '%s' is not batch or none", a.prime_norm);

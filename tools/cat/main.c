@@ -8,13 +8,16 @@
  */
 #include "cat.h"
 
+#include "base/rng.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static const char SYNOPSIS[] =
-    "[--where FIELD=VALUE]... [--fields A,B,C] [--head N] [--count | --stats | --view | --pack [--no-meta]] [FILE|-]...\n"
+    "[--where FIELD=VALUE]... [--fields A,B,C] [--shuffle SEED] [--head N] [--count | --stats | --view | --pack [--no-meta]]\n"
+    "       [FILE|-]...\n"
     "       skpo-cat --schema | --needs";
 static const char ABOUT[] =
     "Print skpo record streams (zstd-compressed msgpack) as JSON lines, one record per line.\n"
@@ -22,12 +25,14 @@ static const char ABOUT[] =
     "int32/float32 schema fields print as JSON arrays, other bins as {\"$bin\":\"<base64>\"},\n"
     "non-finite floats as the strings \"NaN\", \"Infinity\", \"-Infinity\" (see docs/records.md).\n"
     "--pack reads JSON lines and writes records (schema fields get their binary types).\n"
-    "--where compares numbers as numbers, strings exactly, anything else by its JSON text.";
+    "--where compares numbers as numbers, strings exactly, anything else by its JSON text.\n"
+    "--shuffle reads every selected record, then prints them in a uniformly random order drawn from\n"
+    "SEED (the pipelines' prompt draws: the same SEED gives the same order on every machine).";
 
 typedef struct cat_opts {
     skpo_strlist where;
     const char *fields;
-    long head;
+    long head, shuffle;
     int count, stats, view, pack, no_meta, schema, needs;
 } cat_opts;
 
@@ -147,11 +152,41 @@ static void open_pack(cat_out *out, int argc, char **argv) {
     if (!out->o->no_meta && skpo_writer_meta(out->w, argc, argv, NULL, &e)) skpo_die("%s", e.msg);
 }
 
+// --shuffle: every selected record in memory, a Fisher-Yates shuffle from the
+// seed's own stream, then --head of them out.
+static void shuffled(cat_out *out, cat_in *in, skpo_rec *r) {
+    skpo_rec *v = NULL;
+    size_t n = 0, cap = 0;
+    while (cat_in_next(in, r)) {
+        if (!cat_where_match(r, &out->o->where, &out->tmp)) continue;
+        skpo_xgrow((void **)&v, &cap, n + 1, sizeof *v);
+        v[n++] = *r; // moved
+        skpo_rec_init(r);
+    }
+    skpo_rng g;
+    skpo_rng_seed(&g, skpo_seed_derive((uint64_t)out->o->shuffle, "shuffle", 0));
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)skpo_rng_int(&g, 0, (int64_t)i - 1);
+        skpo_rec t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (out->o->head < 0 || out->n < (uint64_t)out->o->head) {
+            out->n++;
+            emit(out, &v[i], false);
+        }
+        skpo_rec_free(&v[i]);
+    }
+    free(v);
+}
+
 int main(int argc, char **argv) {
-    cat_opts o = {.head = -1};
+    cat_opts o = {.head = -1, .shuffle = -1};
     const skpo_opt opts[] = {
         SKPO_OPT_LIST("where", 'w', &o.where, "FIELD=VALUE", "keep records whose FIELD equals VALUE (repeatable, all must hold)"),
         SKPO_OPT_STR("fields", 'f', &o.fields, "A,B,C", "print only these fields, in this order"),
+        SKPO_OPT_LONG("shuffle", 0, &o.shuffle, 0, 9.2e18, "SEED", "print the selected records in a random order drawn from SEED"),
         SKPO_OPT_LONG("head", 'n', &o.head, 0, 9.2e18, "N", "stop after N selected records"),
         SKPO_OPT_FLAG("count", 'c', &o.count, "print the number of selected records"),
         SKPO_OPT_FLAG("stats", 's', &o.stats, "per-kind counts, mean reward, length p50/p90/max, advantage mean/std"),
@@ -172,10 +207,14 @@ int main(int argc, char **argv) {
     if (o.pack) open_pack(&out, argc, argv);
     skpo_rec r;
     skpo_rec_init(&r);
-    while ((o.head < 0 || out.n < (uint64_t)o.head) && cat_in_next(&in, &r)) {
-        if (!cat_where_match(&r, &o.where, &out.tmp)) continue;
-        out.n++;
-        emit(&out, &r, in.live);
+    if (o.shuffle >= 0) {
+        shuffled(&out, &in, &r);
+    } else {
+        while ((o.head < 0 || out.n < (uint64_t)o.head) && cat_in_next(&in, &r)) {
+            if (!cat_where_match(&r, &o.where, &out.tmp)) continue;
+            out.n++;
+            emit(&out, &r, in.live);
+        }
     }
     skpo_rec_free(&r);
     cat_in_free(&in);

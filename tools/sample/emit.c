@@ -144,15 +144,6 @@ skpo_status sample_run(const sample_cfg *c, skpo_rollout *ro, const sample_job *
     if (st != SKPO_OK) return st;
     skpo_progress_done(&prog);
     skpo_timing_report(skpo_now() - t0, c0);
-    if (c->stats) {
-        const skpo_gen_stats *gs = skpo_gen_get_stats(ro->gen);
-        double dt = skpo_now() - t0, dc = skpo_cpu_seconds() - c0;
-        fprintf(stderr, "%s: generated %llu tokens in %.3f s (%.1f tok/s; %.3f s CPU, %.1f tok/CPU-s); prefill %llu "
-                "tokens; %llu model calls; peak KV %zu blocks (%.1f MiB)\n", skpo_progname(),
-                (unsigned long long)gs->gen_tokens, dt, dt > 0 ? gs->gen_tokens / dt : 0.0, dc,
-                dc > 0 ? gs->gen_tokens / dc : 0.0, (unsigned long long)gs->prefill_tokens,
-                (unsigned long long)gs->steps, gs->peak_blocks,
-                gs->peak_blocks * (double)skpo_kv_bytes_per_block(ro->kv) / (1 << 20));
-    }
+    if (c->stats) skpo_rollout_print_stats(ro, skpo_now() - t0, skpo_cpu_seconds() - c0);
     return SKPO_OK;
 }

@@ -27,6 +27,21 @@ void sample_cfg_default(sample_cfg *c) {
     c->select_s = "median";
 }
 
+// "F" or "A/B" with 0 < F <= 1 into *f; -1 when it is neither.
+static int parse_frac(const char *s, double *f) {
+    char *e;
+    double a = strtod(s, &e), b = 1;
+    if (e == s) return -1;
+    if (*e == '/') {
+        const char *d = e + 1;
+        b = strtod(d, &e);
+        if (e == d) return -1;
+    }
+    if (*e || !(b > 0) || !(a / b > 0 && a / b <= 1)) return -1;
+    *f = a / b;
+    return 0;
+}
+
 void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (!c->ro.model_dir) skpo_cli_usage_error(syn, "--model is required");
     if (!c->prompts) skpo_cli_usage_error(syn, "--prompts is required");
@@ -36,10 +51,12 @@ void sample_cfg_check(sample_cfg *c, const char *syn) {
     if (!c->segment && c->lq_init >= 0) skpo_cli_usage_error(syn, "--lq-init goes with --segment");
     if (c->segment && !c->all && c->per_step == 0) c->per_step = 128;
     if (!strcmp(c->cut_s, "fixed")) c->cut_fixed = 1;
-    else if (strcmp(c->cut_s, "adaptive")) skpo_cli_usage_error(syn, "--cut: '%s' is not adaptive or fixed", c->cut_s);
+    else if (strcmp(c->cut_s, "adaptive") && parse_frac(c->cut_s, &c->cut_frac))
+        skpo_cli_usage_error(syn, "--cut: '%s' is not adaptive, fixed or a fraction F of L_q (0 < F <= 1, e.g. 0.25 or 1/3)",
+                             c->cut_s);
     if (!strcmp(c->select_s, "extreme")) c->select_extreme = 1;
     else if (strcmp(c->select_s, "median")) skpo_cli_usage_error(syn, "--select: '%s' is not median or extreme", c->select_s);
-    if (!c->segment && (c->cut_fixed || c->select_extreme || c->self))
+    if (!c->segment && (c->cut_fixed || c->cut_frac > 0 || c->select_extreme || c->self))
         skpo_cli_usage_error(syn, "--cut, --select and --self go with --segment");
     if (c->shard) {
         char *e1, *e2;
@@ -128,7 +145,8 @@ void sample_job_load(const sample_cfg *c, const skpo_rollout *ro, sample_job *jo
         const char *pid = job->items[i].pid;
         double L = c->lq_init >= 0 && !skpo_tracker_seen(t, pid) ? c->lq_init : skpo_tracker_len(t, pid);
         if (!(L > 0 && L < 1e9)) skpo_die("tracked length L_q = %g is not usable (pid %s)", L, job->items[i].pid);
-        job->items[i].t_q = c->cut_fixed ? skpo_seg_cut_fixed(L, job->step) : skpo_seg_cut(L, &r);
+        job->items[i].t_q = c->cut_fixed ? skpo_seg_cut_fixed(L, job->step)
+                            : c->cut_frac > 0 ? skpo_seg_cut_frac(L, c->cut_frac) : skpo_seg_cut(L, &r);
     }
     skpo_tracker_free(t);
 }

@@ -8,7 +8,8 @@
  *                file order, with --all); G candidates per prompt cut at
  *                t_q ~ U[ceil(L_q/6), floor(L_q/2)]; the median-NLL candidate
  *                is written as one `up` record. Ablations: --cut fixed (L_q/6
- *                on odd steps, L_q/2 on even ones), --select extreme (min
+ *                on odd steps, L_q/2 on even ones), --cut F (t_q = round(F L_q),
+ *                the split-point sensitivity runs), --select extreme (min
  *                mean NLL on odd steps, max on even ones), --self (candidates
  *                run to the end; the kept one's whole generation is also
  *                written, kind=self, for REWARD_UP=self).
@@ -56,7 +57,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_FLAG("rescore", 0, &c.rescore, "with --state: `seg_div` = D of each revisited prompt's stored segment (rho)"),
         SKPO_OPT_STR("policy", 0, &c.policy, "NAME", "`policy` field (default: --model)"),
         SKPO_OPT_FLAG("stats", 0, &c.stats, "print generated tokens/s and KV use on stderr at the end"),
-        SKPO_OPT_STR("cut", 0, &c.cut_s, "adaptive|fixed", "--segment split: U[L/6, L/2] or L/6 (odd steps), L/2 (even)"),
+        SKPO_OPT_STR("cut", 0, &c.cut_s, "adaptive|fixed|F", "--segment split: U[L/6, L/2], L/6 (odd steps) / L/2 (even), or F L (e.g. 1/3)"),
         SKPO_OPT_STR("select", 0, &c.select_s, "median|extreme", "--segment: median NLL, or min (odd steps) / max (even)"),
         SKPO_OPT_FLAG("self", 0, &c.self, "--segment: finish the candidates; write the kept one whole (kind=self)"),
         SKPO_OPT_LONG("seed-step", 0, &c.seed_step, 0, 1e12, "N", "step the seeds hash (default: --step); a fixed value repeats the same draw at every step (held-out evals)"),

@@ -15,8 +15,9 @@ typedef struct sample_cfg {
     long seed_step;            // --seed-step: the step the seeds hash (-1: --step)
     double lq_init, prio_eps;  // < 0: the tracker's own values
     int segment, all, no_share, stats;
-    const char *cut_s, *select_s;  // --cut adaptive|fixed, --select median|extreme (the paper's ablations)
+    const char *cut_s, *select_s;  // --cut adaptive|fixed|F, --select median|extreme (the paper's ablations)
     int cut_fixed, select_extreme, self; // parsed; self: also write the kept candidate's whole generation
+    double cut_frac;        // --cut F (0 < F <= 1): t_q = round(F L_q); 0: adaptive or fixed
     int rescore;            // --rescore: D of each drawn prompt's stored segment (seg_div)
     skpo_strlist stops;
     int shard_i, shard_n;   // parsed from --shard

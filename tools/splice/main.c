@@ -15,7 +15,7 @@
 
 static const char SYNOPSIS[] =
     "--model DIR [--group G] [--layout skip|continual] [--tokenizer DIR] [--batch N] [--temperature T]\n"
-    "       [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--stop STR]... [--no-share] [--no-text]\n"
+    "       [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--stop STR]... [--no-share] [--no-text] [--stats]\n"
     "       [--device cuda|cpu] [--import-weights FILE] < in > out";
 static const char ABOUT[] =
     "For each up record on stdin, generate G downstream rollouts from [s, q] (segment, then prompt)\n"
@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_LIST("stop", 0, &c.stops, "STR", "stop string (repeatable)"),
         SKPO_OPT_FLAG("no-share", 0, &c.no_share, "prefill each rollout alone (benchmarks, tests)"),
         SKPO_OPT_STR("policy", 0, &c.policy, "NAME", "`policy` field (default: --model)"),
+        SKPO_OPT_FLAG("stats", 0, &c.stats, "print generated tokens/s and KV use on stderr at the end"),
         {0},
     };
     skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, NULL);
@@ -50,7 +51,9 @@ int main(int argc, char **argv) {
     if (skpo_writer_open_fd(1, 0, &w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_meta(w, argc, argv, NULL, &err) != SKPO_OK) skpo_die("%s", err.msg);
     if (skpo_writer_flush(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    double t0 = skpo_now(), c0 = skpo_cpu_seconds();
     if (splice_run(&c, &ro, rd, w, &err) != SKPO_OK) skpo_die("%s", err.msg);
+    if (c.stats) skpo_rollout_print_stats(&ro, skpo_now() - t0, skpo_cpu_seconds() - c0);
     if (skpo_writer_close(w, &err) != SKPO_OK) skpo_die("%s", err.msg);
     skpo_rollout_close(&ro);  // unmaps lent weights and marks the loan done: the sampler waits for that
     skpo_reader_close(rd);

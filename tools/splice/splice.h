@@ -38,6 +38,7 @@ typedef struct splice_cfg {
     const char *layout_s, *policy;
     long group, seed;
     int no_share;
+    int stats;              // --stats: generated tokens and peak KV on stderr at the end
     int layout;
     skpo_strlist stops;
 } splice_cfg;
