@@ -7,7 +7,6 @@
  * (m->mem, float32) always exists: it is what load fills and save writes.
  */
 #include "model/model_impl.h"
-#include "model/pack.h"
 #include "base/rng.h"
 #include "model/safetensors.h"
 
@@ -402,13 +401,11 @@ void skpo_model_pass_tokens(const skpo_model *m, long *raw, long *packed) {
 
 skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                 float *entropy, skpo_err *err) {
-    skpo_pack_count(seqs, nseq, skpo_model_packs(m), &m->last_raw, &m->last_packed);
     return m->be->logprobs(m, seqs, nseq, temperature, logp, entropy, err);
 }
 
 skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
-    skpo_pack_count(seqs, nseq, skpo_model_packs(m), &m->last_raw, &m->last_packed);
     return m->be->train_forward(m, seqs, nseq, temperature, logp, entropy, err);
 }
 

@@ -106,7 +106,8 @@ static inline float *model_grad_of(const skpo_model *m, const float *w) { return
 typedef struct model_backend {
     const char *name;        // the --device spelling: "cpu", "cuda"
     skpo_device device;
-    int can_pack;            // scoring and training take packed rows (model/pack.h); else one row per sequence
+    int can_pack;            // scoring and training may take packed rows (model/pack.h); each pass sets
+                             // m->last_raw / last_packed to what it computed
     int (*visible)(void);    // devices of this kind visible now
     // Before any weight is read: fails when device `device` cannot be used.
     skpo_status (*probe)(int device, skpo_err *err);                             // (nullable: always usable)

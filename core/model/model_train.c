@@ -55,6 +55,7 @@ static void acts_alloc(skpo_model *m, const skpo_seq *seqs, int nseq, int save, 
     a->seq_off = pk.row_off, a->pos = pk.pos, a->ids = pk.ids, a->srow = pk.srow, a->stgt = pk.stgt;
     if (pk.packed) a->seg = pk.seg;
     else free(pk.seg);   // no packed row: the plain causal kernels
+    m->last_raw = pk.raw, m->last_packed = pk.N;
     size_t L = save ? (size_t)c->num_hidden_layers : 1, n = (size_t)N;
     size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_attention_heads;
     size_t QD = NH * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
