@@ -458,7 +458,7 @@ static void deterministic_backward_kernels_give_the_same_bits_in_any_block_order
 // the CPU reference with the same segments (cpu/ops.h, tested against the
 // mask by test_pack.c). Row 0: a prefix of 5 and continuations of 4, 19 and 3
 // (one longer than a 16-row warp group); row 1 a plain sequence. Forward,
-// the atomic backward and the deterministic one.
+// the atomic backward, the deterministic one, and the flash kernels.
 static void packed_rows_attention_kernels_match_cpu_mask(void) {
     enum { T = 39, NR = 2, NH = 4, NKV = 2, HS = 64 };
     int32_t off[NR + 1] = {0, 31, 39}, seg[T], sof[T], runs[3 * T];
@@ -504,7 +504,22 @@ static void packed_rows_attention_kernels_match_cpu_mask(void) {
                det ? "deterministic" : "atomic", rq, rk, rv, ro);
         free(a), free(b), free(c);
     }
-    void *bufs[] = {gq, gk, gv, gg, goff, gsof, gru, go, glse, gdq, gdk, gdv, gwork};
+    // the tensor-core kernels (flash.cu) on the same inputs and mask
+    void *fo = dup_bf16(q, nq), *flse = dup_raw(q, (size_t)T * NH * 4), *fdk = dup_bf16(k, nk), *fdv = dup_bf16(k, nk);
+    void *fwork = dup_raw(q, (size_t)T * NH * (1 + HS) * 4);
+    CHECK_MSG(skpo_cuda_flash_attention_runs(G, fo, flse, gq, gk, gv, gsof, goff, &ru, T, NH, NKV, HS, &e) == SKPO_OK,
+              "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention_backward_runs(G, gdq, fdk, fdv, gg, fo, flse, gq, gk, gv, gsof, goff, &ru, T, NH,
+                                                      NKV, HS, fwork, &e) == SKPO_OK, "%s", e.msg);
+    float *a = back_bf16(fo, nq), *b = back_f32(flse, (size_t)T * NH), *c = back_bf16(gdq, nq);
+    float *d = back_bf16(fdk, nk), *f = back_bf16(fdv, nk);
+    double fro = relerr(a, o, nq), frl = relerr(b, lse, (size_t)T * NH), frq = relerr(c, dq, nq);
+    double frk = relerr(d, dk, nk), frv = relerr(f, dv, nk);
+    CHECK_MSG(fro < 2e-2 && frl < 1e-3 && frq < 3e-2 && frk < 2e-2 && frv < 2e-2,
+              "flash: out %g lse %g dq %g dk %g dv %g", fro, frl, frq, frk, frv);
+    printf("# packed rows, flash vs cpu: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", fro, frl, frq, frk, frv);
+    free(a), free(b), free(c), free(d), free(f);
+    void *bufs[] = {gq, gk, gv, gg, goff, gsof, gru, go, glse, gdq, gdk, gdv, gwork, fo, flse, fdk, fdv, fwork};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) skpo_cuda_dfree(bufs[i]);
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
 }
