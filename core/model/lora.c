@@ -548,6 +548,7 @@ static skpo_status lp_backward(void *ctx, const float *dlp, const float *dent, s
 static skpo_status lp_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
     return skpo_model_logprobs(((lora_pol *)ctx)->m, s, n, t, lp, NULL, err);
 }
+static void lp_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(((lora_pol *)ctx)->m, raw, packed); }
 static void lp_zero(void *ctx) { skpo_lora_zero_grad(((lora_pol *)ctx)->lo); }
 static int lp_params(void *ctx, skpo_param **p) { return skpo_lora_params(((lora_pol *)ctx)->lo, p); }
 
@@ -558,5 +559,5 @@ skpo_policy skpo_policy_of_lora(skpo_model *m, skpo_lora *lo) {
     lora_pol *ctx = lo->pol;
     ctx->m = m;
     ctx->lo = lo;
-    return (skpo_policy){ctx, lp_forward, lp_backward, lp_score, lp_zero, lp_params, NULL};
+    return (skpo_policy){ctx, lp_forward, lp_backward, lp_score, lp_zero, lp_params, NULL, lp_tokens};
 }

@@ -35,10 +35,11 @@ typedef struct model_layer {
 // Activations kept by a training forward for backward. With a layer stride of
 // zero (scoring) every layer reuses the same buffers.
 typedef struct model_acts {
-    int N;               // token rows (all sequences concatenated)
-    int nseq;
-    int *seq_off;        // (nseq + 1) row offsets
-    int *pos;            // (N) position of each row in its sequence
+    int N;               // tokens (all rows concatenated; model/pack.h)
+    int nseq;            // rows: sequences, or packed groups of them
+    int *seq_off;        // (nseq + 1) token offset of each row
+    int *pos;            // (N) position of each token in its sequence
+    int *seg;            // (N) segment of each token (base/attn_mask.h); NULL when no row is packed
     int32_t *ids;        // (N)
     float *x;            // (L + 1, N, C) residual stream entering each layer; x[L] leaves the last
     float *ln1, *rstd1;  // (L, N, C), (L, N)
@@ -82,6 +83,8 @@ struct skpo_model {
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)
     model_acts acts;          // of the last train_forward
     int have_acts;
+    int no_pack;              // skpo_model_set_pack(m, 0): one row per sequence
+    long last_raw, last_packed; // tokens of the last scoring / training pass, as given and as computed
     const struct model_backend *be; // the backend the model computes on (never NULL after model_alloc)
     struct model_cuda *cuda;  // the CUDA backend's state (below); only model_cuda*.c touch it
     struct skpo_lora *lora;   // LoRA: low-rank path added after each targeted projection (lora.h); not owned
@@ -103,6 +106,8 @@ static inline float *model_grad_of(const skpo_model *m, const float *w) { return
 typedef struct model_backend {
     const char *name;        // the --device spelling: "cpu", "cuda"
     skpo_device device;
+    int can_pack;            // scoring and training may take packed rows (model/pack.h); each pass sets
+                             // m->last_raw / last_packed to what it computed
     int (*visible)(void);    // devices of this kind visible now
     // Before any weight is read: fails when device `device` cannot be used.
     skpo_status (*probe)(int device, skpo_err *err);                             // (nullable: always usable)

@@ -29,6 +29,7 @@ static skpo_status pm_score(void *ctx, const skpo_seq *s, int n, float t, float 
 }
 static void pm_zero(void *ctx) { skpo_model_zero_grad(ctx); }
 static int pm_params(void *ctx, skpo_param **p) { return skpo_model_params(ctx, p); }
+static void pm_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(ctx, raw, packed); }
 static int pm_dev_finite(void *ctx) {
     double ss = 0;
     skpo_err e = {0};
@@ -39,7 +40,7 @@ skpo_policy skpo_policy_of_model(skpo_model *m) {
     skpo_dev_params d;
     skpo_err e = {0};
     int dev = skpo_model_dev_params(m, &d, &e) == SKPO_OK;
-    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL};
+    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL, pm_tokens};
 }
 
 // --- trainer state -------------------------------------------------------------------
