@@ -38,6 +38,24 @@ load_config() {
   REWARD_CMD=${env_reward:-${REWARD_CMD:-skpo-reward}}
 }
 
+# step_script ALGO: the path of ALGO's step script (skpo: step.sh, else pipelines/ALGO.sh),
+# or fail. A step script is a file that begins a step (a line `begin_step ...`), so
+# a new algorithm is one new file here and nothing else lists the names.
+step_script() {
+  local f
+  case "$1" in ''|step|*[!a-z0-9_-]*) return 1;; skpo) f=$PIPE/step.sh;; *) f=$PIPE/$1.sh;; esac
+  [ -f "$f" ] && grep -q '^begin_step ' "$f" && echo "$f"
+}
+# step_algos: the ALGO names that have a step script, space-separated (for messages).
+step_algos() {
+  local f a out=skpo
+  for f in "$PIPE"/*.sh; do
+    a=$(basename "$f" .sh)
+    [ "$a" != step ] && step_script "$a" >/dev/null && out="$out $a"
+  done
+  echo "$out"
+}
+
 last_step() { if [ -f "$1/last" ]; then cat "$1/last"; else echo 0; fi; }
 
 # commit_file SRC DST: rename into place (same filesystem), creating DST's folder.

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
+    "--mode MODE --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--layout skip|continual] [--max-tokens N]\n"
     "       [--up-warmup K] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
@@ -39,7 +39,8 @@ static const char about[] =
     "rewarded records the step fails and the state stays.";
 
 typedef struct args {
-    const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm, *layout;
+    int mode;   // skpo_adv_modes; -1 = not given
+    const char *state, *metrics, *input, *model, *reward_up, *prime_norm, *layout;
     skpo_prime_opts prime;
     long step, group, max_tokens, up_warmup;
     double w_up, w_down, tau, rho_min, rho_max, eps, len_init, max_fail;
@@ -47,12 +48,12 @@ typedef struct args {
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
+    *a = (args){.mode = -1, .step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch",
                 .layout = "skip"};
     skpo_prime_opts_default(&a->prime);
     const skpo_opt opts[] = {
-        SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo, spo or prime"),
+        SKPO_OPT_ENUM("mode", 0, &a->mode, &skpo_adv_modes, "the advantage estimator (docs/advantage.md)"),
         SKPO_OPT_STR("state", 0, &a->state, "DIR", "tracker state folder (created on first use)"),
         SKPO_OPT_FLAG("rescored", 0, &a->rescored, "rho from the records' `seg_div` (skpo-sample --rescore)"),
         SKPO_OPT_STR("model", 0, &a->model, "DIR", "removed: the sampler measures D (skpo-sample --rescore)"),
@@ -81,7 +82,7 @@ static void parse(int argc, char **argv, args *a) {
         {0},
     };
     a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
-    if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
+    if (a->mode < 0 || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
     if (a->model)
         skpo_cli_usage_error(synopsis, "--model is gone: skpo-sample --rescore measures rho's divergence where the "
                                        "model is loaded; pass --rescored here");
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
     parse(argc, argv, &a);
     skpo_adv_opts o;
     skpo_adv_opts_default(&o);
-    if (skpo_adv_mode_parse(a.mode, &o.mode)) skpo_cli_usage_error(synopsis, "--mode: unknown mode '%s'", a.mode);
+    o.mode = (skpo_adv_mode)a.mode;
     o.group = a.group; o.w_up = a.w_up; o.w_down = a.w_down; o.norm_down = a.norm_down;
     if (!strcmp(a.reward_up, "self")) o.reward_up_self = 1;
     else if (strcmp(a.reward_up, "mc")) skpo_cli_usage_error(synopsis, "--reward-up: '%s' is not mc or self", a.reward_up);

@@ -179,10 +179,11 @@ static void bind_gpu(long r) {
 
 void upd_bind_device(upd_args *a) {
     long r = skpo_comm_local_rank();
-    const char *want = a->device ? a->device : getenv("SKPO_DEVICE");
+    const char *name = skpo_enum_name(&skpo_devices, a->device);
+    const char *want = name ? name : getenv("SKPO_DEVICE");
     if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
     skpo_err e = {0};
-    if (skpo_device_parse(a->device, &a->dev, &e)) skpo_die("%s", e.msg);
+    if (skpo_device_parse(name, &a->dev, &e)) skpo_die("%s", e.msg);
     if (a->dev != SKPO_DEV_CUDA && (a->recompute || a->zero > 0))
         skpo_die("--recompute and --zero 1 need --device cuda");
 }

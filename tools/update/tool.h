@@ -20,7 +20,7 @@ typedef struct upd_args {
     int allow_empty;      // --allow-empty: no trainable records writes the weights unchanged
     long threads;
     skpo_comm_kind comm;
-    const char *device;   // --device cuda|cpu; NULL = cuda when a GPU is visible
+    int device;           // --device (skpo_devices); -1 = $SKPO_DEVICE, else cuda when a GPU is visible
     int recompute;        // --recompute: per-layer activation recomputation (cuda)
     long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
     skpo_device dev;      // resolved by upd_bind_device
