@@ -304,6 +304,8 @@ float lora_scale_f(const skpo_lora *lo);
 // that frees it with the adapter: lora.c never names the backend that made it.
 void *lora_dev_get(const skpo_lora *lo);
 void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev));
+// Where policy.c keeps skpo_policy_of_lora's context (freed with the adapter).
+void **lora_pol_slot(skpo_lora *lo);
 
 // --- LoRA on the CUDA backend (lora_cuda.c; called by model_cuda_train.c only) --------------
 // The model on cuda keeps a device copy of the adapter: A and s B in bf16

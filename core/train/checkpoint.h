@@ -35,6 +35,7 @@
 #include "base/common.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/policy.h"
 #include "train/optim.h"
 #include "train/update.h"
 
@@ -53,8 +54,8 @@ typedef struct skpo_trainer_state {
 // checkpoint, its optimizer state kept by the update server)? 0 when absent.
 int skpo_checkpoint_weights_only(const char *dir);
 
-// The trainer's view of a model loaded with trainable = 1.
-skpo_policy skpo_policy_of_model(skpo_model *m);
+// The trainer's view of a model loaded with trainable = 1: skpo_policy_of_model
+// in model/policy.h (included here for the callers that found it here).
 
 // Read dir/trainer_state.json. *present = 0 (and SKPO_OK) when the file does
 // not exist; a malformed file is an error naming it.
