@@ -7,7 +7,7 @@
  *                                                        of the checkpoint it came from
  *   tokenizer files, generation_config.json, chat template  copied from the source
  *   optim.safetensors    AdamW moments (several ranks: optim-<r>-of-<N>.safetensors
- *                        + optim.index.json, one per rank, tools/update/shard.c) (+ float32 master weights when the
+ *                        + optim.index.json, one per rank, train/shard.h) (+ float32 master weights when the
  *                        weights are stored narrower), see optim.h
  *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
  *                         "optimizer_updates": T, "dtype": "...", "lr": ...,

@@ -131,7 +131,7 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     skpo_param *p;
     int np = skpo_model_params(m, &p);
     *o = skpo_optim_new(&a->a, p, np);
-    int shards = !skpo_checkpoint_has_optim(a->model) && upd_have_optim_shards(a->model);
+    int shards = !skpo_checkpoint_has_optim(a->model) && skpo_shard_have_optim(a->model);
     int have = skpo_checkpoint_has_optim(a->model) || shards;
     if (!have && !a->fresh_optimizer && have_ts && ts->optimizer_updates > 0 && skpo_checkpoint_weights_only(a->model))
         return skpo_err_set(err, SKPO_ENOTFOUND,
@@ -144,7 +144,7 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     int used;
     skpo_status st;
     if (shards) {
-        st = upd_load_optim_shards(a->model, *o, p, np, skpo_model_src_dtype(m), &used, err);
+        st = skpo_shard_load_optim(a->model, *o, p, np, skpo_model_src_dtype(m), &used, err);
     } else {
         char *path = skpo_path_join(a->model, SKPO_OPTIM_FILE);
         st = skpo_optim_load(*o, p, skpo_model_src_dtype(m), path, &used, err);
