@@ -412,34 +412,12 @@ stage_sample_n_prio() {
     --temperature "$TEMPERATURE" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS" --seed "$(seed_of_step)" \
     --step "$STEP" ${THREADS:+--threads "$THREADS"} ${RHO_RESCORE:+--rescore} "${@:3}"
 }
-# GROUP_AWK: awk that tracks, for each pid of a "full" record (JSON line), whether its
-# outcomes differ (pids in first-seen order in order[1..n]); informative(p) says whether
-# p's group is neither all correct nor all wrong. DAPO's dynamic sampling decides on
-# accuracy (`correct`), not on the reward, which its overlong penalty shapes; a record
-# without `correct` (a custom reward stage) is judged by its reward.
-GROUP_AWK='
-  function pid_of(l) { sub(/.*"pid":"/, "", l); sub(/".*/, "", l); return l }
-  function outcome_of(l,   r) { if (l ~ /"correct":(true|false)/) return l ~ /"correct":true/ ? "c1" : "c0"
-    r = l; sub(/.*"reward":/, "", r); sub(/[,}].*/, "", r); return "r" (r + 0) }
-  function track(l,   p, o) { p = pid_of(l); o = outcome_of(l)
-    if (!(p in first)) { first[p] = o; order[++n] = p } else if (o != first[p]) mixed[p] = 1 }
-  function informative(p) { return p in mixed }'
 # informative_groups FILE: how many prompts of FILE's full records have outcomes that
-# are not all equal (the groups DAPO's dynamic sampling keeps).
-informative_groups() {
-  skpo-cat --where kind=full --fields pid,correct,reward "$1" | awk "$GROUP_AWK"'
-    { track($0) } END { k = 0; for (i = 1; i <= n; i++) if (informative(order[i])) k++; print k }'
-}
+# are not all equal (the groups DAPO's dynamic sampling keeps; core/rl/groups.h).
+informative_groups() { skpo-cut --count-informative "$1"; }
 # keep_groups N: stdin to stdout, dropping the informative groups after the first N
 # (records and meta pass through; all-equal groups pass for skpo-advantage to count and drop).
-keep_groups() {
-  skpo-cat | awk -v N="$1" "$GROUP_AWK"'
-    { line[NR] = $0; if ($0 ~ /"kind":"full"/) track($0) }
-    END { k = 0
-      for (i = 1; i <= n; i++) if (informative(order[i]) && ++k > N) drop[order[i]] = 1
-      for (j = 1; j <= NR; j++) if (!(line[j] ~ /"kind":"full"/ && pid_of(line[j]) in drop)) print line[j] }' \
-    | skpo-cat --pack --no-meta
-}
+keep_groups() { skpo-cut --keep-informative "$1"; }
 
 # full_step MODE [UPDATE FLAGS...]: the GRPO-family step (GRPO, Dr. GRPO, GSPO,
 # CISPO, SAPO differ only in the advantage mode and the loss flags):
@@ -458,15 +436,11 @@ full_step() {
   commit_step
 }
 
-# seed_state DIR [STEP]: an empty tracker at STEP (default 1) whose parameters come from
+# init_state DIR [STEP]: an empty tracker at STEP (default 1) whose parameters come from
 # the config (so the first visit of a prompt already uses LQ_INIT for the split position).
-seed_state() {
-  local n=${2:-1} f
-  f=$(printf 'state-%06d.msgpack.zst' "$n")
-  mkdir -p "$1"
-  printf '{"kind":"meta","tool":"skpo-tracker","tracker_version":1,"step":%s,"rho_min":%s,"rho_max":%s,"tau":%s,"eps":%s,"len_init":%s,"prompts":0}\n' \
-    "$n" "$RHO_MIN" "$RHO_MAX" "$TAU_HALF" "$PRIO_EPS" "$LQ_INIT" | skpo-cat --pack --no-meta >"$1/$f" \
-    && echo "$f" >"$1/CURRENT"
+init_state() {
+  skpo-advantage --init-state --state "$1" --step "${2:-1}" --rho-min "$RHO_MIN" --rho-max "$RHO_MAX" \
+    --tau "$TAU_HALF" --prio-eps "$PRIO_EPS" --lq-init "$LQ_INIT"
 }
 
 # --- running one step ------------------------------------------------------------------
@@ -476,7 +450,7 @@ begin_step() {
   enter_step "$1" $(($(last_step "$1") + 1))
   rm -rf "$TMPD"
   mkdir -p "$TMPD/logs"
-  if [ -d "$RUN/state/$((STEP - 1))" ]; then cp -r "$RUN/state/$((STEP - 1))" "$ST"; else seed_state "$ST"; fi
+  if [ -d "$RUN/state/$((STEP - 1))" ]; then cp -r "$RUN/state/$((STEP - 1))" "$ST"; else init_state "$ST" || die "step $STEP: cannot write the first tracker state"; fi
   STEP_T0=$(date +%s.%N)
 }
 

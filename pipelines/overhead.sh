@@ -65,7 +65,7 @@ one() { # METHOD REPEAT: one step of METHOD, every stage alone; appends "key val
   rm -rf "$d"; mkdir -p "$d/logs"
   STEP=$((BASE + 1)) SEED=$((RUN_SEED + 1000 * r)) CK=$RUN/ckpt/$BASE TMPD=$d OUT=$d/ckpt ST=$d/state
   # SKPO samples with the run's tracker (its L_q set the cuts); GRPO's tracker only logs
-  if [ "$m" = skpo ]; then cp -r "$RUN/state/$BASE" "$ST"; else seed_state "$ST" "$STEP"; fi
+  if [ "$m" = skpo ]; then cp -r "$RUN/state/$BASE" "$ST"; else init_state "$ST" "$STEP"; fi
   export SKPO_OVERHEAD_LOG=$d/time.log
   : >"$SKPO_OVERHEAD_LOG"
   if [ "$m" = skpo ]; then
