@@ -9,7 +9,8 @@
 #   - a private header is named *_impl.h (or *.cuh for the CUDA kernels), each
 #     folder has at most one *_impl.h, and only its own folder (and white-box
 #     unit tests, tests/unit/) includes it;
-#   - tools/ and bench/ include only public core headers, never a .c file;
+#   - tools/ and bench/ include only public core headers, never a .c file, and
+#     no tool includes a CUDA header (core/cuda/): devices are the backends';
 #   - the check itself fails on a planted upward include (so it can fail);
 #   - the same at link level, over the objects of build/core (nm): a symbol an
 #     object of layer L uses is defined in L or in a layer L may use, and the
@@ -71,6 +72,7 @@ check_tree() {
       case "$inc" in
         *.c|*/*.c) echo "$rel: includes a source file $inc"; bad=1 ;;
         *_impl.h|*.cuh) echo "$rel: includes the private header $inc"; bad=1 ;;
+        cuda/*) case "$rel" in tools/*) echo "$rel: includes the CUDA header $inc (a tool reaches devices through model.h and comm.h)"; bad=1;; esac ;;
       esac
     done
   done
@@ -88,12 +90,14 @@ planted() { # a copy of core/ with one upward include must fail the check
   cp core/base/common.h "$TMP/p/core/base/common.h"
   printf '#include "verify/verify_impl.h"\n' >"$TMP/p/tools/x.c"
   check_tree "$TMP/p" >/dev/null && { echo "a tool including a private header passed"; return 1; }
+  printf '#include "cuda/cuda.h"\n' >"$TMP/p/tools/x.c"
+  check_tree "$TMP/p" >/dev/null && { echo "a tool including a CUDA header passed"; return 1; }
   rm "$TMP/p/tools/x.c"
   printf '#include "gen/sampler.h"\n' >>"$TMP/p/core/train/loss.h"
   check_tree "$TMP/p" >/dev/null && { echo "a sideways include train -> gen passed"; return 1; }
   return 0
 }
-t "the layer check fails on a planted upward, sideways or private include" planted
+t "the layer check fails on a planted upward, sideways, private or tool-to-CUDA include" planted
 
 # --- link level ---------------------------------------------------------------------
 

@@ -5,7 +5,6 @@
  */
 #include "tool.h"
 
-#include "cuda/cuda.h"
 #include "model/model.h"
 
 #include <inttypes.h>
@@ -156,32 +155,9 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     return st;
 }
 
-// Entry r mod count of CUDA_VISIBLE_DEVICES (or "r" when unset). Must run
-// before anything initialises CUDA: the runtime reads the variable once.
-static void bind_gpu(long r) {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    char pick[64];
-    if (!vis || !*vis) {
-        snprintf(pick, sizeof pick, "%ld", r);
-    } else {
-        long n = 1;
-        for (const char *p = vis; *p; p++) n += *p == ',';
-        long k = r % n;
-        const char *p = vis;
-        for (long i = 0; i < k; i++) p = strchr(p, ',') + 1;
-        size_t len = strcspn(p, ",");
-        if (len >= sizeof pick) return;
-        memcpy(pick, p, len);
-        pick[len] = 0;
-    }
-    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
-}
-
 void upd_bind_device(upd_args *a) {
-    long r = skpo_comm_local_rank();
     const char *name = skpo_enum_name(&skpo_devices, a->device);
-    const char *want = name ? name : getenv("SKPO_DEVICE");
-    if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
+    skpo_comm_bind_gpu(name ? name : getenv("SKPO_DEVICE"));
     skpo_err e = {0};
     if (skpo_device_parse(name, &a->dev, &e)) skpo_die("%s", e.msg);
     if (a->dev != SKPO_DEV_CUDA && (a->recompute || a->zero > 0))
@@ -190,29 +166,10 @@ void upd_bind_device(upd_args *a) {
 
 void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu) {
     skpo_err e = {0};
-    int rank, size;
-    const char *idf = getenv("SKPO_NCCL_ID_FILE");
-    *cu = NULL;
-#ifdef SKPO_HAVE_CUDA
-    if (a->dev == SKPO_DEV_CUDA && idf && *idf && !skpo_comm_launched_by_mpi() && skpo_comm_file_rank(&rank, &size) &&
-        size > 1) {
-        if (skpo_cuda_init(0, cu, &e) || skpo_comm_init_nccl(*cu, c, &e)) skpo_die("%s", e.msg);
-        return;
-    }
-#else
-    (void)idf, (void)rank, (void)size;
-#endif
-    if (skpo_comm_init(a->comm, c, &e)) skpo_die("%s", e.msg);
+    if (skpo_comm_open(a->comm, a->dev == SKPO_DEV_CUDA, c, cu, &e)) skpo_die("%s", e.msg);
 }
 
-void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) {
-    skpo_comm_free(c);
-#ifdef SKPO_HAVE_CUDA
-    skpo_cuda_free_ctx(cu);
-#else
-    (void)cu;
-#endif
-}
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) { skpo_comm_close(c, cu); }
 
 void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o, skpo_comm **nc) {
     *nc = NULL;
