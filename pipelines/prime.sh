@@ -56,7 +56,7 @@ timed score skpo-score --model "$PRM_OUT" --field prm_logp --temperature "$TEMPE
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage prime --prime-beta "$PRIME_BETA" --prime-coef-process "$PRIME_COEF_PROCESS" \
       --prime-coef-outcome "$PRIME_COEF_OUTCOME" --prime-norm "$PRIME_NORM" 2>"$L/advantage.err" \
-  | timed update stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" \
+  | timed update stage_update --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" \
       --full-clip-high "$GRPO_CLIP_HIGH" 2>"$L/update.err"
 check_pipe score tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 rm -f "$TMPD/scored.msgpack.zst"

@@ -73,16 +73,16 @@ enum_key() { # KEY VALUE ALLOWED...
   for a in "$@"; do [ "$v" = "$a" ] && return 0; done
   die "$k='$v' is not one of: $*"
 }
-enum_key LAYOUT "${LAYOUT:-skip}" skip continual
-enum_key REWARD_UP "${REWARD_UP:-mc}" mc self
-case "${CUT:-adaptive}" in  # adaptive, fixed, or a fraction of L_q (F or A/B, 0 < F <= 1)
+enum_key LAYOUT "$LAYOUT" skip continual
+enum_key REWARD_UP "$REWARD_UP" mc self
+case "$CUT" in  # adaptive, fixed, or a fraction of L_q (F or A/B, 0 < F <= 1)
   adaptive|fixed) ;;
   *) awk -v c="$CUT" 'BEGIN { n = split(c, p, "/"); f = n == 2 && p[2] + 0 > 0 ? p[1] / p[2] : c + 0
        exit !(c ~ /^[0-9.]+(\/[0-9.]+)?$/ && n <= 2 && f > 0 && f <= 1) }' ||
      die "CUT='$CUT' is not adaptive, fixed or a fraction F of L_q (0 < F <= 1, e.g. 1/3)";;
 esac
-case "${UP_WARMUP:-0}" in ''|*[!0-9]*) die "UP_WARMUP='$UP_WARMUP' is not a whole number >= 0";; esac
-enum_key SELECT "${SELECT:-median}" median extreme
+case "$UP_WARMUP" in ''|*[!0-9]*) die "UP_WARMUP='$UP_WARMUP' is not a whole number >= 0";; esac
+enum_key SELECT "$SELECT" median extreme
 if [ "$ALGO" = prime ]; then  # PRIME's keys (the tools check the numbers' ranges)
   enum_key PRIME_NORM "$PRIME_NORM" batch none
   case "$PRIME_K" in ''|*[!0-9]*|0|1) die "PRIME_K='$PRIME_K' is not a whole number >= 2 (leave-one-out needs two)";; esac

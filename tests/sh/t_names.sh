@@ -6,9 +6,9 @@
 # name is a usage error (exit 2) whose message lists the accepted names.
 # (skpo-update's help once named two loss forms while it accepted five.)
 . "$(dirname "$0")/lib.sh"
-# help_names TOOL OPT: the a|b|c of OPT's --help line, one per line.
+# help_names TOOL OPT: the a|b|c of OPT's --help line (a long list ends its line), one per line.
 help_names() {
-  "$1" --help | sed -n "s/^ *--$2 \([a-z0-9|-]*\) .*/\1/p" | tr '|' '\n'
+  "$1" --help | sed -n "s/^ *--$2 \([a-z0-9|-]*\)\( .*\)\{0,1\}\$/\1/p" | tr '|' '\n'
 }
 # accepted TOOL OPT NAME: the parser took NAME (any later failure is not about OPT).
 accepted() {
