@@ -313,7 +313,7 @@ static skpo_status pass_path(skpo_model *m, cutrain *t, int *pack, skpo_err *err
     if (t->attn == ATTN_CUDNN && t->dnn_off) t->attn = c->head_dim == 64 || c->head_dim == 128 ? ATTN_FLASH : ATTN_CUSTOM;
     // flash's dQ and cuDNN's backward add with atomics: deterministic mode keeps the custom kernels
     if (t->det) t->attn = ATTN_CUSTOM;
-    *pack = skpo_model_packs(m) && t->attn == ATTN_CUSTOM;
+    *pack = model_packs(m) && t->attn == ATTN_CUSTOM;
     return SKPO_OK;
 }
 

@@ -151,6 +151,10 @@ typedef struct model_backend {
     skpo_status (*open_shared)(skpo_model *m, const skpo_weights_handle *h, skpo_err *err);    // (nullable: none)
 } model_backend;
 
+// Whether a pass packs shared prefixes (skpo_model_packs); inline so the
+// backends need not call up into model.c (tests/sh/t_layers.sh: no link circle).
+static inline int model_packs(const skpo_model *m) { return !m->no_pack && m->be->can_pack; }
+
 // backends.c: the backend for device d, or an error naming why there is none
 // (SKPO_EUNSUPPORTED: not in this build, or an unknown device).
 skpo_status model_backend_get(skpo_device d, const model_backend **out, skpo_err *err);
