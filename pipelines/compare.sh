@@ -9,8 +9,8 @@
 # larger, as in the paper); REWARD_UP=self also finishes the kept candidates;
 # critique generates G - 1 direct responses, then a critique and a refinement per prompt.
 #
-# Methods (METHODS, default all): skpo grpo drgrpo dapo spo gspo cispo sapo critique prime, and the
-# ablations skpo-noskip (LAYOUT=continual), skpo-nomc (REWARD_UP=self),
+# Methods (METHODS, default all below): skpo and any other ALGO with a step script
+# (pipelines/ALGO.sh), and the ablations skpo-noskip (LAYOUT=continual), skpo-nomc (REWARD_UP=self),
 # skpo-fixed (CUT=fixed), skpo-extreme (SELECT=extreme).
 # Any method may carry config overrides after '@': skpo@W_UP=0 (SKPO without its
 # upstream objective), skpo@CUT=1/3@MINIBATCH=8; run folders spell '/' as ':'.
@@ -54,7 +54,6 @@ method_kv() {
   case "$1" in
     *@*=*) local b=${1%%@*} o=${1#*@}; echo "$(method_kv "$b") ${o//@/ }";;
     *+lora*) echo "$(method_kv "${1%%+lora*}") LORA_RANK=${1##*+lora} LR=${LORA_LR:-1e-3}";;
-    skpo|grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique) echo "ALGO=$1";;
     # PRIME: 4 responses for each of 2 x PROMPTS drawn prompts (PROMPTS x 8 generated, as
     # G = 8), PROMPTS kept by the accuracy filter and trained on
     prime) echo "ALGO=prime PRIME_K=4 PRIME_OVERSAMPLE=2";;
@@ -62,7 +61,7 @@ method_kv() {
     skpo-nomc) echo "ALGO=skpo REWARD_UP=self";;
     skpo-fixed) echo "ALGO=skpo CUT=fixed";;
     skpo-extreme) echo "ALGO=skpo SELECT=extreme";;
-    *) return 1;;
+    *) step_script "$1" >/dev/null && echo "ALGO=$1";;   # any algorithm with a step script
   esac
 }
 for m in $METHODS; do method_kv "$m" >/dev/null || die "compare: unknown method '$m'"; done

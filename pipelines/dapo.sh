@@ -17,7 +17,7 @@ L=$TMPD/logs
 POOL=$TMPD/pool.msgpack.zst
 : >"$POOL"
 round=0 have=0
-while [ "$round" -lt "${DAPO_MAX_ROUNDS:-10}" ] && [ "$have" -lt "$PROMPTS" ]; do
+while [ "$round" -lt "$DAPO_MAX_ROUNDS" ] && [ "$have" -lt "$PROMPTS" ]; do
   draw_prompts "$PROMPTS" "$round"
   [ "$(skpo-cat --count "$TMPD/prompts.msgpack.zst")" -gt 1 ] || break # only its meta: data used up
   sampled stage_sample_n "$G" 2>>"$L/sample.err" \
@@ -30,7 +30,7 @@ done
 keep_groups "$PROMPTS" <"$POOL" 2>"$L/keep.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage dapo 2>"$L/advantage.err" \
-  | timed update stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
+  | timed update stage_update --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" 2>"$L/update.err"
 check_pipe keep tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 rm -f "$POOL"
 commit_step

@@ -6,4 +6,4 @@
 . "$(dirname "$0")/common.sh"
 [ $# = 1 ] || { echo "usage: pipelines/grpo.sh RUN_DIR" >&2; exit 2; }
 begin_step "$1"
-full_step grpo --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH"
+full_step grpo --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH"

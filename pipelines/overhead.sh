@@ -65,7 +65,7 @@ one() { # METHOD REPEAT: one step of METHOD, every stage alone; appends "key val
   rm -rf "$d"; mkdir -p "$d/logs"
   STEP=$((BASE + 1)) SEED=$((RUN_SEED + 1000 * r)) CK=$RUN/ckpt/$BASE TMPD=$d OUT=$d/ckpt ST=$d/state
   # SKPO samples with the run's tracker (its L_q set the cuts); GRPO's tracker only logs
-  if [ "$m" = skpo ]; then cp -r "$RUN/state/$BASE" "$ST"; else seed_state "$ST" "$STEP"; fi
+  if [ "$m" = skpo ]; then cp -r "$RUN/state/$BASE" "$ST"; else init_state "$ST" "$STEP"; fi
   export SKPO_OVERHEAD_LOG=$d/time.log
   : >"$SKPO_OVERHEAD_LOG"
   if [ "$m" = skpo ]; then
@@ -73,7 +73,7 @@ one() { # METHOD REPEAT: one step of METHOD, every stage alone; appends "key val
     stage_splice <"$d/up.zst" >"$d/sampled.zst" 2>"$d/logs/splice.err" &&
     stage_reward <"$d/sampled.zst" >"$d/rewarded.zst" 2>"$d/logs/reward.err" &&
     stage_advantage skpo --w-up "$W_UP" --w-down "$W_DOWN" <"$d/rewarded.zst" >"$d/adv.zst" 2>"$d/logs/advantage.err" &&
-    stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" --up-dual-clip "${UP_DUAL_CLIP:-0}" \
+    stage_update --up-clip-low "$CLIP_LOW" --up-clip-high "$CLIP_HIGH_UP" --up-dual-clip "$UP_DUAL_CLIP" \
       --down-clip-low "$CLIP_LOW" --down-clip-high "$CLIP_HIGH" <"$d/adv.zst" 2>"$d/logs/update.err" ||
       { tail -n 5 "$d"/logs/*.err >&2; die "overhead: the SKPO step failed (logs in $d/logs)"; }
     read -r g1 p1 kv1 < <(gen "$d/logs/sample.err"); read -r g2 p2 kv2 < <(gen "$d/logs/splice.err")
@@ -83,7 +83,7 @@ one() { # METHOD REPEAT: one step of METHOD, every stage alone; appends "key val
     stage_sample_n "$G" >"$d/sampled.zst" 2>"$d/logs/sample.err" &&
     stage_reward <"$d/sampled.zst" >"$d/rewarded.zst" 2>"$d/logs/reward.err" &&
     stage_advantage grpo <"$d/rewarded.zst" >"$d/adv.zst" 2>"$d/logs/advantage.err" &&
-    stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH" \
+    stage_update --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" --full-clip-high "$GRPO_CLIP_HIGH" \
       <"$d/adv.zst" 2>"$d/logs/update.err" ||
       { tail -n 5 "$d"/logs/*.err >&2; die "overhead: the GRPO step failed (logs in $d/logs)"; }
     read -r g1 p1 kv1 < <(gen "$d/logs/sample.err"); g2=0 p2=0 kv2=0

@@ -29,19 +29,9 @@ PRM_OUT=$TMPD/prm
 
 # prime_filter N LOW HIGH: stdin to stdout keeping the full records of N prompts: first
 # those whose mean `correct` lies in [LOW, HIGH] (draw order), then the others (verl's
-# filter_and_downsample: prompts passing the filter are preferred, the batch keeps its size).
-prime_filter() {
-  skpo-cat | awk -v N="$1" -v lo="$2" -v hi="$3" '
-    function pid_of(l) { sub(/.*"pid":"/, "", l); sub(/".*/, "", l); return l }
-    { line[NR] = $0
-      if ($0 ~ /"kind":"full"/) { p = pid_of($0); if (!(p in n)) order[++k] = p; n[p]++; c[p] += $0 ~ /"correct":true/ } }
-    END { m = 0
-      for (pass = 1; pass >= 0; pass--)
-        for (i = 1; i <= k && m < N; i++) { p = order[i]; a = c[p] / n[p]
-          if (((a >= lo - 1e-9 && a <= hi + 1e-9) ? 1 : 0) == pass) { keep[p] = 1; m++ } }
-      for (j = 1; j <= NR; j++) if (!(line[j] ~ /"kind":"full"/) || pid_of(line[j]) in keep) print line[j] }' \
-    | skpo-cat --pack --no-meta
-}
+# filter_and_downsample: prompts passing the filter are preferred, the batch keeps its size;
+# core/rl/groups.h).
+prime_filter() { skpo-cut --keep-accuracy "$1" --accuracy "$2:$3"; }
 # stage_prm_update: the implicit PRM's step on the scored records (stdin): sequence
 # cross-entropy (prm-ce, the mean over responses), no old log-probs or mismatch weights.
 stage_prm_update() {
@@ -66,7 +56,7 @@ timed score skpo-score --model "$PRM_OUT" --field prm_logp --temperature "$TEMPE
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage prime --prime-beta "$PRIME_BETA" --prime-coef-process "$PRIME_COEF_PROCESS" \
       --prime-coef-outcome "$PRIME_COEF_OUTCOME" --prime-norm "$PRIME_NORM" 2>"$L/advantage.err" \
-  | timed update stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" \
+  | timed update stage_update --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" \
       --full-clip-high "$GRPO_CLIP_HIGH" 2>"$L/update.err"
 check_pipe score tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 rm -f "$TMPD/scored.msgpack.zst"

@@ -15,6 +15,6 @@ sampled stage_sample_n_prio 1 "$((PROMPTS * G))" 2>"$L/sample.err" \
   | timed reward stage_reward 2>"$L/reward.err" \
   | tee "$TMPD/rollouts.msgpack.zst" 2>"$L/tee.err" \
   | timed advantage stage_advantage spo 2>"$L/advantage.err" \
-  | timed update stage_update --full-dual-clip "${FULL_DUAL_CLIP:-3}" --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" --minibatch "$((MINIBATCH * G))" 2>"$L/update.err"
+  | timed update stage_update --full-dual-clip "$FULL_DUAL_CLIP" --full-clip-low "$CLIP_LOW" --full-clip-high "$CLIP_HIGH" --minibatch "$((MINIBATCH * G))" 2>"$L/update.err"
 check_pipe sample reward tee advantage update -- "${PIPESTATUS[@]}" || exit 1
 commit_step

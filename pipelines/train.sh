@@ -3,8 +3,8 @@
 #
 # First call: creates RUN_DIR with `config` (pipelines/config/defaults.conf plus
 # the KEY=VALUE overrides; MODEL and TRAIN_DATA are required) and ckpt/0 (a link
-# to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else ALGO.sh:
-# grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique, prime; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
+# to MODEL). Every call: runs steps of ALGO (step.sh for skpo, else any
+# pipelines/ALGO.sh step script: common.sh step_script; docs/baselines.md) from the last committed step up to STEPS, evaluating every EVAL_EVERY
 # steps on EVAL_DATA, keeping the newest KEEP durable checkpoints, and printing one
 # summary line per step. With SERVE (default) one `skpo-update --serve` (under
 # the MPI launcher for RANKS / GPUS / NODES > 1) trains every step, keeping the
@@ -73,16 +73,16 @@ enum_key() { # KEY VALUE ALLOWED...
   for a in "$@"; do [ "$v" = "$a" ] && return 0; done
   die "$k='$v' is not one of: $*"
 }
-enum_key LAYOUT "${LAYOUT:-skip}" skip continual
-enum_key REWARD_UP "${REWARD_UP:-mc}" mc self
-case "${CUT:-adaptive}" in  # adaptive, fixed, or a fraction of L_q (F or A/B, 0 < F <= 1)
+enum_key LAYOUT "$LAYOUT" skip continual
+enum_key REWARD_UP "$REWARD_UP" mc self
+case "$CUT" in  # adaptive, fixed, or a fraction of L_q (F or A/B, 0 < F <= 1)
   adaptive|fixed) ;;
   *) awk -v c="$CUT" 'BEGIN { n = split(c, p, "/"); f = n == 2 && p[2] + 0 > 0 ? p[1] / p[2] : c + 0
        exit !(c ~ /^[0-9.]+(\/[0-9.]+)?$/ && n <= 2 && f > 0 && f <= 1) }' ||
      die "CUT='$CUT' is not adaptive, fixed or a fraction F of L_q (0 < F <= 1, e.g. 1/3)";;
 esac
-case "${UP_WARMUP:-0}" in ''|*[!0-9]*) die "UP_WARMUP='$UP_WARMUP' is not a whole number >= 0";; esac
-enum_key SELECT "${SELECT:-median}" median extreme
+case "$UP_WARMUP" in ''|*[!0-9]*) die "UP_WARMUP='$UP_WARMUP' is not a whole number >= 0";; esac
+enum_key SELECT "$SELECT" median extreme
 if [ "$ALGO" = prime ]; then  # PRIME's keys (the tools check the numbers' ranges)
   enum_key PRIME_NORM "$PRIME_NORM" batch none
   case "$PRIME_K" in ''|*[!0-9]*|0|1) die "PRIME_K='$PRIME_K' is not a whole number >= 2 (leave-one-out needs two)";; esac
@@ -90,11 +90,7 @@ if [ "$ALGO" = prime ]; then  # PRIME's keys (the tools check the numbers' range
   awk -v a="$PRIME_ACC_LOW" -v b="$PRIME_ACC_HIGH" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && a + 0 <= b + 0 && b + 0 <= 1) }' ||
     die "PRIME_ACC_LOW='$PRIME_ACC_LOW' / PRIME_ACC_HIGH='$PRIME_ACC_HIGH' are not 0 <= LOW <= HIGH <= 1"
 fi
-case "$ALGO" in
-  skpo) STEP_SH=$PIPE/step.sh;;
-  grpo|drgrpo|dapo|spo|gspo|cispo|sapo|critique|prime) STEP_SH=$PIPE/$ALGO.sh;;
-  *) die "ALGO='$ALGO' is not skpo, grpo, drgrpo, dapo, spo, gspo, cispo, sapo, critique or prime";;
-esac
+STEP_SH=$(step_script "$ALGO") || die "ALGO='$ALGO' has no step script (one of: $(step_algos))"
 rm -rf "$RUN/tmp"
 check_devices
 case "$SAVE_EVERY" in ''|*[!0-9]*|0) die "SAVE_EVERY='$SAVE_EVERY' is not a whole number >= 1";; esac

@@ -9,19 +9,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *skpo_enum_name(const skpo_enum *e, int v) { return v >= 0 && v < e->n ? e->name(v) : NULL; }
+
+int skpo_enum_parse(const skpo_enum *e, const char *s) {
+    for (int v = 0; s && v < e->n; v++) {
+        const char *nm = e->name(v);
+        if (nm && !strcmp(nm, s)) return v;
+    }
+    return -1;
+}
+
+char *skpo_enum_list(const skpo_enum *e, const char *sep, const char *last, char *buf, size_t cap) {
+    SKPO_ASSERT(cap > 0);
+    int total = 0, k = 0;
+    for (int v = 0; v < e->n; v++) total += e->name(v) != NULL;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int v = 0; v < e->n; v++) {
+        const char *nm = e->name(v);
+        if (!nm) continue;
+        const char *pre = k == 0 ? "" : k == total - 1 ? last : sep;
+        int w = snprintf(buf + len, cap - len, "%s%s", pre, nm);
+        if (w < 0 || (size_t)w >= cap - len) {   // does not fit: end at the last whole name
+            buf[len] = 0;
+            break;
+        }
+        len += (size_t)w, k++;
+    }
+    return buf;
+}
+
 static void print_help(const char *synopsis, const char *about, const skpo_opt *opts) {
     printf("usage: %s %s\n", skpo_progname(), synopsis);
     if (about && *about) printf("\n%s\n", about);
     printf("\noptions:\n");
     for (const skpo_opt *o = opts; o && o->type != SKPO_OPTT_END; o++) {
         if (o->type == SKPO_OPTT_ALIAS) continue;
-        char left[80];
+        char left[320];
         int n = 0;
         if (o->shortname) n = snprintf(left, sizeof left, "-%c, ", o->shortname);
         else n = snprintf(left, sizeof left, "    ");
         if (o->type == SKPO_OPTT_FLAG) snprintf(left + n, sizeof left - (size_t)n, "--%s", o->name);
-        else snprintf(left + n, sizeof left - (size_t)n, "--%s %s", o->name, o->arg ? o->arg : "X");
-        printf("  %-28s %s\n", left, o->help ? o->help : "");
+        else if (o->type == SKPO_OPTT_ENUM && !o->arg) {
+            char names[256];
+            snprintf(left + n, sizeof left - (size_t)n, "--%s %s", o->name, skpo_enum_list(o->en, "|", "|", names, sizeof names));
+        } else snprintf(left + n, sizeof left - (size_t)n, "--%s %s", o->name, o->arg ? o->arg : "X");
+        // a long list of names takes a line of its own
+        if (o->type == SKPO_OPTT_ENUM && strlen(left) > 28) printf("  %s\n  %-28s %s\n", left, "", o->help ? o->help : "");
+        else printf("  %-28s %s\n", left, o->help ? o->help : "");
     }
     printf("  %-28s %s\n", "-h, --help", "show this help and exit");
 }
@@ -79,6 +114,16 @@ static int set(const skpo_opt *o, const char *val, char *msg, size_t cap) {
         break;
     }
     case SKPO_OPTT_STR: *(const char **)o->dest = val; break;
+    case SKPO_OPTT_ENUM: {
+        int v = skpo_enum_parse(o->en, val);
+        if (v < 0) {
+            char names[256];
+            snprintf(msg, cap, "--%s: '%s' is not %s", o->name, val, skpo_enum_list(o->en, ", ", " or ", names, sizeof names));
+            return 1;
+        }
+        *(int *)o->dest = v;
+        break;
+    }
     case SKPO_OPTT_LIST: {
         skpo_strlist *l = o->dest;
         if (l->n >= (int)(sizeof l->v / sizeof l->v[0])) {

@@ -22,6 +22,7 @@ void skpo_rollout_opts_default(skpo_rollout_opts *o) {
     memset(o, 0, sizeof *o);
     o->batch = 64;
     o->max_tokens = 3072;
+    o->device = -1;
     o->sample = (skpo_sample_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0};
 }
 
@@ -81,7 +82,7 @@ skpo_status skpo_rollout_open(const skpo_rollout_opts *o, skpo_rollout *r, skpo_
     memset(r, 0, sizeof *r);
     r->lent_fd = -1;
     skpo_model_opts mo = {.device = SKPO_DEV_CPU, .trainable = 0, .threads = o->threads};
-    skpo_status st = skpo_device_parse(o->device, &mo.device, err);
+    skpo_status st = skpo_device_parse(skpo_enum_name(&skpo_devices, o->device), &mo.device, err);
     if (st != SKPO_OK) return st;
     // LoRA: merged into the base once at load (no per-token cost; lora.h).
     if (!o->import_weights || !import_weights(o, &mo, r)) {

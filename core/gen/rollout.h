@@ -31,7 +31,7 @@ typedef struct skpo_rollout_opts {
     long kv_tokens;             // KV pool positions; 0 = batch * min(ctx, prompt guess + max_tokens)
     int share_prefix;
     int threads;                // 0 = OpenMP default
-    const char *device;         // "cuda" | "cpu"; NULL = $SKPO_DEVICE, else cuda when a GPU is visible
+    int device;                 // skpo_devices (model.h); -1 = $SKPO_DEVICE, else cuda when a GPU is visible
     skpo_sample_params sample;
     const char *const *stops;   // (n_stops)
     int n_stops;
@@ -72,7 +72,7 @@ void skpo_rollout_opts_default(skpo_rollout_opts *o);
     SKPO_OPT_LONG("max-tokens", 0, &(ro).max_tokens, 1, INT_MAX, "N", "new tokens per response (default 3072)"),       \
     SKPO_OPT_LONG("kv-tokens", 0, &(ro).kv_tokens, 1, 1e12, "N", "KV cache positions (default: batch x context)"),     \
     SKPO_OPT_INT("threads", 0, &(ro).threads, 0, 1024, "N", "CPU threads (default: OpenMP's)"),                        \
-    SKPO_OPT_STR("device", 0, &(ro).device, "cuda|cpu", "compute device (default: cuda when a GPU is visible)")
+    SKPO_OPT_ENUM("device", 0, &(ro).device, &skpo_devices, "compute device (default: cuda when a GPU is visible)")
 
 typedef struct skpo_rollout {
     skpo_model *model;

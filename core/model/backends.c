@@ -23,6 +23,9 @@ enum { N_BACKENDS = sizeof backends / sizeof backends[0] };
 
 // Every device kind a build may have, whether or not this one does.
 static const char *const device_names[] = {[SKPO_DEV_CPU] = "cpu", [SKPO_DEV_CUDA] = "cuda"};
+enum { N_DEVICES = sizeof device_names / sizeof *device_names };
+static const char *device_name(int d) { return d >= 0 && d < N_DEVICES ? device_names[d] : NULL; }
+const skpo_enum skpo_devices = {N_DEVICES, device_name};
 
 static const model_backend *find(skpo_device d) {
     for (int i = 0; i < N_BACKENDS; i++)
@@ -47,10 +50,12 @@ skpo_status skpo_device_parse(const char *name, skpo_device *out, skpo_err *err)
         *out = SKPO_DEV_CPU;
         return SKPO_OK;
     }
-    int d = -1;
-    for (int i = 0; i < (int)(sizeof device_names / sizeof device_names[0]); i++)
-        if (!strcmp(name, device_names[i])) d = i;
-    if (d < 0) return skpo_err_set(err, SKPO_ERANGE, "device '%s': expected cuda or cpu", name);
+    int d = skpo_enum_parse(&skpo_devices, name);
+    if (d < 0) {
+        char names[64];
+        return skpo_err_set(err, SKPO_ERANGE, "device '%s': expected %s", name,
+                            skpo_enum_list(&skpo_devices, ", ", " or ", names, sizeof names));
+    }
     const model_backend *be = find((skpo_device)d);
     if (!be) return skpo_err_set(err, SKPO_EUNSUPPORTED, "device %s: " NO_CUDA, name);
     if (be->visible() <= 0)

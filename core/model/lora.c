@@ -1,7 +1,10 @@
 /*
  * lora.c - see lora.h. Sections: configuration, the adapter's tensors and
  * PEFT's initialisation, the PEFT folder (read / write), the low-rank path
- * (forward / backward hooks, merge), loading a policy, the trainer's view.
+ * (forward / backward hooks), attaching, an adapter folder's base. What calls
+ * the model's public API (merge, loading a policy, the trainer's view) is in
+ * policy.c: the backends call the hooks here, so this file calls no model.c
+ * function (no circle model.c -> backend -> lora.c -> model.c).
  */
 #define _GNU_SOURCE
 #include "model/lora.h"
@@ -403,6 +406,7 @@ void lora_mod_get(const skpo_lora *lo, int l, int t, const float **A, const floa
     *A = md->A, *B = md->B, *dA = md->dA, *dB = md->dB, *K = md->K, *O = md->O;
 }
 int lora_layers(const skpo_lora *lo) { return lo->L; }
+void **lora_pol_slot(skpo_lora *lo) { return &lo->pol; }
 float lora_scale_f(const skpo_lora *lo) { return lo->scale; }
 void *lora_dev_get(const skpo_lora *lo) { return lo->dev; }
 void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev)) {
@@ -443,34 +447,6 @@ void skpo_lora_bwd(skpo_lora *lo, const skpo_ops *op, int l, int t, float *dx, c
     free(du);
 }
 
-skpo_status skpo_lora_merge(const skpo_lora *lo, skpo_model *m, skpo_err *err) {
-    const skpo_config *mc = skpo_model_config(m);
-    if (mc->num_hidden_layers != lo->L)
-        return skpo_err_set(err, SKPO_ERANGE, "adapter has %d layers, the model %d", lo->L, mc->num_hidden_layers);
-    skpo_status s = skpo_model_sync_host(m, err);
-    if (s) return s;
-    const skpo_ops *op = skpo_ops_cpu();
-    size_t r = (size_t)lo->c.rank;
-    for (int l = 0; l < lo->L; l++)
-        for (int t = 0; t < SKPO_LORA_NT; t++) {
-            const lora_mod *md = mod_of(lo, l, t);
-            if (!md) continue;
-            const model_layer *ly = &m->layers[l];
-            float *w[SKPO_LORA_NT] = {ly->wq, ly->wk, ly->wv, ly->wo, ly->wg, ly->wu, ly->wd};
-            // W (O, K) += (s B) (O, r) @ A (r, K) = matmul(in = s B, w = A^T (K, r)).
-            float *sb = skpo_xmalloc((size_t)md->O * r * sizeof(float)), *at = skpo_xmalloc((size_t)md->K * r * sizeof(float));
-            for (size_t i = 0; i < (size_t)md->O * r; i++) sb[i] = lo->scale * md->B[i];
-            for (size_t i = 0; i < r; i++)
-                for (size_t k = 0; k < (size_t)md->K; k++) at[k * r + i] = md->A[i * (size_t)md->K + k];
-            op->matmul(w[t], sb, at, NULL, md->O, (int)r, md->K, 1);
-            free(sb);
-            free(at);
-        }
-    skpo_param *p;
-    skpo_model_params(m, &p);   // drops packed copies made from the old weights
-    return skpo_model_sync_device(m, err); // a backend with a device copy refreshes it
-}
-
 skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err) {
     if (lo && lo->L != m->c.num_hidden_layers)
         return skpo_err_set(err, SKPO_ERANGE, "adapter has %d layers, the model %d", lo->L, m->c.num_hidden_layers);
@@ -478,7 +454,7 @@ skpo_status skpo_lora_attach(skpo_model *m, skpo_lora *lo, skpo_err *err) {
     return SKPO_OK;
 }
 
-// --- loading a policy --------------------------------------------------------------------------
+// --- an adapter folder's base --------------------------------------------------------------------------
 
 skpo_status skpo_lora_base_of(const char *dir, char **base, skpo_err *err) {
     char *cp = skpo_path_join(dir, SKPO_LORA_CONFIG_FILE);
@@ -497,67 +473,4 @@ skpo_status skpo_lora_base_of(const char *dir, char **base, skpo_err *err) {
     }
     *base = b;
     return SKPO_OK;
-}
-
-skpo_status skpo_lora_model_load(const char *dir, const char *adapter, const skpo_model_opts *o, int merge,
-                                 skpo_model **m, skpo_lora **lora, skpo_err *err) {
-    if (lora) *lora = NULL;
-    *m = NULL;
-    char *base = NULL;
-    skpo_status s = SKPO_OK;
-    if (!adapter && skpo_lora_is_adapter_dir(dir)) {
-        adapter = dir;
-        if ((s = skpo_lora_base_of(dir, &base, err))) return s;
-        dir = base;
-    }
-    if (!adapter) {
-        s = skpo_model_load(dir, o, m, err);
-        free(base);
-        return s;
-    }
-    s = skpo_model_load(dir, o, m, err);
-    skpo_lora *lo = NULL;
-    if (!s) s = skpo_lora_load(adapter, skpo_model_config(*m), 0, &lo, err);
-    if (!s && merge) s = skpo_lora_merge(lo, *m, err);
-    else if (!s) s = skpo_lora_attach(*m, lo, err);
-    free(base);
-    if (s) {
-        skpo_model_free(*m);
-        skpo_lora_free(lo);
-        *m = NULL;
-        return s;
-    }
-    if (merge) skpo_lora_free(lo);
-    else *lora = lo;
-    return SKPO_OK;
-}
-
-// --- the trainer's view ------------------------------------------------------------------------
-
-typedef struct lora_pol {
-    skpo_model *m;
-    skpo_lora *lo;
-} lora_pol;
-
-static skpo_status lp_forward(void *ctx, const skpo_seq *s, int n, float t, float *lp, float *ent, skpo_err *err) {
-    return skpo_model_train_forward(((lora_pol *)ctx)->m, s, n, t, lp, ent, err);
-}
-static skpo_status lp_backward(void *ctx, const float *dlp, const float *dent, skpo_err *err) {
-    return skpo_model_train_backward(((lora_pol *)ctx)->m, dlp, dent, err);
-}
-static skpo_status lp_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
-    return skpo_model_logprobs(((lora_pol *)ctx)->m, s, n, t, lp, NULL, err);
-}
-static void lp_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(((lora_pol *)ctx)->m, raw, packed); }
-static void lp_zero(void *ctx) { skpo_lora_zero_grad(((lora_pol *)ctx)->lo); }
-static int lp_params(void *ctx, skpo_param **p) { return skpo_lora_params(((lora_pol *)ctx)->lo, p); }
-
-skpo_policy skpo_policy_of_lora(skpo_model *m, skpo_lora *lo) {
-    // One small context per (model, adapter), kept with the adapter so the
-    // policy value can be copied freely; freed with it.
-    if (!lo->pol) lo->pol = skpo_xcalloc(1, sizeof(lora_pol));
-    lora_pol *ctx = lo->pol;
-    ctx->m = m;
-    ctx->lo = lo;
-    return (skpo_policy){ctx, lp_forward, lp_backward, lp_score, lp_zero, lp_params, NULL, lp_tokens};
 }

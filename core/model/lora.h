@@ -41,6 +41,7 @@
 #include "base/common.h"
 #include "base/config.h"
 #include "model/model.h"
+#include "model/policy.h"
 #include "cpu/ops.h"
 
 #include <stdint.h>
@@ -96,9 +97,6 @@ void skpo_lora_zero_grad(skpo_lora *lo);
 
 // --- applying it --------------------------------------------------------------------
 
-// W += s B A for every targeted weight of m (host weights; a CUDA model's
-// device copy is refreshed).
-skpo_status skpo_lora_merge(const skpo_lora *lo, skpo_model *m, skpo_err *err);
 // Compute the low-rank path in m's forward, backward and step (lo must
 // outlive m, or be detached with lo = NULL). Training then needs no base
 // gradients: load the model with trainable = 0.
@@ -115,20 +113,9 @@ void skpo_lora_bwd(skpo_lora *lo, const skpo_ops *op, int l, int t, float *dx, c
 
 // Does dir hold an adapter (adapter_config.json)?
 int skpo_lora_is_adapter_dir(const char *dir);
-// Load the policy for inference: dir is a full checkpoint, or an adapter
-// folder whose base_model_name_or_path is loaded as the base; adapter
-// (nullable) names an adapter to apply to the checkpoint dir explicitly
-// (dir's own adapter then must not exist). The adapter is merged once
-// (merge = 1; *lora = NULL) or kept as the low-rank path (merge = 0; *lora
-// gets it, free it after the model). *lora may be NULL when merge = 1.
-skpo_status skpo_lora_model_load(const char *dir, const char *adapter, const skpo_model_opts *o, int merge,
-                                 skpo_model **m, skpo_lora **lora, skpo_err *err);
+// skpo_lora_model_load, skpo_lora_merge and skpo_policy_of_lora: policy.h.
 // The base folder of adapter folder dir: base_model_name_or_path, resolved
 // against dir when relative and not found from the working directory.
 skpo_status skpo_lora_base_of(const char *dir, char **base, skpo_err *err);
-
-// The trainer's view: forward / backward through m with lo attached, the
-// adapter's tensors as the parameters.
-skpo_policy skpo_policy_of_lora(skpo_model *m, skpo_lora *lo);
 
 #endif

@@ -392,7 +392,7 @@ skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int 
 }
 
 void skpo_model_set_pack(skpo_model *m, int on) { m->no_pack = !on; }
-int skpo_model_packs(const skpo_model *m) { return !m->no_pack && m->be->can_pack; }
+int skpo_model_packs(const skpo_model *m) { return model_packs(m); }
 
 void skpo_model_pass_tokens(const skpo_model *m, long *raw, long *packed) {
     *raw = m->last_raw;

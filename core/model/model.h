@@ -16,6 +16,7 @@
 #ifndef SKPO_MODEL_H
 #define SKPO_MODEL_H
 
+#include "base/cli.h"
 #include "base/common.h"
 #include "base/config.h"
 #include "model/kvcache.h"
@@ -89,6 +90,10 @@ struct skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m);
 // visible, else cpu. "cuda" in a build without CUDA or on a machine without a
 // visible device fails with a one-line message naming the reason.
 skpo_status skpo_device_parse(const char *name, skpo_device *out, skpo_err *err);
+// Every device kind a build may have, whether or not this one does (base/cli.h
+// table, indexed by skpo_device; backends.c): "cpu" "cuda". The tools' --device
+// options parse against it; -1 (not given) is passed on as name NULL.
+extern const skpo_enum skpo_devices;
 
 // --- scoring and training ---------------------------------------------------------
 

@@ -84,7 +84,7 @@ skpo_status model_cuda_probe(int device, skpo_err *err) {
     return SKPO_OK;
 }
 
-skpo_cuda *model_cuda_ctx(const skpo_model *m) { return m->cuda ? m->cuda->cu : NULL; }
+skpo_cuda *model_cuda_ctx(const skpo_model *m) { return model_cuda_of(m) ? model_cuda_of(m)->cu : NULL; }
 
 const char *const model_attn_names[ATTN_NPATHS] = {"custom", "flash", "cudnn"};
 
@@ -142,7 +142,7 @@ static skpo_status download_bf16(skpo_cuda *cu, float *dst, const skpo_bf16 *src
 }
 
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     SKPO_ASSERT(mc);
     if (mc->offloaded) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model's masters are offloaded: reload them first");
     skpo_status s;
@@ -162,7 +162,7 @@ skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err) {
 }
 
 skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t b, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     SKPO_ASSERT(mc && a <= b && b <= m->numel);
     skpo_status s = skpo_cuda_sync(mc->cu, err);
     if (s || a == b) return s;
@@ -174,7 +174,7 @@ skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t 
 static void infer_free(model_cuda *mc);
 
 void model_cuda_close(skpo_model *m) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     if (!mc) return;
     if (mc->cu) skpo_cuda_sync(mc->cu, NULL);
     if (mc->train && mc->train_free) mc->train_free(mc);
@@ -186,7 +186,7 @@ void model_cuda_close(skpo_model *m) {
     skpo_cuda_dfree(mc->inv_freq);
     skpo_cuda_free_ctx(mc->cu);
     free(mc);
-    m->cuda = NULL;
+    m->be_ctx = NULL;
 }
 
 // The step runs q, k, v and gate, up as one GEMM each: model.c's layout_order
@@ -204,7 +204,7 @@ static void check_fused_layout(const skpo_model *m) {
 
 // The scratch every inference step uses (both ways of opening).
 static skpo_status infer_open(skpo_model *m, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     infer_state *in = skpo_xcalloc(1, sizeof(infer_state));
     mc->infer = in;
     check_fused_layout(m);
@@ -219,14 +219,14 @@ static skpo_status infer_open(skpo_model *m, skpo_err *err) {
 }
 
 skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err) {
-    SKPO_ASSERT(!m->cuda);
+    SKPO_ASSERT(!model_cuda_of(m));
     model_cuda *mc = skpo_xcalloc(1, sizeof *mc);
     skpo_status s = skpo_cuda_init(device, &mc->cu, err);
     if (s) {
         free(mc);
         return s;
     }
-    m->cuda = mc;
+    m->be_ctx = mc;
     size_t n = m->numel, half = (size_t)(m->c.head_dim / 2);
     // Checked before any upload: bf16 weights, plus fp32 master and grad (and
     // room for the optimizer's moments kept elsewhere) when trainable.
@@ -260,21 +260,21 @@ skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_er
 // The exporter's side of model.h's weights sharing: the bf16 weights are one
 // allocation, so one handle lends them all (the importer uses the same offsets).
 static skpo_status cuda_export_weights(const skpo_model *m, skpo_weights_handle *h, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     skpo_status s = skpo_cuda_pci_id(mc->cu, h->device, (int)sizeof h->device, err);
     return s ? s : skpo_cuda_ipc_export(mc->cu, mc->w, h->ipc, err);
 }
 
 // The importer's: the device of h, the weights mapped, only the RoPE table uploaded.
 static skpo_status cuda_open_shared(skpo_model *m, const skpo_weights_handle *h, skpo_err *err) {
-    SKPO_ASSERT(!m->cuda && !m->o.trainable);
+    SKPO_ASSERT(!model_cuda_of(m) && !m->o.trainable);
     model_cuda *mc = skpo_xcalloc(1, sizeof *mc);
     skpo_status s = skpo_cuda_init(0, &mc->cu, err);
     if (s) {
         free(mc);
         return s;
     }
-    m->cuda = mc;
+    m->be_ctx = mc;
     char pci[32];
     size_t half = (size_t)(m->c.head_dim / 2);
     if (!(s = skpo_cuda_pci_id(mc->cu, pci, (int)sizeof pci, err)) && strcmp(pci, h->device))
@@ -299,7 +299,7 @@ static size_t pool_block_bytes(const skpo_model *m) {
 // The pool holds one block more than the cache hands out: the pad block that
 // the padding rows of a bucketed decode graph write and read.
 static skpo_status pool_alloc(void *ctx, size_t bytes, void **k, void **v, skpo_err *err) {
-    skpo_cuda *cu = ((const skpo_model *)ctx)->cuda->cu;
+    skpo_cuda *cu = model_cuda_of((const skpo_model *)ctx)->cu;
     size_t avail = skpo_cuda_mem_free(cu);
     bytes += pool_block_bytes(ctx);
     *k = *v = NULL;
@@ -321,9 +321,9 @@ static skpo_status pool_alloc(void *ctx, size_t bytes, void **k, void **v, skpo_
 // address of this K, or of this V, but not necessarily both).
 static void pool_release(void *ctx, void *k, void *v) {
     const skpo_model *m = ctx;
-    if (m->cuda && m->cuda->infer) {
-        skpo_cuda_sync(m->cuda->cu, NULL);
-        graphs_drop(m->cuda->infer);
+    if (model_cuda_of(m) && model_cuda_of(m)->infer) {
+        skpo_cuda_sync(model_cuda_of(m)->cu, NULL);
+        graphs_drop(model_cuda_of(m)->infer);
     }
     skpo_cuda_dfree(k);
     skpo_cuda_dfree(v);
@@ -331,7 +331,7 @@ static void pool_release(void *ctx, void *k, void *v) {
 
 // Copy-on-write on the model's stream: ordered before the step that writes the block.
 static void pool_copy_block(void *ctx, void *k, void *v, size_t block_bytes, int dst, int src) {
-    skpo_cuda *cu = ((const skpo_model *)ctx)->cuda->cu;
+    skpo_cuda *cu = model_cuda_of((const skpo_model *)ctx)->cu;
     skpo_err e = {0};
     char *pk = k, *pv = v;
     if (skpo_cuda_d2d_async(cu, pk + (size_t)dst * block_bytes, pk + (size_t)src * block_bytes, block_bytes, &e) ||
@@ -343,7 +343,7 @@ static const skpo_kv_pool_ops POOL_OPS = {
     .elem_bytes = sizeof(skpo_bf16), .alloc = pool_alloc, .release = pool_release, .copy_block = pool_copy_block};
 
 skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
-    SKPO_ASSERT(m->cuda);
+    SKPO_ASSERT(model_cuda_of(m));
     skpo_kv_shape sh = {
         .n_layers = m->c.num_hidden_layers,
         .kv_dim = m->c.num_key_value_heads * m->c.head_dim,
@@ -352,7 +352,7 @@ skpo_kv *model_cuda_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs,
         .max_seqs = max_seqs,
     };
     skpo_kv *kv = skpo_kv_new_ext(&sh, &POOL_OPS, (void *)m, err);
-    if (kv) graphs_drop(m->cuda->infer);  // recorded for other pools (belt and braces: release drops them too)
+    if (kv) graphs_drop(model_cuda_of(m)->infer);  // recorded for other pools (belt and braces: release drops them too)
     // Scratch for a decode step of every sequence now, not mid-generation.
     size_t n = max_seqs > 0 ? (size_t)max_seqs : 1;
     if (kv && infer_reserve((skpo_model *)m, n, n, 6 * n, err)) {
@@ -418,7 +418,7 @@ static step_bufs bufs_of(const skpo_model *m, const infer_state *in) {
 
 // Grow the scratch to hold a step of N rows, nseq sequences and nints staging ints.
 static skpo_status infer_reserve(skpo_model *m, size_t N, size_t nseq, size_t nints, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     infer_state *in = mc->infer;
     const skpo_config *c = &m->c;
     skpo_status s;
@@ -484,8 +484,8 @@ typedef struct step_ix {
 // unforced choice) says so once and hands over to the kernel for good.
 static skpo_status prefill_attention(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_bf16 *att, const skpo_bf16 *q,
                                      int l, skpo_err *err) {
-    infer_state *in = m->cuda->infer;
-    skpo_cuda *cu = m->cuda->cu;
+    infer_state *in = model_cuda_of(m)->infer;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     const skpo_config *c = &m->c;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim;
@@ -507,7 +507,7 @@ static skpo_status prefill_attention(skpo_model *m, skpo_kv *kv, const step_ix *
 // Every kernel of one step, in order, on the model's stream (capturable: no
 // allocation, no synchronisation, no host reads of device data).
 static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     infer_state *in = mc->infer;
     skpo_cuda *cu = mc->cu;
     const skpo_config *c = &m->c;
@@ -553,8 +553,8 @@ static skpo_status step_launch(skpo_model *m, skpo_kv *kv, const step_ix *ix, sk
 // attributes get set), the second time it is captured, then replayed. Any
 // capture failure turns graphs off for this model and runs eagerly.
 static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, skpo_err *err) {
-    infer_state *in = m->cuda->infer;
-    skpo_cuda *cu = m->cuda->cu;
+    infer_state *in = model_cuda_of(m)->infer;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     const void *pk = skpo_kv_pool_raw_k(kv), *pv = skpo_kv_pool_raw_v(kv);
     step_graph *hit = NULL, *lru = &in->graphs[0];
     for (int i = 0; i < MAX_GRAPHS; i++) {
@@ -590,7 +590,7 @@ static skpo_status step_graphed(skpo_model *m, skpo_kv *kv, const step_ix *ix, s
 // only) of token 0 at position 0 whose K/V row and block table are the pad block.
 static step_ix step_stage(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, int B, const int32_t *toks,
                           const int *off, const int *old, int MB) {
-    infer_state *in = m->cuda->infer;
+    infer_state *in = model_cuda_of(m)->infer;
     const skpo_kv_shape *ks = skpo_kv_get_shape(kv);
     int N = off[nseq] + (B - nseq), bs = ks->block_size, pad = (int)ks->n_blocks;
     int32_t *h = in->hints[in->cur], *d = in->dints;
@@ -643,7 +643,7 @@ static int decode_bucket(int n) {
 
 skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, float *logits, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     SKPO_ASSERT(mc);
     if (m->lora) // LoRA: inference on cuda uses a merged adapter (lora.h)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "step: no low-rank LoRA path in the cuda step (merge the adapter)");
@@ -694,7 +694,7 @@ skpo_status model_cuda_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
 }
 
 int model_cuda_last_logits(const skpo_model *m, const float **dev_logits) {
-    infer_state *in = m->cuda ? m->cuda->infer : NULL;
+    infer_state *in = model_cuda_of(m) ? model_cuda_of(m)->infer : NULL;
     *dev_logits = in && in->last_nseq ? in->logits : NULL;
     return *dev_logits ? in->last_nseq : 0;
 }

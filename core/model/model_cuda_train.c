@@ -106,25 +106,25 @@ static void cutrain_free(model_cuda *mc) {
 }
 
 static cutrain *tr(skpo_model *m) {
-    if (!m->cuda->train) {
-        m->cuda->train = skpo_xcalloc(1, sizeof(cutrain));
-        m->cuda->train_free = cutrain_free;
+    if (!model_cuda_of(m)->train) {
+        model_cuda_of(m)->train = skpo_xcalloc(1, sizeof(cutrain));
+        model_cuda_of(m)->train_free = cutrain_free;
     }
-    return m->cuda->train;
+    return model_cuda_of(m)->train;
 }
 
 void model_cuda_set_recompute(skpo_model *m, int on) { tr(m)->recompute = on != 0; }
 
 skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
-    if (!m->cuda->master || !m->cuda->grad)
+    if (!model_cuda_of(m)->master || !model_cuda_of(m)->grad)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model is not a trainable model on cuda");
-    *out = (skpo_dev_params){m->cuda->cu, m->cuda->master, m->cuda->w, m->cuda->grad, m->numel};
+    *out = (skpo_dev_params){model_cuda_of(m)->cu, model_cuda_of(m)->master, model_cuda_of(m)->w, model_cuda_of(m)->grad, m->numel};
     return SKPO_OK;
 }
 
 skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
-    if (!m->cuda->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
-    return skpo_cuda_sumsq_f64(m->cuda->cu, ss, m->cuda->grad, m->numel, err);
+    if (!model_cuda_of(m)->grad) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model has no device gradients");
+    return skpo_cuda_sumsq_f64(model_cuda_of(m)->cu, ss, model_cuda_of(m)->grad, m->numel, err);
 }
 
 // Master, grad and the activation arena freed: at 7B 61 GB, plus the arena
@@ -133,7 +133,7 @@ skpo_status model_cuda_grad_sumsq(skpo_model *m, double *ss, skpo_err *err) {
 // offload took them first; its reload writes them back); the next pass grows
 // a new arena.
 skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     if (mc->offloaded || !mc->master) return SKPO_OK;
     skpo_status st = skpo_cuda_sync(mc->cu, err);
     if (st) return st;
@@ -152,7 +152,7 @@ skpo_status model_cuda_offload(skpo_model *m, skpo_err *err) {
 }
 
 skpo_status model_cuda_reload(skpo_model *m, skpo_err *err) {
-    model_cuda *mc = m->cuda;
+    model_cuda *mc = model_cuda_of(m);
     if (!mc->offloaded) return SKPO_OK;
     size_t bytes = m->numel * sizeof(float);
     skpo_status st = skpo_cuda_malloc(mc->cu, (void **)&mc->master, bytes, "fp32 master weights", err);
@@ -231,7 +231,7 @@ static skpo_status arena_fit(skpo_model *m, cutrain *t, skpo_err *err) {
         skpo_cuda_dfree(t->arena);
         t->arena = NULL;
         t->cap = 0;
-        TRY(skpo_cuda_malloc(m->cuda->cu, (void **)&t->arena, need,
+        TRY(skpo_cuda_malloc(model_cuda_of(m)->cu, (void **)&t->arena, need,
                              t->saved ? (t->recomputing ? "training activations (try fewer tokens per micro-batch)"
                                                         : "training activations (try --recompute or fewer tokens per micro-batch)")
                                       : "scoring activations (try fewer tokens per batch)",
@@ -250,7 +250,7 @@ static int head_rows(const skpo_model *m, cutrain *t) {
     size_t V = (size_t)m->c.vocab_size, C = (size_t)m->c.hidden_size, S = t->S ? (size_t)t->S : 1;
     t->R = 1;
     dims d = dims_of(m, t);
-    size_t rest = layout(t, &d, NULL), avail = skpo_cuda_mem_free(m->cuda->cu) + t->cap;
+    size_t rest = layout(t, &d, NULL), avail = skpo_cuda_mem_free(model_cuda_of(m)->cu) + t->cap;
     size_t per_row = V * 2 + C * 2 * (t->saved ? 2 : 1), r = avail > rest ? (avail - rest) / 2 / per_row : 1;
     if (r > LOGIT_CHUNK_ELEMS / V) r = LOGIT_CHUNK_ELEMS / V;
     if (r > S) r = S;
@@ -311,13 +311,13 @@ static skpo_status pass_path(skpo_model *m, cutrain *t, const skpo_seq *seqs, in
     const skpo_config *c = &m->c;
     const char *det = getenv("SKPO_DETERMINISTIC");
     t->det = det && *det && strcmp(det, "0");
-    TRY(model_cuda_attn_select(m->cuda->cu, 1, c->num_attention_heads, c->num_key_value_heads, c->head_dim, &t->attn,
+    TRY(model_cuda_attn_select(model_cuda_of(m)->cu, 1, c->num_attention_heads, c->num_key_value_heads, c->head_dim, &t->attn,
                                &t->attn_forced, err));
     if (t->attn == ATTN_CUDNN && t->dnn_off) t->attn = c->head_dim == 64 || c->head_dim == 128 ? ATTN_FLASH : ATTN_CUSTOM;
     // flash's dQ and cuDNN's backward add with atomics: deterministic mode keeps the custom kernels
     if (t->det) t->attn = ATTN_CUSTOM;
     *pack = 0;
-    if (!skpo_model_packs(m)) return SKPO_OK;
+    if (!model_packs(m)) return SKPO_OK;
     long raw, packed;
     skpo_pack_count(seqs, nseq, 1, &raw, &packed);
     if (packed == raw) return SKPO_OK;   // nothing shared: the pass as it was
@@ -365,7 +365,7 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     for (int r = 0; r < R; r++)
         for (int j = pk.row_off[r]; j < pk.row_off[r + 1]; j++) so[j] = r;
     t->dup_rounds = dup_rounds(&pk, dup);
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     if (!st && t->det && save) st = upload_emb_order(cu, t, pk.ids, N, err);
     if (!st) st = skpo_cuda_h2d(cu, t->ids, pk.ids, (size_t)N * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->pos, pk.pos, (size_t)N * 4, err);
@@ -405,7 +405,7 @@ static void attn_fallback(skpo_model *m, cutrain *t, const skpo_err *why) {
 
 static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_err *err) {
     const skpo_config *c = &m->c;
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim;
     float *lse = t->saved ? a->lse : NULL;   // scoring needs no statistics
     if (t->attn == ATTN_CUDNN) {
@@ -425,7 +425,7 @@ static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
 // dq, and dK / dV into t->dkb / t->dvb (bf16), from t->datt.
 static skpo_status attn_bwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_err *err) {
     const skpo_config *c = &m->c;
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HS = c->head_dim, KVD = NKV * HS;
     if (t->attn == ATTN_CUDNN) {
         skpo_status s = skpo_cudnn_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k,
@@ -458,14 +458,14 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
                              skpo_err *err) {
     const skpo_config *c = &m->c;
     const model_layer *L = &m->layers[l];
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     float eps = (float)c->rms_norm_eps;
     if (!prenormed) TRY(skpo_cuda_rmsnorm(cu, a->ln1, a->rstd1, a->xin, W(L->ln1), N, C, eps, err));
     if (t->fused) {   // one GEMM over [Wq; Wk; Wv], then biases, RoPE and the split in one launch
         TRY(skpo_cuda_linear(cu, t->qkv, a->ln1, W(L->wq), NULL, N, C, QD + 2 * KVD, 0.f, err));
-        TRY(skpo_cuda_qkv_rope(cu, a->q, a->k, a->v, t->qkv, W(L->bq), t->pos, m->cuda->inv_freq, NULL, NULL, N, NH,
+        TRY(skpo_cuda_qkv_rope(cu, a->q, a->k, a->v, t->qkv, W(L->bq), t->pos, model_cuda_of(m)->inv_freq, NULL, NULL, N, NH,
                                NKV, HS, 0, 0, 0, err));
     } else {
         TRY(skpo_cuda_linear(cu, a->q, a->ln1, W(L->wq), W(L->bq), N, C, QD, 0.f, err));
@@ -476,7 +476,7 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
             TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_K, a->k, a->ln1, N, err));
             TRY(skpo_lora_cuda_fwd(m->lora, cu, l, SKPO_LORA_V, a->v, a->ln1, N, err));
         }
-        TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 0, err));
+        TRY(skpo_cuda_rope(cu, a->q, a->k, t->pos, model_cuda_of(m)->inv_freq, N, NH, NKV, HS, 0, err));
     }
     TRY(attn_fwd(m, t, a, err));
     if (t->fused) {   // xmid = xin + att Wo^T (+bo) and ln2 = rmsnorm(xmid): a GEMM and one launch
@@ -512,7 +512,7 @@ static skpo_status layer_fwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
 }
 
 static skpo_status head_fwd(skpo_model *m, cutrain *t, skpo_err *err) {
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int C = m->c.hidden_size, V = m->c.vocab_size;
     for (int s0 = 0; s0 < t->S; s0 += t->R) {
         int n = t->S - s0 < t->R ? t->S - s0 : t->R;
@@ -540,7 +540,7 @@ static skpo_status forward(skpo_model *m, const skpo_seq *seqs, int nseq, float 
         return SKPO_OK;
     }
     const skpo_config *c = &m->c;
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, C = c->hidden_size;
     if (m->lora) TRY(skpo_lora_cuda_sync(m->lora, cu, N, err)); // LoRA: the adapter's current weights
     TRY(skpo_cuda_embed(cu, t->x, W(m->wte), t->ids, N, C, err));
@@ -571,9 +571,9 @@ skpo_status model_cuda_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, f
 
 skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                      float *entropy, skpo_err *err) {
-    if (m->cuda->offloaded)
+    if (model_cuda_of(m)->offloaded)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward: the masters are offloaded to the host (reload them first)");
-    if (!m->cuda->grad && !m->lora) // LoRA trains the adapter of a frozen base
+    if (!model_cuda_of(m)->grad && !m->lora) // LoRA trains the adapter of a frozen base
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "train_forward on a model loaded without trainable = 1");
     return forward(m, seqs, nseq, temperature, 1, logp, entropy, err);
 }
@@ -582,7 +582,7 @@ skpo_status model_cuda_train_forward(skpo_model *m, const skpo_seq *seqs, int ns
 
 // dlnf (N, C) from the head, logits recomputed chunk by chunk; dW of the lm_head.
 static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *err) {
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int C = m->c.hidden_size, V = m->c.vocab_size;
     TRY(skpo_cuda_memset0(cu, t->dlnf, (size_t)t->N * C * 2, err));
     // packed: a row may predict several scored tokens; their sum goes through yf (fp32, free until the layers)
@@ -606,7 +606,7 @@ static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *
 // dx (nullable) is overwritten, or accumulated into when acc.
 static skpo_status proj_bwd(skpo_model *m, cutrain *t, bf *dx, int acc, const bf *dy, const bf *x, const float *w,
                             const float *b, int N, int K, int O, skpo_err *err) {
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     TRY(skpo_cuda_linear_backward(cu, NULL, G(w), NULL, dy, x, W(w), N, K, O, err));
     if (dx) TRY(skpo_cuda_linear_dx(cu, dx, dy, W(w), N, K, O, acc ? 1.f : 0.f, err));
     if (b && G(b)) TRY(skpo_cuda_colsum(cu, G(b), dy, NULL, NULL, N, O, t->colpart, err));
@@ -616,7 +616,7 @@ static skpo_status proj_bwd(skpo_model *m, cutrain *t, bf *dx, int acc, const bf
 // RMSNorm backward: t->dx += through the norm of dy; the weight's gradient.
 static skpo_status norm_bwd(skpo_model *m, cutrain *t, const bf *dy, const bf *x, const float *w, const float *rstd,
                             skpo_err *err) {
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, C = m->c.hidden_size;
     TRY(skpo_cuda_rmsnorm_backward_acc(cu, t->dx, dy, x, W(w), rstd, N, C, err));
     return G(w) ? skpo_cuda_colsum(cu, G(w), dy, x, rstd, N, C, t->colpart, err) : SKPO_OK; // frozen (LoRA): none
@@ -626,7 +626,7 @@ static skpo_status norm_bwd(skpo_model *m, cutrain *t, const bf *dy, const bf *x
 static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a, skpo_err *err) {
     const skpo_config *c = &m->c;
     const model_layer *L = &m->layers[l];
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, C = c->hidden_size, F = c->intermediate_size, NH = c->num_attention_heads;
     int NKV = c->num_key_value_heads, HS = c->head_dim, QD = NH * HS, KVD = NKV * HS;
     bf *dgate = t->dgu, *dup = t->dgu + (size_t)N * F;   // one-by-one views
@@ -653,10 +653,10 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
     if (m->lora) TRY(skpo_lora_cuda_bwd(m->lora, cu, l, SKPO_LORA_O, t->datt, t->dx, a->att, N, err)); // LoRA
     TRY(attn_bwd(m, t, a, err));
     if (t->fused) {   // [R^-1 dq | R^-1 dk | dv]: one dW GEMM, one dx GEMM, one bias colsum
-        TRY(skpo_cuda_qkv_rope_backward(cu, t->qkv, t->dq, t->dkb, t->dvb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, err));
+        TRY(skpo_cuda_qkv_rope_backward(cu, t->qkv, t->dq, t->dkb, t->dvb, t->pos, model_cuda_of(m)->inv_freq, N, NH, NKV, HS, err));
         TRY(proj_bwd(m, t, t->dln, 0, t->qkv, a->ln1, L->wq, L->bq, N, C, QD + 2 * KVD, err));
     } else {
-        TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, m->cuda->inv_freq, N, NH, NKV, HS, 1, err));
+        TRY(skpo_cuda_rope(cu, t->dq, t->dkb, t->pos, model_cuda_of(m)->inv_freq, N, NH, NKV, HS, 1, err));
         TRY(proj_bwd(m, t, t->dln, 0, t->dq, a->ln1, L->wq, L->bq, N, C, QD, err));
         TRY(proj_bwd(m, t, t->dln, 1, t->dkb, a->ln1, L->wk, L->bk, N, C, KVD, err));
         TRY(proj_bwd(m, t, t->dln, 1, t->dvb, a->ln1, L->wv, L->bv, N, C, KVD, err));
@@ -671,7 +671,7 @@ static skpo_status layer_bwd(skpo_model *m, cutrain *t, int l, const ct_layer *a
 
 static skpo_status backward(skpo_model *m, cutrain *t, const float *dlogp, const float *dent, skpo_err *err) {
     const skpo_config *c = &m->c;
-    skpo_cuda *cu = m->cuda->cu;
+    skpo_cuda *cu = model_cuda_of(m)->cu;
     int N = t->N, C = c->hidden_size;
     TRY(skpo_cuda_h2d(cu, t->dlogp, dlogp, (size_t)t->S * 4, err));
     if (dent) TRY(skpo_cuda_h2d(cu, t->dent, dent, (size_t)t->S * 4, err));
@@ -703,8 +703,8 @@ skpo_status model_cuda_train_backward(skpo_model *m, const float *dlogp, const f
 }
 
 skpo_status model_cuda_zero_grad(skpo_model *m, skpo_err *err) {
-    if (!m->cuda->grad) return SKPO_OK;
-    skpo_status st = skpo_cuda_memset0(m->cuda->cu, m->cuda->grad, m->numel * sizeof(float), err);
+    if (!model_cuda_of(m)->grad) return SKPO_OK;
+    skpo_status st = skpo_cuda_memset0(model_cuda_of(m)->cu, model_cuda_of(m)->grad, m->numel * sizeof(float), err);
     if (st) {
         cutrain *t = tr(m);
         t->pending = st;

@@ -86,7 +86,8 @@ struct skpo_model {
     int no_pack;              // skpo_model_set_pack(m, 0): one row per sequence
     long last_raw, last_packed; // tokens of the last scoring / training pass, as given and as computed
     const struct model_backend *be; // the backend the model computes on (never NULL after model_alloc)
-    struct model_cuda *cuda;  // the CUDA backend's state (below); only model_cuda*.c touch it
+    void *be_ctx;             // the backend's state, opaque here: set by its open, freed by its close
+                              // (the CUDA backend's is a model_cuda, read through model_cuda_of)
     struct skpo_lora *lora;   // LoRA: low-rank path added after each targeted projection (lora.h); not owned
 };
 
@@ -149,6 +150,10 @@ typedef struct model_backend {
     // Instead of `open`: map h's weights (m->mem is not loaded).
     skpo_status (*open_shared)(skpo_model *m, const skpo_weights_handle *h, skpo_err *err);    // (nullable: none)
 } model_backend;
+
+// Whether a pass packs shared prefixes (skpo_model_packs); inline so the
+// backends need not call up into model.c (tests/sh/t_layers.sh: no link circle).
+static inline int model_packs(const skpo_model *m) { return !m->no_pack && m->be->can_pack; }
 
 // backends.c: the backend for device d, or an error naming why there is none
 // (SKPO_EUNSUPPORTED: not in this build, or an unknown device).
@@ -226,15 +231,18 @@ typedef struct model_cuda {
     void *infer;              // owned by model_cuda.c: step scratch, staging buffers, last logits
 } model_cuda;
 
+// The CUDA backend's state of m (NULL before model_cuda_open, after close).
+static inline model_cuda *model_cuda_of(const skpo_model *m) { return (model_cuda *)m->be_ctx; }
+
 // Device pointer of a host parameter pointer (NULL stays NULL).
 static inline skpo_bf16 *model_cuda_w(const skpo_model *m, const float *p) {
-    return p ? m->cuda->w + (p - m->mem) : NULL;
+    return p ? model_cuda_of(m)->w + (p - m->mem) : NULL;
 }
 static inline float *model_cuda_master(const skpo_model *m, const float *p) {
-    return p && m->cuda->master ? m->cuda->master + (p - m->mem) : NULL;
+    return p && model_cuda_of(m)->master ? model_cuda_of(m)->master + (p - m->mem) : NULL;
 }
 static inline float *model_cuda_grad(const skpo_model *m, const float *p) {
-    return p && m->cuda->grad ? m->cuda->grad + (p - m->mem) : NULL;
+    return p && model_cuda_of(m)->grad ? model_cuda_of(m)->grad + (p - m->mem) : NULL;
 }
 
 extern const model_backend model_backend_cuda;
@@ -253,10 +261,10 @@ skpo_status model_cuda_attn_select(skpo_cuda *cu, int training, int nh, int nkv,
 skpo_status model_cuda_probe(int device, skpo_err *err);
 // Upload m->mem as bf16 (and as fp32 master + zeroed fp32 grad when
 // m->o.trainable) to device `device` (0 = first visible one). Checks the
-// bytes needed against the free device memory first. Sets m->cuda (and *out
+// bytes needed against the free device memory first. Sets m->be_ctx (and *out
 // when out is non-NULL).
 skpo_status model_cuda_open(skpo_model *m, int device, model_cuda **out, skpo_err *err);
-// Frees everything on the device (train/infer parts included); m->cuda = NULL.
+// Frees everything on the device (train/infer parts included); m->be_ctx = NULL.
 void model_cuda_close(skpo_model *m);
 // Device -> m->mem: fp32 master when trainable, else the bf16 weights widened.
 skpo_status model_cuda_sync_to_host(const skpo_model *m, skpo_err *err);
@@ -309,6 +317,8 @@ float lora_scale_f(const skpo_lora *lo);
 // that frees it with the adapter: lora.c never names the backend that made it.
 void *lora_dev_get(const skpo_lora *lo);
 void lora_dev_set(skpo_lora *lo, void *dev, void (*dev_free)(void *dev));
+// Where policy.c keeps skpo_policy_of_lora's context (freed with the adapter).
+void **lora_pol_slot(skpo_lora *lo);
 
 // --- LoRA on the CUDA backend (lora_cuda.c; called by model_cuda_train.c only) --------------
 // The model on cuda keeps a device copy of the adapter: A and s B in bf16

@@ -49,7 +49,7 @@ static void acts_alloc(skpo_model *m, const skpo_seq *seqs, int nseq, int save, 
     const skpo_config *c = &m->c;
     model_acts_free(a);
     skpo_pack pk;
-    skpo_pack_plan(seqs, nseq, skpo_model_packs(m), &pk);
+    skpo_pack_plan(seqs, nseq, model_packs(m), &pk);
     int N = pk.N;
     a->N = N, a->S = pk.S, a->nseq = pk.nrows, a->saved = save;
     a->seq_off = pk.row_off, a->pos = pk.pos, a->ids = pk.ids, a->srow = pk.srow, a->stgt = pk.stgt;

@@ -241,6 +241,11 @@ bool skpo_rec_is_kind(const skpo_rec *r, const char *kind) {
     return k && !strcmp(k, kind);
 }
 
+bool skpo_rec_is_rollout(const skpo_rec *r) {
+    const char *k = skpo_rec_str(r, F_KIND);
+    return k && (!strcmp(k, SKPO_KIND_DOWN) || !strcmp(k, SKPO_KIND_FULL) || !strcmp(k, SKPO_KIND_SELF));
+}
+
 bool skpo_rec_int(const skpo_rec *r, const char *key, int64_t *out) {
     const skpo_value *v = skpo_rec_get(r, key);
     if (!v || v->type != SKPO_V_INT) return false;

@@ -161,6 +161,9 @@ void skpo_rec_copy(skpo_rec *dst, const skpo_rec *src); // dst must be initialis
 const skpo_value *skpo_rec_get(const skpo_rec *r, const char *key);
 const char *skpo_rec_str(const skpo_rec *r, const char *key);             // NUL-terminated
 bool skpo_rec_is_kind(const skpo_rec *r, const char *kind);
+// Is r a rollout: a finished response to judge (kind down, full or self)? The
+// one definition the reward stage and the record filters use.
+bool skpo_rec_is_rollout(const skpo_rec *r);
 bool skpo_rec_int(const skpo_rec *r, const char *key, int64_t *out);
 bool skpo_rec_float(const skpo_rec *r, const char *key, double *out);      // INT, F32, F64
 bool skpo_rec_bool(const skpo_rec *r, const char *key, bool *out);

@@ -15,15 +15,21 @@
 
 // --- modes and formulas --------------------------------------------------------------
 
+// The one list of mode names (skpo-advantage --mode, the metrics' `mode`),
+// indexed by skpo_adv_mode.
 static const char *const mode_names[] = {"skpo", "grpo", "drgrpo", "dapo", "spo", "prime"};
+enum { NMODES = sizeof mode_names / sizeof *mode_names };
+static const char *mode_name(int m) { return m >= 0 && m < NMODES ? mode_names[m] : NULL; }
+const skpo_enum skpo_adv_modes = {NMODES, mode_name};
 
 int skpo_adv_mode_parse(const char *name, skpo_adv_mode *out) {
-    for (int i = 0; i < (int)(sizeof mode_names / sizeof *mode_names); i++)
-        if (strcmp(name, mode_names[i]) == 0) { *out = (skpo_adv_mode)i; return 0; }
-    return -1;
+    int m = skpo_enum_parse(&skpo_adv_modes, name);
+    if (m < 0) return -1;
+    *out = (skpo_adv_mode)m;
+    return 0;
 }
 
-const char *skpo_adv_mode_name(skpo_adv_mode m) { return mode_names[m]; }
+const char *skpo_adv_mode_name(skpo_adv_mode m) { return mode_name(m) ? mode_name(m) : "?"; }
 
 void skpo_adv_opts_default(skpo_adv_opts *o) {
     memset(o, 0, sizeof *o);

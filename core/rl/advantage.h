@@ -45,6 +45,7 @@
 #ifndef SKPO_ADVANTAGE_H
 #define SKPO_ADVANTAGE_H
 
+#include "base/cli.h"
 #include "base/common.h"
 #include "record/record.h"
 #include "rl/tracker.h"
@@ -60,7 +61,9 @@ typedef enum skpo_adv_mode {
     SKPO_ADV_PRIME,
 } skpo_adv_mode;
 
-// "skpo" ... "spo" -> mode; returns 0 on success, -1 for an unknown name.
+// The modes' names (base/cli.h table; skpo-advantage --mode).
+extern const skpo_enum skpo_adv_modes;
+// "skpo" ... "prime" -> mode; returns 0 on success, -1 for an unknown name.
 int skpo_adv_mode_parse(const char *name, skpo_adv_mode *out);
 const char *skpo_adv_mode_name(skpo_adv_mode m);
 

@@ -1,6 +1,6 @@
 /*
- * checkpoint.c - see checkpoint.h. The model adapter for the trainer lives
- * here too (it is the one place that ties update.h to model.h).
+ * checkpoint.c - see checkpoint.h. (The trainer's view of a model,
+ * skpo_policy_of_model, is in model/policy.c with the adapter's.)
  */
 #define _GNU_SOURCE
 #include "train/checkpoint.h"
@@ -15,33 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-// --- the policy adapter -------------------------------------------------------------
-
-static skpo_status pm_forward(void *ctx, const skpo_seq *s, int n, float t, float *lp, float *ent, skpo_err *err) {
-    return skpo_model_train_forward(ctx, s, n, t, lp, ent, err);
-}
-static skpo_status pm_backward(void *ctx, const float *dlp, const float *dent, skpo_err *err) {
-    return skpo_model_train_backward(ctx, dlp, dent, err);
-}
-static skpo_status pm_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
-    return skpo_model_logprobs(ctx, s, n, t, lp, NULL, err);
-}
-static void pm_zero(void *ctx) { skpo_model_zero_grad(ctx); }
-static int pm_params(void *ctx, skpo_param **p) { return skpo_model_params(ctx, p); }
-static void pm_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(ctx, raw, packed); }
-static int pm_dev_finite(void *ctx) {
-    double ss = 0;
-    skpo_err e = {0};
-    return skpo_model_grad_sumsq(ctx, &ss, &e) == SKPO_OK && isfinite(ss);
-}
-
-skpo_policy skpo_policy_of_model(skpo_model *m) {
-    skpo_dev_params d;
-    skpo_err e = {0};
-    int dev = skpo_model_dev_params(m, &d, &e) == SKPO_OK;
-    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL, pm_tokens};
-}
 
 // --- trainer state -------------------------------------------------------------------
 

@@ -7,7 +7,7 @@
  *                                                        of the checkpoint it came from
  *   tokenizer files, generation_config.json, chat template  copied from the source
  *   optim.safetensors    AdamW moments (several ranks: optim-<r>-of-<N>.safetensors
- *                        + optim.index.json, one per rank, tools/update/shard.c) (+ float32 master weights when the
+ *                        + optim.index.json, one per rank, train/shard.h) (+ float32 master weights when the
  *                        weights are stored narrower), see optim.h
  *   trainer_state.json   {"format": "skpo-trainer-1", "step": S,
  *                         "optimizer_updates": T, "dtype": "...", "lr": ...,
@@ -35,6 +35,7 @@
 #include "base/common.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/policy.h"
 #include "train/optim.h"
 #include "train/update.h"
 
@@ -53,8 +54,8 @@ typedef struct skpo_trainer_state {
 // checkpoint, its optimizer state kept by the update server)? 0 when absent.
 int skpo_checkpoint_weights_only(const char *dir);
 
-// The trainer's view of a model loaded with trainable = 1.
-skpo_policy skpo_policy_of_model(skpo_model *m);
+// The trainer's view of a model loaded with trainable = 1: skpo_policy_of_model
+// in model/policy.h (included here for the callers that found it here).
 
 // Read dir/trainer_state.json. *present = 0 (and SKPO_OK) when the file does
 // not exist; a malformed file is an error naming it.

@@ -5,6 +5,7 @@
 #include "train/comm.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,58 @@ skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err 
     return nccl_mpi_open(cu, out, err);
 #else
     return skpo_err_set(err, SKPO_EUNSUPPORTED, "the NCCL communicator needs a build with CUDA (and MPI, or SKPO_NCCL_ID_FILE)");
+#endif
+}
+
+// --- a trainer's placement: its GPU and its communicator ---------------------------------
+
+// Entry r mod count of CUDA_VISIBLE_DEVICES (or "r" when unset).
+static void bind_gpu(long r) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char pick[64];
+    if (!vis || !*vis) {
+        snprintf(pick, sizeof pick, "%ld", r);
+    } else {
+        long n = 1;
+        for (const char *p = vis; *p; p++) n += *p == ',';
+        long k = r % n;
+        const char *p = vis;
+        for (long i = 0; i < k; i++) p = strchr(p, ',') + 1;
+        size_t len = strcspn(p, ",");
+        if (len >= sizeof pick) return;
+        memcpy(pick, p, len);
+        pick[len] = 0;
+    }
+    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+}
+
+void skpo_comm_bind_gpu(const char *want) {
+    long r = skpo_comm_local_rank();
+    if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
+}
+
+skpo_status skpo_comm_open(skpo_comm_kind kind, int on_gpu, skpo_comm **c, struct skpo_cuda **cu, skpo_err *err) {
+    *cu = NULL;
+#ifdef SKPO_HAVE_CUDA
+    int rank, size;
+    const char *idf = getenv("SKPO_NCCL_ID_FILE");
+    if (on_gpu && idf && *idf && !skpo_comm_launched_by_mpi() && skpo_comm_file_rank(&rank, &size) && size > 1) {
+        skpo_status st = skpo_cuda_init(0, cu, err);
+        if (!st) st = skpo_comm_init_nccl(*cu, c, err);
+        return st;
+    }
+#else
+    (void)on_gpu;
+#endif
+    return skpo_comm_init(kind, c, err);
+}
+
+void skpo_comm_close(skpo_comm *c, struct skpo_cuda *cu) {
+    skpo_comm_free(c);
+#ifdef SKPO_HAVE_CUDA
+    skpo_cuda_free_ctx(cu);
+#else
+    (void)cu;
 #endif
 }
 

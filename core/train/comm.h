@@ -84,6 +84,21 @@ struct skpo_cuda;
 // through device memory. Neither: a single rank (MPI as a singleton).
 // SKPO_EUNSUPPORTED in builds without CUDA (or without MPI and the file).
 skpo_status skpo_comm_init_nccl(struct skpo_cuda *cu, skpo_comm **out, skpo_err *err);
+
+// --- a trainer's placement (skpo-update) -------------------------------------------
+
+// Under a launcher (a local rank, skpo_comm_local_rank), unless want is "cpu":
+// narrow CUDA_VISIBLE_DEVICES to this rank's GPU, entry (local rank mod count),
+// or the local rank when unset. want: the --device name, else $SKPO_DEVICE;
+// NULL = whatever is visible. Must run before anything initialises CUDA: the
+// runtime reads the variable once.
+void skpo_comm_bind_gpu(const char *want);
+// The trainer's communicator: kind's (skpo_comm_init), or, on a GPU with
+// SKPO_NCCL_ID_FILE set, no MPI launcher and more than one file rank, NCCL
+// bootstrapped through that file on a device context of its own (*cu; NULL
+// otherwise). skpo_comm_close frees both, the communicator first.
+skpo_status skpo_comm_open(skpo_comm_kind kind, int on_gpu, skpo_comm **c, struct skpo_cuda **cu, skpo_err *err);
+void skpo_comm_close(skpo_comm *c, struct skpo_cuda *cu);
 void skpo_comm_free(skpo_comm *c);
 // True when the environment says an MPI launcher started this process.
 int skpo_comm_launched_by_mpi(void);

@@ -25,63 +25,6 @@ void skpo_loss_cfg_default(skpo_loss_cfg *c) {
     c->prm_beta = 0.05;
 }
 
-static const char *kind_names[] = {"ppo", "cispo", "sft", "gspo", "sapo", "shape", "prm-ce"};
-#define NKINDS (int)(sizeof kind_names / sizeof *kind_names)
-static const char *agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
-static const char *phase_names[] = {"up", "down", "full"};
-
-int skpo_loss_kind_parse(const char *s) {
-    for (int i = 0; i < NKINDS; i++)
-        if (!strcmp(s, kind_names[i])) return i;
-    return -1;
-}
-const char *skpo_loss_kind_name(skpo_loss_kind k) { return (unsigned)k < NKINDS ? kind_names[k] : "?"; }
-
-int skpo_loss_agg_parse(const char *s) {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, agg_names[i])) return i;
-    return -1;
-}
-const char *skpo_loss_agg_name(skpo_loss_agg a) { return (unsigned)a < 3 ? agg_names[a] : "?"; }
-
-int skpo_phase_of_kind(const char *kind) {
-    for (int i = 0; kind && i < SKPO_NPHASE; i++)
-        if (!strcmp(kind, phase_names[i])) return i;
-    return -1;
-}
-const char *skpo_phase_name(skpo_phase p) { return (unsigned)p < SKPO_NPHASE ? phase_names[p] : "?"; }
-
-skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
-    for (int p = 0; p < SKPO_NPHASE; p++) {
-        const skpo_phase_loss *pl = &c->phase[p];
-        if ((unsigned)pl->kind >= NKINDS || pl->kind == SKPO_LOSS_SHAPE)
-            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss kind %d", phase_names[p], (int)pl->kind);
-        if (!(pl->eps_low >= 0 && pl->eps_low < 1) || !(pl->eps_high >= 0 && isfinite(pl->eps_high)))
-            return skpo_err_set(err, SKPO_ERANGE, "%s: clip range [1 - %g, 1 + %g] is not a ratio range",
-                                phase_names[p], pl->eps_low, pl->eps_high);
-        // verl asserts c > 1: a cap at or below 1 would cut unclipped tokens.
-        if (pl->dual_clip != 0 && !(pl->dual_clip > 1 && isfinite(pl->dual_clip)))
-            return skpo_err_set(err, SKPO_ERANGE, "%s: dual clip %g must be 0 (off) or > 1", phase_names[p], pl->dual_clip);
-    }
-    for (int p = 0; p < SKPO_NPHASE; p++)
-        if ((unsigned)c->agg[p] > SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
-            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss aggregation %d", phase_names[p], (int)c->agg[p]);
-    if (!(c->agg_norm > 0 && isfinite(c->agg_norm)))
-        return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
-    if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
-        return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
-    if (!(c->shape_gamma > 0 && isfinite(c->shape_gamma)))
-        return skpo_err_set(err, SKPO_ERANGE, "shaping constant gamma %g must be positive", c->shape_gamma);
-    int sapo = 0;
-    for (int p = 0; p < SKPO_NPHASE; p++) sapo |= c->phase[p].kind == SKPO_LOSS_SAPO;
-    if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
-        return skpo_err_set(err, SKPO_ERANGE, "SAPO temperatures %g / %g must be positive", c->sapo_tau_pos,
-                            c->sapo_tau_neg);
-    if (!(c->prm_beta > 0 && isfinite(c->prm_beta)))
-        return skpo_err_set(err, SKPO_ERANGE, "PRM beta %g must be positive", c->prm_beta);
-    return SKPO_OK;
-}
-
 double skpo_loss_agg_scale(const skpo_loss_cfg *c, int p, const skpo_loss_count *ph, int n) {
     SKPO_ASSERT(p >= 0 && p < SKPO_NPHASE);
     if (n <= 0 || ph->tokens <= 0 || ph->seqs <= 0) return 0;
@@ -221,62 +164,157 @@ typedef struct seq_terms {
     double prm_l, prm_g;
 } seq_terms;
 
-static skpo_status seq_terms_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
-                                  seq_terms *q, skpo_err *err) {
-    q->gspo_pl = *pl;
-    q->gspo_pl.dual_clip = 0;
-    q->gspo_inside = 1;
-    q->gspo_d = q->prm_l = q->prm_g = 0;
-    if (pl->kind == SKPO_LOSS_GSPO) {
-        for (int t = 0; t < s->n; t++)
-            if (!isfinite(s->logp[t]) || !isfinite(s->old[t]))
-                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (old %g)", t, (double)s->logp[t],
-                                    (double)s->old[t]);
-        q->gspo_d = gspo_seq_logratio(s, &q->gspo_inside);
+static skpo_status gspo_seq(const skpo_loss_cfg *c, const skpo_loss_seq *s, seq_terms *q, skpo_err *err) {
+    (void)c;
+    for (int t = 0; t < s->n; t++)
+        if (!isfinite(s->logp[t]) || !isfinite(s->old[t]))
+            return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (old %g)", t, (double)s->logp[t],
+                                (double)s->old[t]);
+    q->gspo_d = gspo_seq_logratio(s, &q->gspo_inside);
+    return SKPO_OK;
+}
+
+static skpo_status prm_ce_seq_terms(const skpo_loss_cfg *c, const skpo_loss_seq *s, seq_terms *q, skpo_err *err) {
+    for (int t = 0; t < s->n; t++)
+        if (!isfinite(s->logp[t]) || !isfinite(s->ref[t]))
+            return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (ref %g)", t, (double)s->logp[t],
+                                (double)s->ref[t]);
+    if (!(s->label == 0 || s->label == 1)) return skpo_err_set(err, SKPO_ERANGE, "PRM label %g is not 0 or 1", s->label);
+    prm_ce_seq(c, s, &q->prm_l, &q->prm_g);
+    return SKPO_OK;
+}
+
+// What a token function sees: the form's inputs for token t. A, d (the
+// clamped log-ratio to pi_old) and inside (d was not clamped) are set only for
+// the forms that need old log-probs (SKPO_LOSS_NEEDS_OLD).
+typedef struct tok_in {
+    const skpo_loss_cfg *c;
+    const skpo_phase_loss *pl;
+    const skpo_loss_seq *s;
+    const seq_terms *q;
+    double lp, A, d;
+    int inside;
+} tok_in;
+
+static tok_out ppo_row(const tok_in *in) { return ppo_token(in->pl, in->A, in->d, in->inside); }
+static tok_out cispo_row(const tok_in *in) { return cispo_token(in->pl, in->A, in->d, in->lp); }
+static tok_out sft_row(const tok_in *in) { return (tok_out){.loss = -in->lp, .grad = -1}; }
+static tok_out gspo_row(const tok_in *in) { return ppo_token(&in->q->gspo_pl, in->A, in->q->gspo_d, in->q->gspo_inside); }
+static tok_out sapo_row(const tok_in *in) { return sapo_token(in->c, in->A, in->d, in->inside); }
+// The refinement's record advantage: SHAPE reads no per-token advantages.
+static tok_out shape_row(const tok_in *in) { return shape_token(in->c, in->s->adv, in->lp); }
+static tok_out prm_ce_row(const tok_in *in) { return (tok_out){.loss = in->q->prm_l, .grad = in->s->n * in->q->prm_g}; }
+
+// --- the forms ----------------------------------------------------------------------
+//
+// One row per skpo_loss_kind: its name (--up-loss etc., the fixtures' "kind"),
+// what it reads, where it may be used, the terms it computes once per sequence
+// (NULL: none) and its per-token loss and gradient. A new form is a row here,
+// its token function above, and an enum value in loss.h.
+
+enum {
+    FORM_PHASE = 1,       // may be a phase's form (--up-loss, --down-loss, --full-loss)
+    FORM_RECORD = 2,      // per record only (refinements), never a phase's form
+    FORM_UNWEIGHTED = 4,  // the mismatch weight does not apply (no ratio to the sampler's policy)
+};
+
+typedef struct form_row {
+    const char *name;
+    unsigned needs;  // SKPO_LOSS_NEEDS_*
+    unsigned use;    // FORM_*
+    skpo_status (*seq)(const skpo_loss_cfg *c, const skpo_loss_seq *s, seq_terms *q, skpo_err *err);
+    tok_out (*token)(const tok_in *in);
+} form_row;
+
+#define OLD_ADV (SKPO_LOSS_NEEDS_OLD | SKPO_LOSS_NEEDS_ADV)
+static const form_row forms[SKPO_LOSS_NKINDS] = {
+    [SKPO_LOSS_PPO] = {"ppo", OLD_ADV, FORM_PHASE, NULL, ppo_row},
+    [SKPO_LOSS_CISPO] = {"cispo", OLD_ADV, FORM_PHASE, NULL, cispo_row},
+    [SKPO_LOSS_SFT] = {"sft", 0, 0, NULL, sft_row},
+    [SKPO_LOSS_GSPO] = {"gspo", OLD_ADV, FORM_PHASE, gspo_seq, gspo_row},
+    [SKPO_LOSS_SAPO] = {"sapo", OLD_ADV, FORM_PHASE, NULL, sapo_row},
+    [SKPO_LOSS_SHAPE] = {"shape", SKPO_LOSS_NEEDS_ADV, FORM_RECORD, NULL, shape_row},
+    [SKPO_LOSS_PRM_CE] = {"prm-ce", SKPO_LOSS_NEEDS_REF | SKPO_LOSS_NEEDS_LABEL, FORM_PHASE | FORM_UNWEIGHTED,
+                          prm_ce_seq_terms, prm_ce_row},
+};
+
+// --- names -------------------------------------------------------------------------
+
+static const char *const agg_names[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+static const char *const phase_names[] = {"up", "down", "full"};
+enum { NAGG = sizeof agg_names / sizeof *agg_names };
+
+static const form_row *form(int k) { return k >= 0 && k < SKPO_LOSS_NKINDS ? &forms[k] : NULL; }
+static const char *kind_name(int k) { return form(k) ? form(k)->name : NULL; }
+static const char *phase_kind_name(int k) { return form(k) && (form(k)->use & FORM_PHASE) ? form(k)->name : NULL; }
+static const char *agg_name(int a) { return a >= 0 && a < NAGG ? agg_names[a] : NULL; }
+
+const skpo_enum skpo_loss_kinds = {SKPO_LOSS_NKINDS, kind_name};
+const skpo_enum skpo_loss_phase_kinds = {SKPO_LOSS_NKINDS, phase_kind_name};
+const skpo_enum skpo_loss_aggs = {NAGG, agg_name};
+
+int skpo_loss_kind_parse(const char *s) { return skpo_enum_parse(&skpo_loss_kinds, s); }
+const char *skpo_loss_kind_name(skpo_loss_kind k) { return form(k) ? form(k)->name : "?"; }
+unsigned skpo_loss_kind_needs(skpo_loss_kind k) { return form(k) ? form(k)->needs : 0; }
+
+int skpo_loss_agg_parse(const char *s) { return skpo_enum_parse(&skpo_loss_aggs, s); }
+const char *skpo_loss_agg_name(skpo_loss_agg a) { return agg_name(a) ? agg_name(a) : "?"; }
+
+int skpo_phase_of_kind(const char *kind) {
+    for (int i = 0; kind && i < SKPO_NPHASE; i++)
+        if (!strcmp(kind, phase_names[i])) return i;
+    return -1;
+}
+const char *skpo_phase_name(skpo_phase p) { return (unsigned)p < SKPO_NPHASE ? phase_names[p] : "?"; }
+
+skpo_status skpo_loss_cfg_check(const skpo_loss_cfg *c, skpo_err *err) {
+    for (int p = 0; p < SKPO_NPHASE; p++) {
+        const skpo_phase_loss *pl = &c->phase[p];
+        if (!form(pl->kind) || (form(pl->kind)->use & FORM_RECORD))
+            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss kind %d", phase_names[p], (int)pl->kind);
+        if (!(pl->eps_low >= 0 && pl->eps_low < 1) || !(pl->eps_high >= 0 && isfinite(pl->eps_high)))
+            return skpo_err_set(err, SKPO_ERANGE, "%s: clip range [1 - %g, 1 + %g] is not a ratio range",
+                                phase_names[p], pl->eps_low, pl->eps_high);
+        // verl asserts c > 1: a cap at or below 1 would cut unclipped tokens.
+        if (pl->dual_clip != 0 && !(pl->dual_clip > 1 && isfinite(pl->dual_clip)))
+            return skpo_err_set(err, SKPO_ERANGE, "%s: dual clip %g must be 0 (off) or > 1", phase_names[p], pl->dual_clip);
     }
-    if (pl->kind == SKPO_LOSS_PRM_CE) {
-        for (int t = 0; t < s->n; t++)
-            if (!isfinite(s->logp[t]) || !isfinite(s->ref[t]))
-                return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g (ref %g)", t, (double)s->logp[t],
-                                    (double)s->ref[t]);
-        if (!(s->label == 0 || s->label == 1))
-            return skpo_err_set(err, SKPO_ERANGE, "PRM label %g is not 0 or 1", s->label);
-        prm_ce_seq(c, s, &q->prm_l, &q->prm_g);
-    }
+    for (int p = 0; p < SKPO_NPHASE; p++)
+        if ((unsigned)c->agg[p] > SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
+            return skpo_err_set(err, SKPO_ERANGE, "%s: unknown loss aggregation %d", phase_names[p], (int)c->agg[p]);
+    if (!(c->agg_norm > 0 && isfinite(c->agg_norm)))
+        return skpo_err_set(err, SKPO_ERANGE, "loss normaliser %g must be positive", c->agg_norm);
+    if (!isfinite(c->kl_coef) || !isfinite(c->entropy_coef))
+        return skpo_err_set(err, SKPO_ERANGE, "kl/entropy coefficients must be finite");
+    if (!(c->shape_gamma > 0 && isfinite(c->shape_gamma)))
+        return skpo_err_set(err, SKPO_ERANGE, "shaping constant gamma %g must be positive", c->shape_gamma);
+    int sapo = 0;
+    for (int p = 0; p < SKPO_NPHASE; p++) sapo |= c->phase[p].kind == SKPO_LOSS_SAPO;
+    if (sapo && (!(c->sapo_tau_pos > 0 && isfinite(c->sapo_tau_pos)) || !(c->sapo_tau_neg > 0 && isfinite(c->sapo_tau_neg))))
+        return skpo_err_set(err, SKPO_ERANGE, "SAPO temperatures %g / %g must be positive", c->sapo_tau_pos,
+                            c->sapo_tau_neg);
+    if (!(c->prm_beta > 0 && isfinite(c->prm_beta)))
+        return skpo_err_set(err, SKPO_ERANGE, "PRM beta %g must be positive", c->prm_beta);
     return SKPO_OK;
 }
 
 // Token t's policy term under the phase's form (before the mismatch weight);
 // the forms with a ratio add -log r to *approx_kl.
-static skpo_status policy_token(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
-                                const seq_terms *q, int t, double lp, tok_out *o, double *approx_kl, skpo_err *err) {
+static skpo_status policy_token(const form_row *f, tok_in *in, int t, tok_out *o, double *approx_kl, skpo_err *err) {
     *o = (tok_out){0};
-    if (pl->kind == SKPO_LOSS_SFT) {
-        o->loss = -lp, o->grad = -1;
-        return SKPO_OK;
+    if (f->needs & SKPO_LOSS_NEEDS_OLD) {
+        const skpo_loss_seq *s = in->s;
+        double old = s->old[t];
+        if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
+        double d = in->lp - old;
+        in->inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
+        if (!in->inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
+        in->d = d;
+        in->A = s->adv_tok ? (double)s->adv_tok[t] : s->adv;
+        if (!isfinite(in->A)) return skpo_err_set(err, SKPO_ENUMERIC, "advantage of token %d is %g", t, in->A);
     }
-    if (pl->kind == SKPO_LOSS_SHAPE) {
-        *o = shape_token(c, s->adv, lp);
-        return SKPO_OK;
-    }
-    if (pl->kind == SKPO_LOSS_PRM_CE) {
-        o->loss = q->prm_l, o->grad = s->n * q->prm_g;
-        return SKPO_OK;
-    }
-    double old = s->old[t];
-    if (!isfinite(old)) return skpo_err_set(err, SKPO_ENUMERIC, "old log-prob of token %d is %g", t, old);
-    double d = lp - old;
-    int inside = d >= -LOGRATIO_CLAMP && d <= LOGRATIO_CLAMP;
-    if (!inside) d = d < 0 ? -LOGRATIO_CLAMP : LOGRATIO_CLAMP;
-    double A = s->adv_tok ? (double)s->adv_tok[t] : s->adv;
-    if (!isfinite(A)) return skpo_err_set(err, SKPO_ENUMERIC, "advantage of token %d is %g", t, A);
-    switch (pl->kind) {
-    case SKPO_LOSS_PPO: *o = ppo_token(pl, A, d, inside); break;
-    case SKPO_LOSS_GSPO: *o = ppo_token(&q->gspo_pl, A, q->gspo_d, q->gspo_inside); break;
-    case SKPO_LOSS_SAPO: *o = sapo_token(c, A, d, inside); break;
-    default: *o = cispo_token(pl, A, d, lp); break;
-    }
-    *approx_kl -= d;
+    *o = f->token(in);
+    if (f->needs & SKPO_LOSS_NEEDS_OLD) *approx_kl -= in->d;
     return SKPO_OK;
 }
 
@@ -303,25 +341,30 @@ static skpo_status reg_token(const skpo_loss_cfg *c, const skpo_loss_seq *s, int
 skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl, const skpo_loss_seq *s,
                                float *dlogp, float *dent, skpo_loss_stats *st, skpo_err *err) {
     SKPO_ASSERT(s->n >= 0 && s->logp && dlogp);
-    SKPO_ASSERT(pl->kind == SKPO_LOSS_SFT || pl->kind == SKPO_LOSS_SHAPE || pl->kind == SKPO_LOSS_PRM_CE || s->old);
-    SKPO_ASSERT((c->kl_coef == 0 && pl->kind != SKPO_LOSS_PRM_CE) || s->ref);
+    const form_row *f = form(pl->kind);
+    SKPO_ASSERT(f);
+    SKPO_ASSERT(!(f->needs & SKPO_LOSS_NEEDS_OLD) || s->old);
+    SKPO_ASSERT((c->kl_coef == 0 && !(f->needs & SKPO_LOSS_NEEDS_REF)) || s->ref);
     SKPO_ASSERT(c->entropy_coef == 0 || s->entropy);
     skpo_loss_stats add = {0};
     double w = s->weight * s->scale;
-    seq_terms q;
-    skpo_status rc = seq_terms_eval(c, pl, s, &q, err);
+    seq_terms q = {.gspo_pl = *pl, .gspo_inside = 1};
+    q.gspo_pl.dual_clip = 0;
+    skpo_status rc = f->seq ? f->seq(c, s, &q, err) : SKPO_OK;
     if (rc != SKPO_OK) return rc;
+    tok_in in = {.c = c, .pl = pl, .s = s, .q = &q};
     for (int t = 0; t < s->n; t++) {
         double lp = s->logp[t];
         if (!isfinite(lp)) return skpo_err_set(err, SKPO_ENUMERIC, "log-prob of token %d is %g", t, lp);
-        double isw = s->is_weight && pl->kind != SKPO_LOSS_PRM_CE ? s->is_weight[t] : 1.0;
+        double isw = s->is_weight && !(f->use & FORM_UNWEIGHTED) ? s->is_weight[t] : 1.0;
         if (isw == 0) {   // masked by the mismatch correction: not part of the loss
             dlogp[t] = 0;
             if (dent) dent[t] = 0;
             continue;
         }
         tok_out o;
-        if ((rc = policy_token(c, pl, s, &q, t, lp, &o, &add.approx_kl, err)) != SKPO_OK) return rc;
+        in.lp = lp;
+        if ((rc = policy_token(f, &in, t, &o, &add.approx_kl, err)) != SKPO_OK) return rc;
         o.loss *= isw;   // the mismatch weight scales the policy term of every form
         o.grad *= isw;
         if ((rc = reg_token(c, s, t, lp, &o, &add, err)) != SKPO_OK) return rc;
@@ -348,7 +391,10 @@ skpo_status skpo_loss_seq_eval(const skpo_loss_cfg *c, const skpo_phase_loss *pl
 
 // --- rollout/train mismatch -----------------------------------------------------------------
 
-static const char *mismatch_names[] = {"off", "tis", "mask-token", "mask-seq", "icepop"};
+static const char *const mismatch_names[] = {"off", "tis", "mask-token", "mask-seq", "icepop"};
+enum { NMISMATCH = sizeof mismatch_names / sizeof *mismatch_names };
+static const char *mismatch_name(int m) { return m >= 0 && m < NMISMATCH ? mismatch_names[m] : NULL; }
+const skpo_enum skpo_mismatch_modes = {NMISMATCH, mismatch_name};
 
 void skpo_mismatch_cfg_default(skpo_mismatch_cfg *c, skpo_mismatch_mode mode) {
     memset(c, 0, sizeof *c);
@@ -362,13 +408,8 @@ void skpo_mismatch_cfg_default(skpo_mismatch_cfg *c, skpo_mismatch_mode mode) {
     }
 }
 
-int skpo_mismatch_parse(const char *s) {
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, mismatch_names[i])) return i;
-    return -1;
-}
-
-const char *skpo_mismatch_name(skpo_mismatch_mode m) { return (unsigned)m < 5 ? mismatch_names[m] : "?"; }
+int skpo_mismatch_parse(const char *s) { return skpo_enum_parse(&skpo_mismatch_modes, s); }
+const char *skpo_mismatch_name(skpo_mismatch_mode m) { return mismatch_name(m) ? mismatch_name(m) : "?"; }
 
 skpo_status skpo_mismatch_cfg_check(const skpo_mismatch_cfg *c, skpo_err *err) {
     switch (c->mode) {

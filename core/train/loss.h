@@ -59,6 +59,7 @@
 #ifndef SKPO_LOSS_H
 #define SKPO_LOSS_H
 
+#include "base/cli.h"
 #include "base/common.h"
 
 typedef enum skpo_loss_kind {
@@ -69,7 +70,16 @@ typedef enum skpo_loss_kind {
     SKPO_LOSS_SAPO = 4,
     SKPO_LOSS_SHAPE = 5,   // per record (refinements), never a phase's form
     SKPO_LOSS_PRM_CE = 6,
+    SKPO_LOSS_NKINDS        // not a form: the count (a new form goes above it)
 } skpo_loss_kind;
+
+// What a loss form reads besides the current log-probs (skpo_loss_kind_needs).
+enum {
+    SKPO_LOSS_NEEDS_OLD = 1,    // old log-probs (a ratio to pi_old)
+    SKPO_LOSS_NEEDS_ADV = 2,    // the advantage (adv, or adv_tok where set)
+    SKPO_LOSS_NEEDS_REF = 4,    // reference log-probs
+    SKPO_LOSS_NEEDS_LABEL = 8,  // the 0/1 outcome label (PRM-CE)
+};
 
 typedef enum skpo_loss_agg {
     SKPO_AGG_TOKEN_MEAN = 0,
@@ -109,9 +119,15 @@ typedef struct skpo_loss_cfg {
 // have); down = CISPO [0.8, 1.28]; full (GRPO/DAPO/SPO baselines, run with
 // verl's vanilla loss) = PPO clip-higher [0.8, 1.28] dual-clip 3; token-mean; norm 3072 (the completion budget); no KL, no entropy.
 void skpo_loss_cfg_default(skpo_loss_cfg *c);
-// "ppo" | "cispo" | "sft" | "gspo" | "sapo" | "shape" | "prm-ce" -> kind; -1 if unknown.
+// The names (base/cli.h tables; one row per form in loss.c): every form
+// ("ppo" "cispo" "sft" "gspo" "sapo" "shape" "prm-ce"), the forms a phase may
+// take (all but sft and shape), and the aggregations.
+extern const skpo_enum skpo_loss_kinds, skpo_loss_phase_kinds, skpo_loss_aggs;
+// Name -> kind; -1 if unknown.
 int skpo_loss_kind_parse(const char *s);
 const char *skpo_loss_kind_name(skpo_loss_kind k);
+// SKPO_LOSS_NEEDS_* of a form (0 for an unknown kind).
+unsigned skpo_loss_kind_needs(skpo_loss_kind k);
 // "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; -1 if unknown.
 int skpo_loss_agg_parse(const char *s);
 const char *skpo_loss_agg_name(skpo_loss_agg a);
@@ -208,6 +224,7 @@ typedef struct skpo_mismatch_cfg {
 // tis cap 2; mask-token [0, 3]; mask-seq [1/1.001, 1.001]; icepop [0.5, 5].
 void skpo_mismatch_cfg_default(skpo_mismatch_cfg *c, skpo_mismatch_mode mode);
 // "off" | "tis" | "mask-token" | "mask-seq" | "icepop" -> mode; -1 if unknown.
+extern const skpo_enum skpo_mismatch_modes;
 int skpo_mismatch_parse(const char *s);
 const char *skpo_mismatch_name(skpo_mismatch_mode m);
 skpo_status skpo_mismatch_cfg_check(const skpo_mismatch_cfg *c, skpo_err *err);

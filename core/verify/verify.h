@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/cli.h"
 #include "base/common.h"
 
 #define SKPO_VERIFY_PRED_MAX 2048    // bytes of `pred` kept (NUL included)
@@ -99,6 +100,9 @@ typedef struct skpo_rec skpo_rec;
 // Which judge a rollout gets: auto = its `task` field (choice, code; absent or
 // anything else: math, the verifier above).
 typedef enum skpo_task { SKPO_TASK_AUTO = 0, SKPO_TASK_MATH, SKPO_TASK_CHOICE, SKPO_TASK_CODE } skpo_task;
+// The tasks' names, indexed by skpo_task (base/cli.h table; one row per task in
+// verify_reward.c): "auto" "math" "choice" "code" (skpo-reward --task).
+extern const skpo_enum skpo_reward_tasks;
 
 typedef struct skpo_reward_opts {
     skpo_verify_opts verify;

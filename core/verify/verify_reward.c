@@ -27,16 +27,41 @@ double skpo_reward_overlong(const skpo_reward_opts *o, long len) {
     return -1;
 }
 
+// --- the tasks ------------------------------------------------------------------------
+//
+// One row per skpo_task: its name (skpo-reward --task, a record's `task`) and
+// the judge of one rollout (NULL: auto, which picks a row by the record, and
+// code, judged in batches in the sandbox by skpo_reward_code). A new task is a
+// row here, its judge, and an enum value in verify.h.
+
+typedef void (*judge_fn)(const skpo_reward_opts *o, skpo_rec *r, const skpo_value *text, double shaping);
+static void judge_math(const skpo_reward_opts *o, skpo_rec *r, const skpo_value *text, double shaping);
+static void judge_choice(const skpo_reward_opts *o, skpo_rec *r, const skpo_value *text, double shaping);
+
+static const struct task_row {
+    const char *name;
+    judge_fn judge;
+} tasks[] = {
+    [SKPO_TASK_AUTO] = {"auto", NULL},
+    [SKPO_TASK_MATH] = {"math", judge_math},
+    [SKPO_TASK_CHOICE] = {"choice", judge_choice},
+    [SKPO_TASK_CODE] = {"code", NULL},
+};
+enum { NTASKS = sizeof tasks / sizeof *tasks };
+
+static const char *task_name(int t) { return t >= 0 && t < NTASKS ? tasks[t].name : NULL; }
+// The names a record's `task` may hold: every task but auto.
+static const char *record_task_name(int t) { return t == SKPO_TASK_AUTO ? NULL : task_name(t); }
+const skpo_enum skpo_reward_tasks = {NTASKS, task_name};
+static const skpo_enum record_tasks = {NTASKS, record_task_name};
+
 // A `self` record (the kept candidate's own whole generation, REWARD_UP=self)
 // answers the same problem as the down records: judged by the same task.
 skpo_task skpo_reward_task(const skpo_reward_opts *o, const skpo_rec *r) {
-    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL) && !skpo_rec_is_kind(r, SKPO_KIND_SELF))
-        return SKPO_TASK_MATH;
+    if (!skpo_rec_is_rollout(r)) return SKPO_TASK_MATH;
     if (o->task != SKPO_TASK_AUTO) return o->task;
-    const char *t = skpo_rec_str(r, F_TASK);
-    if (t && !strcmp(t, "choice")) return SKPO_TASK_CHOICE;
-    if (t && !strcmp(t, "code")) return SKPO_TASK_CODE;
-    return SKPO_TASK_MATH;
+    int t = skpo_enum_parse(&record_tasks, skpo_rec_str(r, F_TASK));
+    return t > SKPO_TASK_AUTO ? (skpo_task)t : SKPO_TASK_MATH;
 }
 
 // Checks shared by every task; the overlong shaping term.
@@ -56,8 +81,11 @@ static skpo_status prologue(const skpo_reward_opts *o, const skpo_rec *r, bool n
     if (need_answer && blank) return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': the gold 'answer' is blank", uid);
     // values the judge does not know would be read as the default (math, stopped): say so instead
     const char *task = skpo_rec_str(r, F_TASK), *fin = skpo_rec_str(r, F_FINISH);
-    if (o->task == SKPO_TASK_AUTO && task && strcmp(task, "math") && strcmp(task, "choice") && strcmp(task, "code"))
-        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': task '%.40s' is not math, choice or code", uid, task);
+    if (o->task == SKPO_TASK_AUTO && task && skpo_enum_parse(&record_tasks, task) < 0) {
+        char names[128];
+        return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': task '%.40s' is not %s", uid, task,
+                            skpo_enum_list(&record_tasks, ", ", " or ", names, sizeof names));
+    }
     if (fin && strcmp(fin, "stop") && strcmp(fin, "length"))
         return skpo_err_set(err, SKPO_EFORMAT, "rollout '%s': finish '%.40s' is not stop or length", uid, fin);
     *shaping = 0;
@@ -86,28 +114,19 @@ static void set_verdict(const skpo_reward_opts *o, skpo_rec *r, bool correct, do
     skpo_rec_set_float(r, F_REWARD, base + shaping);
 }
 
-skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err) {
-    *changed = false;
-    if (!skpo_rec_is_kind(r, SKPO_KIND_DOWN) && !skpo_rec_is_kind(r, SKPO_KIND_FULL) && !skpo_rec_is_kind(r, SKPO_KIND_SELF))
-        return SKPO_OK;
-    skpo_task task = skpo_reward_task(o, r);
-    if (task == SKPO_TASK_CODE) return SKPO_OK;
-    const skpo_value *text;
-    double shaping;
-    skpo_status st = prologue(o, r, true, &text, &shaping, err);
-    if (st != SKPO_OK) return st;
+static void judge_choice(const skpo_reward_opts *o, skpo_rec *r, const skpo_value *text, double shaping) {
     const skpo_value *answer = skpo_rec_get(r, F_ANSWER);
-    if (task == SKPO_TASK_CHOICE) {
-        char pred[2 * SKPO_CHOICE_MAX + 1];
-        bool ok = skpo_choice_correct(text->data, text->len, answer->data, pred, sizeof pred);
-        if (pred[0]) skpo_rec_set_str(r, F_PRED, pred);
-        else skpo_rec_del(r, F_PRED);
-        skpo_rec_set_str(r, F_REASON, ok ? "chose the gold letter" : !pred[0] ? "no answer letter found"
-                                      : strchr(pred, ',') ? "hedged: several letters" : "chose another letter");
-        set_verdict(o, r, ok, shaping, SKPO_JUDGED);
-        *changed = true;
-        return SKPO_OK;
-    }
+    char pred[2 * SKPO_CHOICE_MAX + 1];
+    bool ok = skpo_choice_correct(text->data, text->len, answer->data, pred, sizeof pred);
+    if (pred[0]) skpo_rec_set_str(r, F_PRED, pred);
+    else skpo_rec_del(r, F_PRED);
+    skpo_rec_set_str(r, F_REASON, ok ? "chose the gold letter" : !pred[0] ? "no answer letter found"
+                                  : strchr(pred, ',') ? "hedged: several letters" : "chose another letter");
+    set_verdict(o, r, ok, shaping, SKPO_JUDGED);
+}
+
+static void judge_math(const skpo_reward_opts *o, skpo_rec *r, const skpo_value *text, double shaping) {
+    const skpo_value *answer = skpo_rec_get(r, F_ANSWER);
     skpo_verify_result res;
     skpo_verify(&o->verify, text->data, text->len, answer->data, answer->len, &res);
     if (res.found || o->verify.mode == SKPO_VERIFIER_DAPO) skpo_rec_set_str(r, F_PRED, res.pred);
@@ -118,6 +137,18 @@ skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *cha
         skpo_rec_set_str(r, F_REASON, why);
     }
     set_verdict(o, r, res.correct, shaping, res.timed_out ? SKPO_JUDGE_TIMEOUT : SKPO_JUDGED);
+}
+
+skpo_status skpo_reward_record(const skpo_reward_opts *o, skpo_rec *r, bool *changed, skpo_err *err) {
+    *changed = false;
+    if (!skpo_rec_is_rollout(r)) return SKPO_OK;
+    judge_fn judge = tasks[skpo_reward_task(o, r)].judge;
+    if (!judge) return SKPO_OK;   // code: skpo_reward_code
+    const skpo_value *text;
+    double shaping;
+    skpo_status st = prologue(o, r, true, &text, &shaping, err);
+    if (st != SKPO_OK) return st;
+    judge(o, r, text, shaping);
     *changed = true;
     return SKPO_OK;
 }

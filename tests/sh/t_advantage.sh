@@ -127,3 +127,21 @@ t "--rescored with a revisit lacking seg_div fails naming the record, nothing wr
 t "--model is refused with a pointer to skpo-sample --rescore (advantage loads no model)" sh -c '
   ! skpo-advantage --mode skpo --state "$0/s2" --model "$1" "$2/skpo_step1.msgpack.zst" >"$0/o" 2>"$0/err" &&
   grep -q "rescore" "$0/err" && [ ! -s "$0/o" ] && [ ! -e "$0/s2/CURRENT" ]' "$TMP/e" "$M" "$A"
+
+# --init-state: the first state of a run, written by the tool that reads it (the
+# pipelines used to print its meta record by hand).
+init_state_loads() {
+  skpo-advantage --init-state --state "$TMP/i" --step 3 --tau 2 --rho-min 0.5 --lq-init 24 >"$TMP/i.out" 2>"$TMP/i.err" || { cat "$TMP/i.err"; return 1; }
+  [ ! -s "$TMP/i.out" ] && [ "$(cat "$TMP/i/CURRENT")" = state-000003.msgpack.zst ] || { echo "not state 3 or stdout written"; return 1; }
+  skpo-cat "$TMP/i/state-000003.msgpack.zst" >"$TMP/i.json"
+  for kv in '"step":3' '"tau":2' '"rho_min":0.5' '"rho_max":0.96' '"eps":0.05' '"len_init":24' '"prompts":0'; do
+    grep -q "$kv" "$TMP/i.json" || { echo "no $kv in:"; cat "$TMP/i.json"; return 1; }
+  done
+  # a step continues from it: the saved state is step 4 with the same parameters
+  skpo-advantage --mode spo --state "$TMP/i" "$A/spo_full.msgpack.zst" >/dev/null 2>"$TMP/i.err" || { cat "$TMP/i.err"; return 1; }
+  [ "$(cat "$TMP/i/CURRENT")" = state-000004.msgpack.zst ] && skpo-cat "$TMP/i/state-000004.msgpack.zst" | grep -q '"tau":2'
+}
+t "--init-state writes an empty tracker of step N with the given parameters, and the next step continues it" init_state_loads
+t "--init-state takes no --mode and needs --state" sh -c '
+  skpo-advantage --init-state --mode grpo --state "$0/j" 2>/dev/null; [ $? = 2 ] || exit 1
+  skpo-advantage --init-state 2>/dev/null; [ $? = 2 ] && [ ! -e "$0/j" ]' "$TMP"

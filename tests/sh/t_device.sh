@@ -12,7 +12,7 @@ export OMP_NUM_THREADS=1
 bad_value() {
   "$@" --device tpu </dev/null >"$TMP/o" 2>"$TMP/e"; rc=$?
   [ "$rc" = 2 ] || { echo "exit $rc, want 2"; cat "$TMP/e"; return 1; }
-  grep -q "device: 'tpu' is not cuda or cpu" "$TMP/e" || { cat "$TMP/e"; return 1; }
+  grep -q "device: 'tpu' is not cpu or cuda" "$TMP/e" || { cat "$TMP/e"; return 1; }
   [ ! -s "$TMP/o" ]
 }
 t "sample rejects --device tpu as a usage error" bad_value skpo-sample --model "$M" --prompts "$P" --n 1

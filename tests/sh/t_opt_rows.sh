@@ -14,3 +14,7 @@ const skpo_opt o[] = {SKPO_OPT_INT("k", 0, &k, 0, 9, "K", ""), SKPO_OPT_LONG("n"
 t "SKPO_OPT_INT on a long field does not compile" fails_to_compile 'long n; const skpo_opt o[] = {SKPO_OPT_INT("n", 0, &n, 0, 9, "N", ""), SKPO_OPT_END};' '_Generic'
 t "SKPO_OPT_LONG on an int field does not compile" fails_to_compile 'int n; const skpo_opt o[] = {SKPO_OPT_LONG("n", 0, &n, 0, 9, "N", ""), SKPO_OPT_END};' '_Generic'
 t "an old-style brace row does not compile" fails_to_compile 'long n; const skpo_opt o[] = {{"n", 0, SKPO_OPT_INT, &n, 0, 9, "N", ""}, {0}};' 'SKPO_OPT_INT'
+t "SKPO_OPT_ENUM on an int field with a name table compiles" compiles 'static const char *nm(int v) { return v == 0 ? "a" : "b"; }
+static const skpo_enum e = {2, nm}; int k; const skpo_opt o[] = {SKPO_OPT_ENUM("k", 0, &k, &e, ""), SKPO_OPT_END};'
+t "SKPO_OPT_ENUM on a string field does not compile" fails_to_compile 'static const skpo_enum e = {0, 0}; const char *s;
+const skpo_opt o[] = {SKPO_OPT_ENUM("s", 0, &s, &e, ""), SKPO_OPT_END};' '_Generic'

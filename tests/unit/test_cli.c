@@ -32,7 +32,27 @@ static void parse_leaves_argv_whole_and_returns_positionals_in_order(void) {
     for (int i = 0; i <= argc; i++) CHECK(argv[i] == copy[i]);  // argv untouched: provenance sees it as typed
 }
 
+// A table with a hole: value 1 exists but this table does not offer it.
+static const char *three(int v) { return v == 0 ? "first" : v == 2 ? "third" : NULL; }
+static const skpo_enum three_but_one = {3, three};
+
+static void enum_option_stores_the_index_of_an_offered_name_and_lists_only_offered_ones(void) {
+    int v = -1;
+    skpo_opt opts[] = {SKPO_OPT_ENUM("pick", 0, &v, &three_but_one, "one of them"), SKPO_OPT_END};
+    char *argv[] = {"prog", "--pick", "third", NULL};
+    CHECK(skpo_cli_parse("", "", opts, 3, argv, NULL) == 0 && v == 2);
+    CHECK(skpo_enum_parse(&three_but_one, "first") == 0 && skpo_enum_parse(&three_but_one, "second") == -1);
+    CHECK(skpo_enum_parse(&three_but_one, NULL) == -1);
+    CHECK(skpo_enum_name(&three_but_one, 1) == NULL && skpo_enum_name(&three_but_one, 3) == NULL);
+    CHECK(!strcmp(skpo_enum_name(&three_but_one, -1 + 1), "first"));
+    char buf[64];
+    CHECK(!strcmp(skpo_enum_list(&three_but_one, ", ", " or ", buf, sizeof buf), "first or third"));
+    CHECK(!strcmp(skpo_enum_list(&three_but_one, "|", "|", buf, sizeof buf), "first|third"));
+    CHECK(!strcmp(skpo_enum_list(&three_but_one, "|", "|", buf, 8), "first"));   // truncated at a whole name
+}
+
 int main(void) {
     RUN(parse_leaves_argv_whole_and_returns_positionals_in_order);
+    RUN(enum_option_stores_the_index_of_an_offered_name_and_lists_only_offered_ones);
     return TEST_SUMMARY();
 }

@@ -649,7 +649,7 @@ static void decode_graphs_follow_a_remade_cache_of_another_size(void) {
         skpo_kv_free(p.kg);
         skpo_kv_free(q.kg);
 #ifdef SKPO_FAKE_CUDA
-        const infer_state *in = p.gpu->cuda->infer;
+        const infer_state *in = model_cuda_of(p.gpu)->infer;
         for (int i = 0; i < MAX_GRAPHS; i++) CHECK_MSG(!in->graphs[i].g && !in->graphs[i].used, "graph %d kept", i);
         long launches = fk_graph_launches;
 #endif
@@ -822,7 +822,7 @@ static void shared_weights_give_the_exporters_logits_and_are_unmapped_not_freed(
     CHECK_MSG(m && skpo_model_export_weights(m, dir, h, &err) == SKPO_OK, "%s", err.msg);
     CHECK_MSG(skpo_model_load_shared(dir, h, &gpu, &s, &err) == SKPO_OK, "%s", err.msg);
     if (!m || !s) { skpo_model_free(m); skpo_model_free(s); free(h); return; }
-    CHECK(fake_mapped == 1 && s->cuda->w == m->cuda->w);
+    CHECK(fake_mapped == 1 && model_cuda_of(s)->w == model_cuda_of(m)->w);
     int V = c.vocab_size, off[2] = {0, 4};
     const int32_t toks[4] = {5, 9, 2, 17};
     float *a = skpo_xmalloc((size_t)V * sizeof *a), *b = skpo_xmalloc((size_t)V * sizeof *b);

@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "base/rng.h"
 #include "gen/sampler.h"
+#include "rl/segment.h"
 
 #include <math.h>
 #include <string.h>

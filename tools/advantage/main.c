@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "--mode skpo|grpo|drgrpo|dapo|spo|prime --state DIR [--rescored] [--step N] [--group G]\n"
+    "--init-state --state DIR [--step N] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
+    "       --mode MODE --state DIR [--rescored] [--step N] [--group G]\n"
     "       [--w-up W] [--w-down W] [--norm-down] [--reward-up mc|self] [--layout skip|continual] [--max-tokens N]\n"
     "       [--up-warmup K] [--tau T] [--rho-min R] [--rho-max R] [--prio-eps E] [--lq-init L]\n"
     "       [--prime-beta X] [--prime-coef-process X] [--prime-coef-outcome X] [--prime-norm batch|none]\n"
@@ -36,24 +37,29 @@ static const char about[] =
     "at --max-tokens (the completion limit).\n"
     "Rewards the verifier could not judge (reward_status timeout or error, skpo-reward) count as wrong and\n"
     "are counted in the metrics (reward_timeouts, reward_errors); above --max-reward-failures of the step's\n"
-    "rewarded records the step fails and the state stays.";
+    "rewarded records the step fails and the state stays.\n"
+    "--init-state writes an empty tracker state of step N (default 1) in DIR with the tracker options given\n"
+    "(the rest at their defaults) and exits: what a run starts from, so that the first visit of a prompt\n"
+    "already uses --lq-init. It reads no records and writes nothing on stdout.";
 
 typedef struct args {
-    const char *mode, *state, *metrics, *input, *model, *reward_up, *prime_norm, *layout;
+    int mode;   // skpo_adv_modes; -1 = not given
+    const char *state, *metrics, *input, *model, *reward_up, *prime_norm, *layout;
     skpo_prime_opts prime;
     long step, group, max_tokens, up_warmup;
     double w_up, w_down, tau, rho_min, rho_max, eps, len_init, max_fail;
-    int norm_down, summary, rescored;
+    int norm_down, summary, rescored, init_state;
 } args;
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
+    *a = (args){.mode = -1, .step = -1, .group = 8, .max_fail = 0.05, .w_up = 0.5, .w_down = 0.5, .input = "-", .reward_up = "mc",
                 .tau = NAN, .rho_min = NAN, .rho_max = NAN, .eps = NAN, .len_init = NAN, .prime_norm = "batch",
                 .layout = "skip"};
     skpo_prime_opts_default(&a->prime);
     const skpo_opt opts[] = {
-        SKPO_OPT_STR("mode", 0, &a->mode, "MODE", "skpo, grpo, drgrpo, dapo, spo or prime"),
+        SKPO_OPT_ENUM("mode", 0, &a->mode, &skpo_adv_modes, "the advantage estimator (docs/advantage.md)"),
         SKPO_OPT_STR("state", 0, &a->state, "DIR", "tracker state folder (created on first use)"),
+        SKPO_OPT_FLAG("init-state", 0, &a->init_state, "write an empty state of step --step (1) in --state and exit"),
         SKPO_OPT_FLAG("rescored", 0, &a->rescored, "rho from the records' `seg_div` (skpo-sample --rescore)"),
         SKPO_OPT_STR("model", 0, &a->model, "DIR", "removed: the sampler measures D (skpo-sample --rescore)"),
         SKPO_OPT_LONG("step", 0, &a->step, 0, 1e15, "N", "re-run step N from its kept input state (default: CURRENT)"),
@@ -80,19 +86,24 @@ static void parse(int argc, char **argv, args *a) {
         SKPO_OPT_STR("prime-norm", 0, &a->prime_norm, "batch|none", "prime: process rewards over the batch's largest |return| (batch)"),
         {0},
     };
-    a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
-    if (!a->mode || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
+    const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
+    int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
+    if (npos == 1) a->input = pos[0];
+    free(pos);
+    if (npos > 1) skpo_cli_usage_error(synopsis, "at most one input file");
+    if (a->init_state) {
+        if (!a->state) skpo_cli_usage_error(synopsis, "--init-state needs --state");
+        if (a->mode >= 0 || npos) skpo_cli_usage_error(synopsis, "--init-state takes no --mode and no input");
+        return;
+    }
+    if (a->mode < 0 || !a->state) skpo_cli_usage_error(synopsis, "--mode and --state are required");
     if (a->model)
         skpo_cli_usage_error(synopsis, "--model is gone: skpo-sample --rescore measures rho's divergence where the "
                                        "model is loaded; pass --rescored here");
 }
 
-static skpo_tracker *load_tracker(const args *a) {
-    skpo_err err = {{0}};
-    skpo_tracker *t;
-    skpo_status st = a->step >= 0 ? skpo_tracker_load_step(a->state, a->step, &t, &err)
-                                  : skpo_tracker_load(a->state, &t, &err);
-    if (st) skpo_die("%s", err.msg);
+// The tracker options given on the command line replace t's.
+static void override_params(const args *a, skpo_tracker *t) {
     skpo_tracker_params q = *skpo_tracker_get_params(t), *p = &q;
     if (!isnan(a->tau)) p->tau = a->tau;
     if (!isnan(a->rho_min)) p->rho_min = a->rho_min;
@@ -101,7 +112,29 @@ static skpo_tracker *load_tracker(const args *a) {
     if (!isnan(a->len_init)) p->len_init = a->len_init;
     if (p->rho_min > p->rho_max) skpo_die_code(SKPO_EXIT_USAGE, "rho-min %g exceeds rho-max %g", p->rho_min, p->rho_max);
     skpo_tracker_set_params(t, p);
+}
+
+static skpo_tracker *load_tracker(const args *a) {
+    skpo_err err = {{0}};
+    skpo_tracker *t;
+    skpo_status st = a->step >= 0 ? skpo_tracker_load_step(a->state, a->step, &t, &err)
+                                  : skpo_tracker_load(a->state, &t, &err);
+    if (st) skpo_die("%s", err.msg);
+    override_params(a, t);
     return t;
+}
+
+// --init-state: an empty tracker of step --step (default 1) in --state.
+static int init_state(const args *a) {
+    skpo_err err = {{0}};
+    skpo_tracker *t = skpo_tracker_new(NULL);
+    override_params(a, t);
+    skpo_tracker_set_step(t, a->step >= 0 ? a->step : 1);
+    skpo_status st = skpo_tracker_save(t, a->state, &err);
+    skpo_tracker_free(t);
+    if (st) skpo_die("state '%s': %s", a->state, err.msg);
+    skpo_close_stdout_or_die();
+    return 0;
 }
 
 static void write_out(int argc, char **argv, const skpo_rec *recs, size_t n, const unsigned char *keep,
@@ -184,9 +217,10 @@ static unjudged count_unjudged(const skpo_rec *recs, size_t n) {
 int main(int argc, char **argv) {
     args a;
     parse(argc, argv, &a);
+    if (a.init_state) return init_state(&a);
     skpo_adv_opts o;
     skpo_adv_opts_default(&o);
-    if (skpo_adv_mode_parse(a.mode, &o.mode)) skpo_cli_usage_error(synopsis, "--mode: unknown mode '%s'", a.mode);
+    o.mode = (skpo_adv_mode)a.mode;
     o.group = a.group; o.w_up = a.w_up; o.w_down = a.w_down; o.norm_down = a.norm_down;
     if (!strcmp(a.reward_up, "self")) o.reward_up_self = 1;
     else if (strcmp(a.reward_up, "mc")) skpo_cli_usage_error(synopsis, "--reward-up: '%s' is not mc or self", a.reward_up);

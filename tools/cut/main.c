@@ -19,11 +19,19 @@
  * position fields. Every other record passes through unchanged, unless
  * --cuts-only: cutting skpo-splice output would otherwise hand its `up`
  * records to the next skpo-splice, which would continue them too.
+ * Group modes (rl/groups.h), instead of --at: the sampling filters of the
+ * pipelines over the `full` records of each prompt. --keep-informative N
+ * (DAPO) drops the informative groups after the first N; --keep-accuracy N
+ * with --accuracy LOW:HIGH (PRIME) keeps N groups, those with accuracy in
+ * [LOW, HIGH] first; --count-informative prints the number of informative
+ * groups (one line on stdout, as skpo-cat --count). They read the whole
+ * input first (a group's records may be anywhere in it).
  * Not here: continuing the segments (skpo-splice --layout continual|skip).
  */
 #include "base/cli.h"
 #include "base/common.h"
 #include "record/record.h"
+#include "rl/groups.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,11 +39,16 @@
 
 #define MAX_AT 1024
 
-static const char synopsis[] = "--at R1,R2,... [--label NAME] [--only-correct] [--empty] [--cuts-only] [FILE...]";
+static const char synopsis[] = "--at R1,R2,... [--label NAME] [--only-correct] [--empty] [--cuts-only] [FILE...]\n"
+                               "       --keep-informative N | --keep-accuracy N --accuracy LOW:HIGH | --count-informative [FILE]";
 static const char about[] =
     "Replaces each full/down response record by one `up` record per relative position R in [0, 1]:\n"
     "the response cut to its first floor(R * length) tokens, with rel, seg, src, src_gid, src_len and the\n"
-    "source outcome added, ready for skpo-splice. Other records pass through. Reads FILEs or stdin.";
+    "source outcome added, ready for skpo-splice. Other records pass through. Reads FILEs or stdin.\n"
+    "Group modes filter the `full` records of each prompt instead (rl/groups.h): --keep-informative N\n"
+    "drops the groups with mixed outcomes after the first N (DAPO's dynamic sampling), --keep-accuracy N\n"
+    "keeps N groups, those with mean `correct` in --accuracy LOW:HIGH first (PRIME), --count-informative\n"
+    "prints how many groups have mixed outcomes. Other records pass through.";
 
 typedef struct cut_cfg {
     double at[MAX_AT];
@@ -139,8 +152,53 @@ static void run(const cut_cfg *c, const char *path, skpo_writer *w) {
     skpo_reader_close(rd);
 }
 
+// The group modes: --keep-informative, --keep-accuracy, --count-informative.
+typedef struct group_cfg {
+    long keep_informative, keep_accuracy;   // -1 = not given
+    const char *accuracy;
+    int count_informative;
+} group_cfg;
+
+static void parse_accuracy(const char *s, double *lo, double *hi) {
+    const char *colon = s ? strchr(s, ':') : NULL;
+    char a[64];
+    if (!colon || (size_t)(colon - s) >= sizeof a) skpo_cli_usage_error(synopsis, "--accuracy: '%s' is not LOW:HIGH", s ? s : "");
+    memcpy(a, s, (size_t)(colon - s));
+    a[colon - s] = 0;
+    if (skpo_parse_double(a, 0, 1, lo) || skpo_parse_double(colon + 1, 0, 1, hi) || *lo > *hi)
+        skpo_cli_usage_error(synopsis, "--accuracy: '%s' is not LOW:HIGH with 0 <= LOW <= HIGH <= 1", s);
+}
+
+static int run_groups(const group_cfg *g, int npos, const char **pos, int argc, char **argv) {
+    if (npos > 1) skpo_cli_usage_error(synopsis, "the group modes read one FILE (or stdin)");
+    double lo = 0, hi = 1;
+    if (g->keep_accuracy >= 0) parse_accuracy(g->accuracy, &lo, &hi);
+    else if (g->accuracy) skpo_cli_usage_error(synopsis, "--accuracy goes with --keep-accuracy");
+    skpo_err err = {{0}};
+    skpo_rec *recs;
+    size_t n;
+    if (skpo_read_all(npos ? pos[0] : "-", &recs, &n, &err)) skpo_die("%s", err.msg);
+    if (g->count_informative) {
+        printf("%zu\n", skpo_groups_count_informative(recs, n));
+    } else {
+        unsigned char *keep = skpo_xmalloc(n + 1);
+        if (g->keep_informative >= 0) skpo_groups_keep_informative(recs, n, (size_t)g->keep_informative, keep);
+        else skpo_groups_keep_accuracy(recs, n, (size_t)g->keep_accuracy, lo, hi, keep);
+        skpo_writer *w;
+        if (skpo_writer_open_fd(1, 0, &w, &err) || skpo_writer_meta(w, argc, argv, NULL, &err)) skpo_die("%s", err.msg);
+        for (size_t i = 0; i < n; i++)
+            if (keep[i] && skpo_writer_put(w, &recs[i], &err)) skpo_die("%s", err.msg);
+        if (skpo_writer_close(w, &err)) skpo_die("%s", err.msg);
+        free(keep);
+    }
+    skpo_recs_free(recs, n);
+    skpo_close_stdout_or_die();
+    return SKPO_EXIT_OK;
+}
+
 int main(int argc, char **argv) {
     cut_cfg c = {0};
+    group_cfg g = {.keep_informative = -1, .keep_accuracy = -1};
     const char *at = NULL;
     const skpo_opt opts[] = {
         SKPO_OPT_STR("at", 0, &at, "LIST", "relative cut positions in [0, 1], comma-separated"),
@@ -148,10 +206,21 @@ int main(int argc, char **argv) {
         SKPO_OPT_FLAG("only-correct", 0, &c.only_correct, "cut only responses that are correct"),
         SKPO_OPT_FLAG("empty", 0, &c.empty, "zero-token segments (unconditional baseline)"),
         SKPO_OPT_FLAG("cuts-only", 0, &c.cuts_only, "drop every other record (e.g. the up records of splice output)"),
+        SKPO_OPT_LONG("keep-informative", 0, &g.keep_informative, 0, 1e12, "N", "group mode: drop the groups with mixed outcomes after the first N"),
+        SKPO_OPT_LONG("keep-accuracy", 0, &g.keep_accuracy, 0, 1e12, "N", "group mode: keep N groups, those in --accuracy first"),
+        SKPO_OPT_STR("accuracy", 0, &g.accuracy, "LOW:HIGH", "--keep-accuracy: the preferred range of a group's mean `correct`"),
+        SKPO_OPT_FLAG("count-informative", 0, &g.count_informative, "group mode: print how many groups have mixed outcomes"),
         {0},
     };
     const char **pos = skpo_xcalloc((size_t)argc, sizeof *pos);
     int npos = skpo_cli_parse(synopsis, about, opts, argc, argv, pos);
+    int modes = (g.keep_informative >= 0) + (g.keep_accuracy >= 0) + g.count_informative;
+    if (modes > 1 || (modes && at)) skpo_cli_usage_error(synopsis, "one of --at, --keep-informative, --keep-accuracy, --count-informative");
+    if (modes) {
+        int rc = run_groups(&g, npos, pos, argc, argv);
+        free(pos);
+        return rc;
+    }
     if (!at) skpo_cli_usage_error(synopsis, "--at is required");
     c.n_at = parse_at(at, c.at);
     skpo_err err = {{0}};

@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char synopsis[] =
-    "[--task auto|math|choice|code] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
+    "[--task TASK] [--verifier math|boxed|dapo] [--reward pm1|01] [--overlong MAX:CACHE]\n"
     "       [--truncated wrong|keep] [--no-fallback] [--math-timeout T] [--code-timeout T] [--code-record-timeout T] [--code-jobs N] [--code-mem MB] [--code-batch N] [FILE]";
 static const char about[] =
     "Reads records (FILE or stdin) and writes them to stdout. For each finished rollout (kind `down`,\n"
@@ -36,7 +36,8 @@ static const char about[] =
     "wrong answer and reward_status = timeout or error, which skpo-advantage and skpo-eval count.";
 
 typedef struct args {
-    const char *verifier, *reward, *overlong, *truncated, *cases, *input, *task;
+    const char *verifier, *reward, *overlong, *truncated, *cases, *input;
+    int task;   // skpo_reward_tasks
     int no_fallback;
     long repeat, omax, ocache, code_jobs, code_mem, code_batch;
     double code_timeout, math_timeout, code_record;
@@ -44,7 +45,7 @@ typedef struct args {
 
 static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     *a = (args){.verifier = "math", .reward = "pm1", .truncated = "wrong", .input = "-", .repeat = 0, .omax = 0, .ocache = -1,
-                .task = "auto", .code_timeout = 6, .math_timeout = SKPO_VERIFY_TIMEOUT, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
+                .task = SKPO_TASK_AUTO, .code_timeout = 6, .math_timeout = SKPO_VERIFY_TIMEOUT, .code_jobs = 0, .code_mem = 2048, .code_batch = 64};
     const skpo_opt opts[] = {
         SKPO_OPT_STR("verifier", 0, &a->verifier, "NAME", "math (default), boxed or dapo"),
         SKPO_OPT_STR("reward", 0, &a->reward, "R", "pm1: +1/-1 (default); 01: 1/0"),
@@ -55,7 +56,7 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
         SKPO_OPT_FLAG("no-fallback", 0, &a->no_fallback, "math: no last-math/last-number fallback"),
         SKPO_OPT_STR("verify-cases", 0, &a->cases, "FILE", "report accuracy and speed on a case file (no records)"),
         SKPO_OPT_LONG("repeat", 0, &a->repeat, 0, 1000000, "N", "--verify-cases: passes over the file for timing (default: >= 1 s)"),
-        SKPO_OPT_STR("task", 0, &a->task, "T", "auto (default: the record's task field), math, choice or code"),
+        SKPO_OPT_ENUM("task", 0, &a->task, &skpo_reward_tasks, "the judge; auto (default): the record's task field"),
         SKPO_OPT_DOUBLE("math-timeout", 0, &a->math_timeout, 1e-3, 3600, "T", "math: wall seconds per record before it counts as a timeout (default 2)"),
         SKPO_OPT_DOUBLE("code-timeout", 0, &a->code_timeout, 0.1, 600, "T", "code: seconds per test, wall and CPU (default 6, LiveCodeBench's)"),
         SKPO_OPT_DOUBLE("code-record-timeout", 0, &a->code_record, 0.1, 1e6, "T",
@@ -68,11 +69,7 @@ static void parse(int argc, char **argv, args *a, skpo_reward_opts *o) {
     a->input = skpo_cli_parse_input(synopsis, about, opts, argc, argv, a->input);
     skpo_reward_opts_default(o);
     if (!skpo_verifier_parse(a->verifier, &o->verify.mode)) skpo_cli_usage_error(synopsis, "--verifier: unknown verifier '%s'", a->verifier);
-    static const char *const tasks[] = {"auto", "math", "choice", "code", NULL};
-    int ti = 0;
-    while (tasks[ti] && strcmp(tasks[ti], a->task)) ti++;
-    if (!tasks[ti]) skpo_cli_usage_error(synopsis, "--task: '%s' is not auto, math, choice or code", a->task);
-    o->task = (skpo_task)ti;
+    o->task = (skpo_task)a->task;
     o->code_timeout = a->code_timeout;
     o->code_record = a->code_record;
     if (strcmp(a->reward, "pm1") && strcmp(a->reward, "01")) skpo_cli_usage_error(synopsis, "--reward: '%s' is not pm1 or 01", a->reward);

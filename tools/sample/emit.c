@@ -10,6 +10,7 @@
 #include "sample.h"
 
 #include "gen/sampler.h"
+#include "rl/segment.h"
 
 #include <stdio.h>
 #include <stdlib.h>

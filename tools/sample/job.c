@@ -7,6 +7,7 @@
 
 #include "base/cli.h"
 #include "gen/sampler.h"
+#include "rl/segment.h"
 #include "rl/tracker.h"
 
 #include <math.h>

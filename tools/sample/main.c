@@ -29,7 +29,7 @@ static const char SYNOPSIS[] =
     "--model DIR --prompts FILE (--n K | --segment [--group G] [--lq-init L] [--cut C] [--select S] [--self])\n"
     "       [--state DIR] [--all | --prompts-per-step B] [--prio-eps E] [--tokenizer DIR] [--batch N] [--shard I/N]\n"
     "       [--temperature T] [--top-p P] [--top-k K] [--max-tokens N] [--seed S] [--step N] [--stop STR]...\n"
-    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cuda|cpu] [--export-weights FILE]";
+    "       [--no-share] [--no-text] [--stats] [--rescore] [--device cpu|cuda] [--export-weights FILE]";
 static const char ABOUT[] =
     "Generate rollouts for prompt records: --n K whole responses per prompt (kind=full), or with\n"
     "--segment one SKPO upstream segment per drawn prompt (kind=up). Records go to stdout.";
@@ -65,8 +65,6 @@ int main(int argc, char **argv) {
     };
     skpo_cli_parse(SYNOPSIS, ABOUT, opts, argc, argv, NULL);
     sample_cfg_check(&c, SYNOPSIS);
-    if (c.ro.device && strcmp(c.ro.device, "cuda") && strcmp(c.ro.device, "cpu"))
-        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", c.ro.device);
 
     skpo_err err = {0};
     skpo_rollout ro;

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char *SYN =
-    "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [--device cuda|cpu] [--no-pack] [FILE]";
+    "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [--device cpu|cuda] [--no-pack] [FILE]";
 static const char *ABOUT =
     "Add the log-prob of every response token (field `tokens`, conditioned on `prompt`) under the\n"
     "model in DIR as a float32 array field NAME (default ref_logp). Reads FILE or stdin, writes stdout.";
@@ -91,7 +91,8 @@ static void score_stream(skpo_model *m, skpo_reader *rd, skpo_writer *w, const c
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *field = F_REF_LOGP, *device = NULL, *adapter = NULL;
+    const char *dir = NULL, *field = F_REF_LOGP, *adapter = NULL;
+    int device = -1;   // skpo_devices; -1 = $SKPO_DEVICE, else cuda when visible
     double temp = 1.0;
     long max_tok = 8192, threads = 0;
     int no_pack = 0;
@@ -101,7 +102,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_DOUBLE("temperature", 't', &temp, 1e-6, 1e6, "T", "score softmax(logits / T) (default 1)"),
         SKPO_OPT_LONG("batch-tokens", 0, &max_tok, 1, 1L << 30, "N", "tokens per scoring batch (default 8192)"),
         SKPO_OPT_LONG("threads", 0, &threads, 0, 4096, "N", "CPU threads (default: all)"),
-        SKPO_OPT_STR("device", 0, &device, "cuda|cpu", "compute device (default: cuda when a GPU is visible)"),
+        SKPO_OPT_ENUM("device", 0, &device, &skpo_devices, "compute device (default: cuda when a GPU is visible)"),
         SKPO_OPT_STR("adapter", 0, &adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),
         SKPO_OPT_FLAG("no-pack", 0, &no_pack, "score a shared prompt once per record (default: once per batch)"),
         {0},
@@ -109,12 +110,10 @@ int main(int argc, char **argv) {
     const char *input = skpo_cli_parse_input(SYN, ABOUT, opts, argc, argv, "-");
     if (!dir) skpo_cli_usage_error(SYN, "--model is required");
     if (!*field) skpo_cli_usage_error(SYN, "--field must not be empty");
-    if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))
-        skpo_cli_usage_error(SYN, "--device: '%s' is not cuda or cpu", device);
     skpo_err err = {0};
     skpo_model *m;
     skpo_model_opts mo = {.threads = (int)threads};
-    if (skpo_device_parse(device, &mo.device, &err) || skpo_lora_model_load(dir, adapter, &mo, 1, &m, NULL, &err))
+    if (skpo_device_parse(skpo_enum_name(&skpo_devices, device), &mo.device, &err) || skpo_lora_model_load(dir, adapter, &mo, 1, &m, NULL, &err))
         skpo_die("%s", err.msg);
     skpo_model_set_pack(m, !no_pack);   // records of one prompt in a batch share its forward (docs/model.md)
     skpo_reader *rd;

@@ -12,7 +12,7 @@
 
 static const char *SYNOPSIS =
     "--model DIR --out DIR [--metrics FILE] [--step N] [--minibatch N] [--micro-tokens N]\n"
-    "       [--old-logp recompute|rollout|field] [--mismatch off|tis|mask-token|mask-seq|icepop] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss ppo|cispo|gspo|sapo|prm-ce]\n"
+    "       [--old-logp recompute|rollout|field] [--mismatch MODE] [--loss skpo|sft] [--up-loss|--down-loss|--full-loss FORM]\n"
     "       [--lr X] [--warmup-steps N] [--clip-low E] [--clip-high E] [--resume | --fresh-optimizer] [OPTIONS] [FILE]\n"
     "       --serve DIR --model DIR [--fresh-optimizer] [--device D] [--threads N] [--offload]";
 
@@ -27,19 +27,13 @@ static const char *ABOUT =
     "under mpirun / srun) gradients go over NCCL and AdamW state is sharded (--zero).\n"
     "Writes nothing on stdout.";
 
-static int kind_or_die(const char *flag, const char *v) {
-    int k = skpo_loss_kind_parse(v);
-    if (k < 0 || k == SKPO_LOSS_SFT || k == SKPO_LOSS_SHAPE)
-        skpo_cli_usage_error(SYNOPSIS, "--%s: '%s' is not ppo, cispo, gspo, sapo or prm-ce", flag, v);
-    return k;
-}
-
 // What the rows write before it can go into upd_args: names still to be
 // parsed, and per-phase values where NAN means "not given" (a per-phase flag
 // overrides its group flag, which overrides the default).
 typedef struct upd_raw {
-    const char *loss, *agg, *decay, *comm, *old_logp, *mismatch;
-    const char *pl[SKPO_NPHASE], *pagg[SKPO_NPHASE];
+    const char *loss, *decay, *comm, *old_logp;
+    int agg, mismatch;                          // skpo_loss_aggs, skpo_mismatch_modes
+    int pl[SKPO_NPHASE], pagg[SKPO_NPHASE];     // skpo_loss_phase_kinds, skpo_loss_aggs; -1 = not given
     int recompute_old;
     double clip_low, clip_high, clip_high_up;
     double lo[SKPO_NPHASE], hi[SKPO_NPHASE], dual[SKPO_NPHASE];
@@ -84,25 +78,25 @@ static skpo_opt *rows_objective(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw
         SKPO_OPT_DOUBLE("clip-low", 0, &r->clip_low, 0, 0.999999, "E", "ratio floor 1-E for every phase (0.2)"),
         SKPO_OPT_DOUBLE("clip-high", 0, &r->clip_high, 0, B, "E", "ratio ceiling 1+E for down and full (0.28)"),
         SKPO_OPT_DOUBLE("clip-high-up", 0, &r->clip_high_up, 0, B, "E", "ratio ceiling 1+E for up (0.2)"),
-        SKPO_OPT_STR("up-loss", 0, &r->pl[0], "ppo|cispo", "upstream loss form (ppo)"),
+        SKPO_OPT_ENUM("up-loss", 0, &r->pl[0], &skpo_loss_phase_kinds, "upstream loss form (ppo)"),
         SKPO_OPT_DOUBLE("up-clip-low", 0, &r->lo[0], 0, 0.999999, "E", "upstream ratio floor (--clip-low)"),
         SKPO_OPT_DOUBLE("up-clip-high", 0, &r->hi[0], 0, B, "E", "upstream ratio ceiling (--clip-high-up)"),
         SKPO_OPT_DOUBLE("up-dual-clip", 0, &r->dual[0], 0, B, "C", "upstream dual clip for A<0, 0 = off = eq. 6 exactly (0)"),
-        SKPO_OPT_STR("down-loss", 0, &r->pl[1], "ppo|cispo", "downstream loss form (cispo)"),
+        SKPO_OPT_ENUM("down-loss", 0, &r->pl[1], &skpo_loss_phase_kinds, "downstream loss form (cispo)"),
         SKPO_OPT_DOUBLE("down-clip-low", 0, &r->lo[1], 0, 0.999999, "E", "downstream ratio floor (--clip-low)"),
         SKPO_OPT_DOUBLE("down-clip-high", 0, &r->hi[1], 0, B, "E", "downstream ratio ceiling (--clip-high)"),
         SKPO_OPT_DOUBLE("down-dual-clip", 0, &r->dual[1], 0, B, "C", "downstream dual clip (ppo form), 0 = off (0)"),
-        SKPO_OPT_STR("full-loss", 0, &r->pl[2], "ppo|cispo", "full-response (GRPO/DAPO/SPO) loss form (ppo)"),
+        SKPO_OPT_ENUM("full-loss", 0, &r->pl[2], &skpo_loss_phase_kinds, "full-response (GRPO/DAPO/SPO) loss form (ppo)"),
         SKPO_OPT_DOUBLE("full-clip-low", 0, &r->lo[2], 0, 0.999999, "E", "full ratio floor (--clip-low)"),
         SKPO_OPT_DOUBLE("full-clip-high", 0, &r->hi[2], 0, B, "E", "full ratio ceiling (--clip-high)"),
         SKPO_OPT_DOUBLE("full-dual-clip", 0, &r->dual[2], 0, B, "C", "full dual clip for A<0, 0 = off (3)"),
         SKPO_OPT_DOUBLE("w-up", 0, &a->u.phase_weight[0], 0, 1e6, "W", "upstream weight (default: the records' `weight`)"),
         SKPO_OPT_DOUBLE("w-down", 0, &a->u.phase_weight[1], 0, 1e6, "W", "downstream weight (default: the records' `weight`)"),
         SKPO_OPT_DOUBLE("w-full", 0, &a->u.phase_weight[2], 0, 1e6, "W", "full-response weight (default: the records' `weight`)"),
-        SKPO_OPT_STR("loss-agg", 0, &r->agg, "MODE", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm"),
-        SKPO_OPT_STR("up-loss-agg", 0, &r->pagg[0], "MODE", "upstream aggregation (default: --loss-agg)"),
-        SKPO_OPT_STR("down-loss-agg", 0, &r->pagg[1], "MODE", "downstream aggregation (default: --loss-agg)"),
-        SKPO_OPT_STR("full-loss-agg", 0, &r->pagg[2], "MODE", "full-response aggregation (default: --loss-agg)"),
+        SKPO_OPT_ENUM("loss-agg", 0, &r->agg, &skpo_loss_aggs, "how a phase's token losses are summed (token-mean)"),
+        SKPO_OPT_ENUM("up-loss-agg", 0, &r->pagg[0], &skpo_loss_aggs, "upstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_ENUM("down-loss-agg", 0, &r->pagg[1], &skpo_loss_aggs, "downstream aggregation (default: --loss-agg)"),
+        SKPO_OPT_ENUM("full-loss-agg", 0, &r->pagg[2], &skpo_loss_aggs, "full-response aggregation (default: --loss-agg)"),
         SKPO_OPT_DOUBLE("loss-norm", 0, &a->u.loss.agg_norm, 1e-9, B, "N", "constant of seq-mean-token-sum-norm (3072)"),
         SKPO_OPT_DOUBLE("kl-coef", 0, &a->u.loss.kl_coef, 0, B, "X", "k3 KL to `ref_logp` (0 = off)"),
         SKPO_OPT_DOUBLE("entropy-coef", 0, &a->u.loss.entropy_coef, 0, B, "X", "entropy bonus (0 = off)"),
@@ -138,7 +132,7 @@ static skpo_opt *rows_placement(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw
     const skpo_opt rows[] = {
         SKPO_OPT_LONG("threads", 0, &a->threads, 0, 4096, "N", "CPU threads (0 = OpenMP default)"),
         SKPO_OPT_STR("comm", 0, &r->comm, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"),
-        SKPO_OPT_STR("device", 0, &a->device, "cuda|cpu", "where to train (cuda when a GPU is visible)"),
+        SKPO_OPT_ENUM("device", 0, &a->device, &skpo_devices, "where to train (cuda when a GPU is visible)"),
         SKPO_OPT_FLAG("recompute", 0, &a->recompute, "cuda: keep layer inputs only, recompute in backward"),
         SKPO_OPT_FLAG("no-pack", 0, &a->no_pack, "compute a group's shared prefix once per sequence (default: once per group)"),
         SKPO_OPT_LONG("zero", 0, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"),
@@ -165,7 +159,7 @@ static skpo_opt *rows_off_policy(skpo_opt *o, skpo_opt *end, upd_raw *r) {
     const skpo_opt rows[] = {
         SKPO_OPT_FLAG("recompute-old", 0, &r->recompute_old, "same as --old-logp recompute"),
         SKPO_OPT_STR("old-logp", 0, &r->old_logp, "SRC", "pi_old: recompute (one scoring pass), rollout (`logp`) or field (`old_logp`)"),
-        SKPO_OPT_STR("mismatch", 0, &r->mismatch, "MODE", "rollout vs pi_old correction: off|tis|mask-token|mask-seq|icepop (tis)"),
+        SKPO_OPT_ENUM("mismatch", 0, &r->mismatch, &skpo_mismatch_modes, "rollout vs pi_old correction (tis)"),
         SKPO_OPT_DOUBLE("mismatch-cap", 0, &r->mm_cap, 1e-9, 1e6, "C", "tis: token weight min(ratio, C) (2)"),
         SKPO_OPT_DOUBLE("mismatch-low", 0, &r->mm_low, 0, 1e6, "R", "mask modes: lowest kept ratio (mask-token 0, mask-seq 1/1.001, icepop 0.5)"),
         SKPO_OPT_DOUBLE("mismatch-high", 0, &r->mm_high, 1e-9, 1e6, "R", "mask modes: highest kept ratio (mask-token 3, mask-seq 1.001, icepop 5)"),
@@ -209,14 +203,9 @@ static void resolve_loss(upd_args *a, const upd_raw *r) {
 
 // Each phase's loss form and aggregation (a per-phase mode beats --loss-agg).
 static void resolve_phase_forms(skpo_loss_cfg *L, const upd_raw *r) {
-    static const char *flag[] = {"up-loss", "down-loss", "full-loss"};
-    for (int p = 0; p < SKPO_NPHASE; p++) L->phase[p].kind = kind_or_die(flag[p], r->pl[p]);
-    static const char *aflag[] = {"up-loss-agg", "down-loss-agg", "full-loss-agg"};
     for (int p = 0; p < SKPO_NPHASE; p++) {
-        const char *v = r->pagg[p] ? r->pagg[p] : r->agg;
-        int g = skpo_loss_agg_parse(v);
-        if (g < 0) skpo_cli_usage_error(SYNOPSIS, "--%s: unknown mode '%s'", r->pagg[p] ? aflag[p] : "loss-agg", v);
-        L->agg[p] = g;
+        if (r->pl[p] >= 0) L->phase[p].kind = r->pl[p];
+        L->agg[p] = r->pagg[p] >= 0 ? r->pagg[p] : r->agg;
     }
 }
 
@@ -228,9 +217,7 @@ static void resolve_off_policy(upd_args *a, const upd_raw *r) {
         if (src < 0) skpo_cli_usage_error(SYNOPSIS, "--old-logp: '%s' is not recompute, rollout or field", r->old_logp);
         a->u.old_logp = src;
     }
-    int mm = skpo_mismatch_parse(r->mismatch);
-    if (mm < 0)
-        skpo_cli_usage_error(SYNOPSIS, "--mismatch: '%s' is not off, tis, mask-token, mask-seq or icepop", r->mismatch);
+    int mm = r->mismatch;
     skpo_mismatch_cfg_default(&a->u.mismatch, mm);
     if (!isnan(r->mm_cap) && mm != SKPO_MISMATCH_TIS) skpo_cli_usage_error(SYNOPSIS, "--mismatch-cap needs --mismatch tis");
     if ((!isnan(r->mm_low) || !isnan(r->mm_high)) && mm < SKPO_MISMATCH_MASK_TOKEN)
@@ -247,8 +234,6 @@ static void resolve_decay_and_placement(upd_args *a, const upd_raw *r) {
     else if (!strcmp(r->comm, "local")) a->comm = SKPO_COMM_LOCAL;
     else if (!strcmp(r->comm, "mpi")) a->comm = SKPO_COMM_MPI;
     else skpo_cli_usage_error(SYNOPSIS, "--comm: '%s' is not auto, local or mpi", r->comm);
-    if (a->device && strcmp(a->device, "cuda") && strcmp(a->device, "cpu"))
-        skpo_cli_usage_error(SYNOPSIS, "--device: '%s' is not cuda or cpu", a->device);
 }
 
 // Everything a row cannot check by itself: required and exclusive flags,
@@ -279,10 +264,11 @@ void upd_parse_args(upd_args *a, int argc, char **argv) {
     skpo_update_opts_default(&a->u);
     skpo_adamw_cfg_default(&a->a);
     a->zero = -1;
+    a->device = -1;
     a->lora_alpha = NAN;
     upd_raw r = {
-        .loss = "skpo", .agg = "token-mean", .decay = "all", .comm = "auto", .mismatch = "tis",
-        .pl = {"ppo", "cispo", "ppo"},
+        .loss = "skpo", .agg = SKPO_AGG_TOKEN_MEAN, .decay = "all", .comm = "auto", .mismatch = SKPO_MISMATCH_TIS,
+        .pl = {-1, -1, -1}, .pagg = {-1, -1, -1},   // the forms of skpo_loss_cfg_default
         .clip_low = NAN, .clip_high = NAN, .clip_high_up = NAN,
         .lo = {NAN, NAN, NAN}, .hi = {NAN, NAN, NAN}, .dual = {NAN, NAN, NAN},
         .mm_cap = NAN, .mm_low = NAN, .mm_high = NAN,

@@ -5,7 +5,6 @@
  */
 #include "tool.h"
 
-#include "cuda/cuda.h"
 #include "model/model.h"
 
 #include <inttypes.h>
@@ -131,7 +130,7 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     skpo_param *p;
     int np = skpo_model_params(m, &p);
     *o = skpo_optim_new(&a->a, p, np);
-    int shards = !skpo_checkpoint_has_optim(a->model) && upd_have_optim_shards(a->model);
+    int shards = !skpo_checkpoint_has_optim(a->model) && skpo_shard_have_optim(a->model);
     int have = skpo_checkpoint_has_optim(a->model) || shards;
     if (!have && !a->fresh_optimizer && have_ts && ts->optimizer_updates > 0 && skpo_checkpoint_weights_only(a->model))
         return skpo_err_set(err, SKPO_ENOTFOUND,
@@ -144,7 +143,7 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     int used;
     skpo_status st;
     if (shards) {
-        st = upd_load_optim_shards(a->model, *o, p, np, skpo_model_src_dtype(m), &used, err);
+        st = skpo_shard_load_optim(a->model, *o, p, np, skpo_model_src_dtype(m), &used, err);
     } else {
         char *path = skpo_path_join(a->model, SKPO_OPTIM_FILE);
         st = skpo_optim_load(*o, p, skpo_model_src_dtype(m), path, &used, err);
@@ -156,62 +155,21 @@ static skpo_status load_optim(const upd_args *a, skpo_model *m, const skpo_train
     return st;
 }
 
-// Entry r mod count of CUDA_VISIBLE_DEVICES (or "r" when unset). Must run
-// before anything initialises CUDA: the runtime reads the variable once.
-static void bind_gpu(long r) {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    char pick[64];
-    if (!vis || !*vis) {
-        snprintf(pick, sizeof pick, "%ld", r);
-    } else {
-        long n = 1;
-        for (const char *p = vis; *p; p++) n += *p == ',';
-        long k = r % n;
-        const char *p = vis;
-        for (long i = 0; i < k; i++) p = strchr(p, ',') + 1;
-        size_t len = strcspn(p, ",");
-        if (len >= sizeof pick) return;
-        memcpy(pick, p, len);
-        pick[len] = 0;
-    }
-    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
-}
-
 void upd_bind_device(upd_args *a) {
-    long r = skpo_comm_local_rank();
-    const char *want = a->device ? a->device : getenv("SKPO_DEVICE");
-    if (r >= 0 && (!want || strcmp(want, "cpu"))) bind_gpu(r);
+    const char *name = skpo_enum_name(&skpo_devices, a->device);
+    skpo_comm_bind_gpu(name ? name : getenv("SKPO_DEVICE"));
     skpo_err e = {0};
-    if (skpo_device_parse(a->device, &a->dev, &e)) skpo_die("%s", e.msg);
+    if (skpo_device_parse(name, &a->dev, &e)) skpo_die("%s", e.msg);
     if (a->dev != SKPO_DEV_CUDA && (a->recompute || a->zero > 0))
         skpo_die("--recompute and --zero 1 need --device cuda");
 }
 
 void upd_comm_open(const upd_args *a, skpo_comm **c, struct skpo_cuda **cu) {
     skpo_err e = {0};
-    int rank, size;
-    const char *idf = getenv("SKPO_NCCL_ID_FILE");
-    *cu = NULL;
-#ifdef SKPO_HAVE_CUDA
-    if (a->dev == SKPO_DEV_CUDA && idf && *idf && !skpo_comm_launched_by_mpi() && skpo_comm_file_rank(&rank, &size) &&
-        size > 1) {
-        if (skpo_cuda_init(0, cu, &e) || skpo_comm_init_nccl(*cu, c, &e)) skpo_die("%s", e.msg);
-        return;
-    }
-#else
-    (void)idf, (void)rank, (void)size;
-#endif
-    if (skpo_comm_init(a->comm, c, &e)) skpo_die("%s", e.msg);
+    if (skpo_comm_open(a->comm, a->dev == SKPO_DEV_CUDA, c, cu, &e)) skpo_die("%s", e.msg);
 }
 
-void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) {
-    skpo_comm_free(c);
-#ifdef SKPO_HAVE_CUDA
-    skpo_cuda_free_ctx(cu);
-#else
-    (void)cu;
-#endif
-}
+void upd_comm_close(skpo_comm *c, struct skpo_cuda *cu) { skpo_comm_close(c, cu); }
 
 void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o, skpo_comm **nc) {
     *nc = NULL;

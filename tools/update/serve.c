@@ -231,13 +231,13 @@ static void serve_device_out(server *S) {
 // The step's checkpoint. One rank: rank 0 writes it (the device optimizer's
 // moments gathered there first), as the one-shot tool does. Several ranks:
 // every rank writes its weights shard and, when durable, its range of the
-// optimizer state, in parallel (shard.c).
+// optimizer state, in parallel (train/shard.h).
 static void serve_save(server *S, const upd_args *s) {
     skpo_err e = {0};
     skpo_trainer_state ts = {S->step, S->o->t};
     double lr = skpo_optim_lr(&s->a, S->step);
     if (S->c->size > 1) {
-        upd_check(S->c, upd_save_parallel(S->c, s, S->m, S->o, !s->weights_only, &ts, lr, &e), &e);
+        upd_check(S->c, skpo_shard_save(S->c, s->out, s->model, S->m, S->o, !s->weights_only, &ts, lr, &e), &e);
         return;
     }
     if (!s->weights_only) upd_check(S->c, skpo_optim_from_device(S->o, &e), &e);

@@ -8,6 +8,7 @@
 
 #include "train/checkpoint.h"
 #include "train/comm.h"
+#include "train/shard.h"
 #include "train/update.h"
 
 typedef struct upd_args {
@@ -20,7 +21,7 @@ typedef struct upd_args {
     int allow_empty;      // --allow-empty: no trainable records writes the weights unchanged
     long threads;
     skpo_comm_kind comm;
-    const char *device;   // --device cuda|cpu; NULL = cuda when a GPU is visible
+    int device;           // --device (skpo_devices); -1 = $SKPO_DEVICE, else cuda when a GPU is visible
     int recompute;        // --recompute: per-layer activation recomputation (cuda)
     int no_pack;          // --no-pack: one row per sequence, shared prefixes computed per sequence (model/pack.h)
     long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
@@ -86,20 +87,6 @@ void upd_to_device(skpo_comm *c, const upd_args *a, skpo_model *m, skpo_optim *o
 // the step summary on stderr.
 void upd_report(skpo_comm *c, const upd_args *a, int argc, char **argv, const skpo_update_metrics *met, int nmb,
                 const skpo_batch *b, double seconds);
-
-// --- shard.c -------------------------------------------------------------------
-
-#define UPD_SHARD_INDEX "optim.index.json"
-// Does dir hold a per-rank optimizer state (optim.index.json + shard files)?
-int upd_have_optim_shards(const char *dir);
-// Collective: the step's checkpoint s->out written by every rank in parallel
-// (shard.c): each rank its HF weights shard and, when durable, its range of
-// the optimizer state (CPU or device, ZeRO-1 or not); rank 0 commits.
-skpo_status upd_save_parallel(skpo_comm *c, const upd_args *s, skpo_model *m, const skpo_optim *o, int durable,
-                              const skpo_trainer_state *ts, double lr, skpo_err *err);
-// Load every shard of dir into o (as skpo_optim_load does for one file).
-skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
-                                  int *used_master, skpo_err *err);
 
 // --- serve.c -------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 /*
- * shard.c - a checkpoint written by every rank of the update server in
- * parallel (checkpoint.h, "written by N ranks"):
+ * shard.c - see shard.h: a checkpoint written by every rank of the update
+ * server in parallel (checkpoint.h, "written by N ranks"):
  *   weights    the parameters are dealt out to the N ranks (largest first to
  *              the least loaded, ties by index: every rank computes the same
  *              deal); rank r writes its tensors as the Hugging Face shard
@@ -16,11 +16,11 @@
  *              optim.index.json {"format": "skpo-adamw-shards-2", "shards":
  *              N, "t": T, "numel": P}. No rank gathers another's state.
  * A reader with any number of ranks loads every shard into the host state
- * (upd_load; to_device then keeps each rank's slice). The per-parameter deal
+ * (skpo-update's upd_load; to_device then keeps each rank's slice). The per-parameter deal
  * of the state of earlier builds (skpo-adamw-shards-1) is still read.
  */
 #define _GNU_SOURCE
-#include "tool.h"
+#include "train/shard.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -29,8 +29,8 @@
 #define SHARD_FORMAT "skpo-adamw-shards-2"
 #define SHARD_FORMAT_DEAL "skpo-adamw-shards-1"   // per-parameter deal (read only)
 
-int upd_have_optim_shards(const char *dir) {
-    char *p = skpo_path_join(dir, UPD_SHARD_INDEX);
+int skpo_shard_have_optim(const char *dir) {
+    char *p = skpo_path_join(dir, SKPO_SHARD_INDEX);
     int ok = skpo_path_exists(p);
     free(p);
     return ok;
@@ -200,7 +200,7 @@ static skpo_status save_optim_range(skpo_comm *c, const char *dir, skpo_model *m
 }
 
 static skpo_status write_optim_index(const char *dir, const skpo_optim *o, int n, size_t total, skpo_err *err) {
-    char *ip = skpo_path_join(dir, UPD_SHARD_INDEX);
+    char *ip = skpo_path_join(dir, SKPO_SHARD_INDEX);
     json_t *j = json_pack("{sssisIsI}", "format", SHARD_FORMAT, "shards", n, "t", (json_int_t)o->t, "numel",
                           (json_int_t)total);
     skpo_status st = write_json(ip, j, err);
@@ -209,11 +209,11 @@ static skpo_status write_optim_index(const char *dir, const skpo_optim *o, int n
     return st;
 }
 
-skpo_status upd_save_parallel(skpo_comm *c, const upd_args *s, skpo_model *m, const skpo_optim *o, int durable,
-                              const skpo_trainer_state *ts, double lr, skpo_err *err) {
+skpo_status skpo_shard_save(skpo_comm *c, const char *out, const char *src_dir, skpo_model *m, const skpo_optim *o,
+                            int durable, const skpo_trainer_state *ts, double lr, skpo_err *err) {
     char *tmp = NULL;
     size_t len = 0;
-    skpo_status st = c->rank == 0 ? skpo_checkpoint_parts_begin(s->out, &tmp, err) : SKPO_OK;
+    skpo_status st = c->rank == 0 ? skpo_checkpoint_parts_begin(out, &tmp, err) : SKPO_OK;
     if ((st = skpo_comm_agree(c, st, err))) return st;
     if (c->rank == 0) len = strlen(tmp) + 1;
     if ((st = skpo_comm_bcast_bytes(c, &tmp, &len, 0, err))) {
@@ -229,8 +229,8 @@ skpo_status upd_save_parallel(skpo_comm *c, const upd_args *s, skpo_model *m, co
     st = skpo_comm_agree(c, st, err);
     if (c->rank == 0) {
         if (!st && durable) st = write_optim_index(tmp, o, c->size, flat_total(p, np), err);
-        st = skpo_checkpoint_parts_commit(st, s->out, tmp, s->model, m, dt, owner, c->size, ts, durable ? c->size : 0,
-                                          lr, err);
+        st = skpo_checkpoint_parts_commit(st, out, tmp, src_dir, m, dt, owner, c->size, ts, durable ? c->size : 0, lr,
+                                          err);
     }
     free(owner);
     free(tmp);
@@ -250,9 +250,9 @@ static void shard_view(const int *owner, const skpo_optim *o, const skpo_param *
     view_range(o, p, np, a, b, NULL, NULL, v);
 }
 
-skpo_status upd_load_optim_shards(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
+skpo_status skpo_shard_load_optim(const char *dir, skpo_optim *o, skpo_param *p, int np, skpo_dtype dtype,
                                   int *used_master, skpo_err *err) {
-    char *ip = skpo_path_join(dir, UPD_SHARD_INDEX);
+    char *ip = skpo_path_join(dir, SKPO_SHARD_INDEX);
     json_error_t je;
     json_t *j = json_load_file(ip, 0, &je);
     skpo_status st = SKPO_OK;
