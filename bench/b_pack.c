@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { L = 4, C = 384, NH = 6, NKV = 2, F = 1024, V = 2048, P = 2, G = 8, REPS = 2 };
+enum { L = 4, C = 384, NH = 6, NKV = 2, F = 1024, V = 2048, P = 2, G = 8, REPS = 3 };
 static const char *CFG = "{\"model_type\":\"qwen2\",\"vocab_size\":2048,\"hidden_size\":384,\"intermediate_size\":1024,"
                          "\"num_hidden_layers\":4,\"num_attention_heads\":6,\"num_key_value_heads\":2,"
                          "\"max_position_embeddings\":4096,\"rope_theta\":10000.0}";

@@ -112,6 +112,15 @@ static inline unsigned run_bits(int lo, int hi, int j0) {
     return (hi >= 16 ? 0xFFFFu : (1u << hi) - 1) & ~((1u << lo) - 1);
 }
 
+// Queries of the tile that starts at i0: up to 16, all of one segment (a
+// tile straddling two continuations would compute the key tiles of both
+// for all its rows).
+static inline int tile_rows(const skpo_attn_runs *ru, int i0, int n) {
+    int ni = 1;
+    while (ni < 16 && i0 + ni < n && (!ru || ru->own0[i0 + ni] == ru->own0[i0])) ni++;
+    return ni;
+}
+
 // vis[u]: the keys j0 .. j0+15 query i0 + u (u < ni) sees (base/attn_mask.h:
 // causal, or a packed row's two runs); returns whether any bit is set.
 static inline int tile_mask(__mmask16 *vis, const skpo_attn_runs *ru, int i0, int ni, int j0) {
@@ -156,8 +165,8 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
     }
     __m512 vscale = _mm512_set1_ps(scale);
     for (int h = g * grp; h < (g + 1) * grp; h++)
-        for (int i0 = 0; i0 < n; i0 += 16) {
-            int ni = n - i0 < 16 ? n - i0 : 16;
+        for (int i0 = 0, ni; i0 < n; i0 += ni) {
+            ni = tile_rows(ru, i0, n);
             for (int j0 = 0; j0 < i0 + ni; j0 += 16) {
                 __mmask16 vis[16];
                 if (!tile_mask(vis, ru, i0, ni, j0)) continue; // no visible pair: P = dS = 0

@@ -15,7 +15,10 @@
  *   custom  the CUDA-core kernels of attention.cu (training) and infer.cu (prefill).
  * Prefill has no flash kernel: flash means custom there. The own kernels stay as
  * the fallback and the reference (tests/unit/test_cuda_dnn.c compares all three
- * with the CPU backend on a GPU).
+ * with the CPU backend on a GPU). A training or scoring pass whose sequences
+ * share prefixes (model/pack.h) runs packed on the own kernels: cuDNN cannot
+ * take the tree mask, so such a pass takes flash where cuDNN was chosen, not
+ * forced (model_cuda_train.c pass_path).
  *
  * Graphs are built once per shape (batch size padded to a bucket with empty
  * sequences: 1, 2, 3, 4, 6, 8, 12, 16, ... at most 1.5x; the longest sequence

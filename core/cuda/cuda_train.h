@@ -58,6 +58,17 @@ skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo
                                                const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
                                                const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
                                                int hs, float *work, skpo_err *err);
+// The same with a packed batch's runs (cuda.h skpo_cuda_runs; NULL: the calls above).
+skpo_status skpo_cuda_flash_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
+                                           const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
+                                           const int32_t *seq_start, const skpo_cuda_runs *runs, int T, int nh, int nkv,
+                                           int hs, skpo_err *err);
+skpo_status skpo_cuda_flash_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                                    const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                                    const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                                    const int32_t *seq_of, const int32_t *seq_start,
+                                                    const skpo_cuda_runs *runs, int T, int nh, int nkv, int hs,
+                                                    float *work, skpo_err *err);
 
 // SKPO_DETERMINISTIC=1 (docs/update.md "Deterministic mode"): the two
 // backward ops that otherwise add with fp32 atomics in arrival order.

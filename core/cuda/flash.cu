@@ -8,6 +8,13 @@
 // cuda_dnn.h; tests/unit/test_cuda_train.c compares it with the simple
 // kernels and, through the model, with the CPU).
 //
+// A packed batch (model/pack.h) passes its runs (cuda.h skpo_cuda_runs,
+// base/attn_mask.h): each query row also keeps its prefix end and own-run
+// start, an element is visible iff its key is in [row start, pre_end) or in
+// [own0, t]; the forward skips key tiles that lie wholly between the query
+// tile's prefix runs and own runs (another continuation), and the backward
+// stops a key tile's queries at the last one that sees it (q_end).
+//
 // Shared-memory tiles have padded leading dimensions (LDH, LDS, LDP, LDX):
 // a row of 64 or 128 bf16 (128 or 256 bytes) would start every row of a
 // 16x16 fragment load in the same banks (8-way conflicts); 16 more bytes per
@@ -110,11 +117,11 @@ __device__ __forceinline__ void scale_rows(facc *o, const facc &rowmap, const fl
 }
 
 // Forward shared memory: Q, K, V tiles (bf16), S (fp32) and P (bf16) of the
-// tile, each row's first key, per-row rescale factors, a 16x16 fp32 staging
-// tile per warp.
+// tile, per-row rescale factors, each row's first key, prefix end and own
+// start, the tile's gap (FT ints), a 16x16 fp32 staging tile per warp.
 template <int HS>
 static size_t fwd_smem() {
-    return (size_t)3 * FT * pad<HS>::H * 2 + FT * LDS * 4 + FT * LDP * 2 + 2 * FT * 4 + (size_t)FW * 256 * 4;
+    return (size_t)3 * FT * pad<HS>::H * 2 + FT * LDS * 4 + FT * LDP * 2 + 5 * FT * 4 + (size_t)FW * 256 * 4;
 }
 
 // Online softmax over one key tile (attend_row in core/cpu/ops_cpu.c, one
@@ -123,14 +130,18 @@ static size_t fwd_smem() {
 // P = exp(S * scale - m) (bf16, for P V) and corr = exp(m_old - m) per row,
 // and fold P's row sums into l. One row at a time, the lanes across its 64
 // columns (consecutive words: no bank conflicts); m and l stay in registers.
+__device__ __forceinline__ bool fl_visible(int t, int j, int s0, int pe, int o0) {
+    return j <= t && ((j >= s0 && j < pe) || j >= o0);   // plain rows: pe = o0 = s0
+}
+
 __device__ __forceinline__ void fwd_online_softmax(float *m, float *l, bf16 *sP, float *sC, const float *sS,
-                                                   const int *sS0, int warp, int lane, int t0, int j0, int T,
-                                                   float scale) {
+                                                   const int *sS0, const int *sPe, const int *sO0, int warp, int lane,
+                                                   int t0, int j0, int T, float scale) {
 #pragma unroll
     for (int rr = 0; rr < 16; rr++) {
-        int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], ja = j0 + lane, jb = ja + 32;
-        float xa = (t < T && ja >= s0 && ja <= t) ? sS[r * LDS + lane] * scale : -INFINITY;
-        float xb = (t < T && jb >= s0 && jb <= t) ? sS[r * LDS + lane + 32] * scale : -INFINITY;
+        int r = warp * 16 + rr, t = t0 + r, s0 = sS0[r], pe = sPe[r], o0 = sO0[r], ja = j0 + lane, jb = ja + 32;
+        float xa = (t < T && fl_visible(t, ja, s0, pe, o0)) ? sS[r * LDS + lane] * scale : -INFINITY;
+        float xb = (t < T && fl_visible(t, jb, s0, pe, o0)) ? sS[r * LDS + lane + 32] * scale : -INFINITY;
         float mnew = fmaxf(m[rr], warp_max(fmaxf(xa, xb)));
         float corr = mnew == -INFINITY ? 1.f : expf(m[rr] - mnew);
         float pa = xa == -INFINITY ? 0.f : expf(xa - mnew), pb = xb == -INFINITY ? 0.f : expf(xb - mnew);
@@ -180,20 +191,26 @@ __device__ __forceinline__ void fwd_write_out(bf16 *out, float *lse, facc *o, co
 template <int HS>
 __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                                       const bf16 *v, const int32_t *seq_of, const int32_t *seq_start,
-                                                      int T, int nh, int nkv, float scale) {
+                                                      const int32_t *pre_end, const int32_t *own0, int T, int nh,
+                                                      int nkv, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
     const int LH = pad<HS>::H;
     bf16 *sQ = (bf16 *)sm, *sK = sQ + FT * LH, *sV = sK + FT * LH;
     float *sS = (float *)(sV + FT * LH);
     bf16 *sP = (bf16 *)(sS + FT * LDS);
     float *sC = (float *)(sP + FT * LDP);
-    int *sS0 = (int *)(sC + FT);
-    float *sX = (float *)(sS0 + FT);
+    int *sS0 = (int *)(sC + FT), *sPe = sS0 + FT, *sO0 = sPe + FT, *sGap = sO0 + FT;
+    float *sX = (float *)(sGap + FT);
     int h = blockIdx.y, hk = h / (nh / nkv), t0 = blockIdx.x * FT, qd = nh * HS, kd = nkv * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *wx = sX + warp * 256;
     load_tile<HS>(sQ, q, t0, T, qd, h * HS);
-    for (int i = threadIdx.x; i < FT; i += blockDim.x) sS0[i] = t0 + i < T ? seq_start[seq_of[t0 + i]] : 0x7fffffff;
+    for (int i = threadIdx.x; i < FT; i += blockDim.x) {
+        int t = t0 + i, s0 = t < T ? seq_start[seq_of[t]] : 0x7fffffff;
+        sS0[i] = s0;
+        sPe[i] = t < T && pre_end ? pre_end[t] : s0;
+        sO0[i] = t < T && pre_end ? own0[t] : s0;
+    }
     for (int e = lane; e < 256; e += 32) wx[e] = (float)(e / 16);   // row index of each element of a 16x16 tile
     __syncwarp();
     facc rowmap, o[HS / 16];
@@ -204,13 +221,21 @@ __global__ void __launch_bounds__(FW * 32) k_flash_fwd(bf16 *out, float *lse, co
     for (int rr = 0; rr < 16; rr++) m[rr] = -INFINITY, l[rr] = 0.f;
     int tlast = min(T, t0 + FT) - 1, jbeg = seq_start[seq_of[t0]];
     __syncthreads();
+    if (threadIdx.x == 0) {   // the keys no query of the tile sees: [max prefix end, min own start)
+        int gpe = jbeg, go0 = 0x7fffffff;
+        for (int i = 0; i <= tlast - t0; i++) gpe = max(gpe, sPe[i]), go0 = min(go0, sO0[i]);
+        sGap[0] = gpe, sGap[1] = go0;
+    }
+    __syncthreads();
+    int gap0 = sGap[0], gap1 = sGap[1];
     for (int j0 = jbeg; j0 <= tlast; j0 += FT) {
+        if (j0 >= gap0 && j0 + FT <= gap1) continue;   // a tile of other continuations only (uniform per block)
         load_tile<HS>(sK, k, j0, T, kd, hk * HS);
         load_tile<HS>(sV, v, j0, T, kd, hk * HS);
         __syncthreads();
         warp_mma_abt<HS, FT / 16>(sS + warp * 16 * LDS, LDS, sQ + warp * 16 * LH, LH, sK, LH);   // S = Q K^T
         __syncwarp();
-        fwd_online_softmax(m, l, sP, sC, sS, sS0, warp, lane, t0, j0, T, scale);
+        fwd_online_softmax(m, l, sP, sC, sS, sS0, sPe, sO0, warp, lane, t0, j0, T, scale);
         __syncwarp();
         scale_rows<HS / 16>(o, rowmap, sC + warp * 16);                              // O = O * corr
         warp_mma_ab_acc<FT, HS / 16>(o, sP + warp * 16 * LDP, LDP, sV, LH);          // O += P V
@@ -238,20 +263,22 @@ template <int HS> struct dk_smem { static const bool on = HS > 64; };
 
 // Backward shared memory: K, V, Q, dO tiles; P^T and dP^T in fp32 (the dQ
 // staging sX reuses them once dS^T is made); P^T and dS^T in bf16; dK when it
-// is not in registers; per query row its lse, D and first key.
+// is not in registers; per query row its lse, D, first key, prefix end and
+// own start.
 template <int HS>
 static size_t bwd_smem() {
     return (size_t)4 * FT * pad<HS>::H * 2 + 2 * FT * LDS * 4 + 2 * FT * LDP * 2 +
-           (dk_smem<HS>::on ? (size_t)FT * pad<HS>::X * 4 : 0) + 3 * FT * 4;
+           (dk_smem<HS>::on ? (size_t)FT * pad<HS>::X * 4 : 0) + 5 * FT * 4;
 }
 
 // The backward's query tile q0.. of head h: Q and dO rows, and per row its
 // lse, D and first key (rows past the last query that sees the key tile are
 // zero and start nowhere).
 template <int HS>
-__device__ __forceinline__ void bwd_load_q_tile(bf16 *sQ, bf16 *sdO, float *sLse, float *sD, int *sQs, const bf16 *q,
-                                                const bf16 *dout, const float *lse, const float *D,
-                                                const int32_t *seq_of, const int32_t *seq_start, int q0, int qend,
+__device__ __forceinline__ void bwd_load_q_tile(bf16 *sQ, bf16 *sdO, float *sLse, float *sD, int *sQs, int *sQpe,
+                                                int *sQo0, const bf16 *q, const bf16 *dout, const float *lse,
+                                                const float *D, const int32_t *seq_of, const int32_t *seq_start,
+                                                const int32_t *pre_end, const int32_t *own0, int q0, int qend,
                                                 int T, int h, int nh) {
     int qd = nh * HS;
     load_tile<HS>(sQ, q, q0, T, qd, h * HS);
@@ -262,16 +289,18 @@ __device__ __forceinline__ void bwd_load_q_tile(bf16 *sQ, bf16 *sdO, float *sLse
         sLse[i] = ok ? lse[(size_t)t * nh + h] : 0.f;
         sD[i] = ok ? D[(size_t)t * nh + h] : 0.f;
         sQs[i] = ok ? seq_start[seq_of[t]] : 0x7fffffff;
+        sQpe[i] = ok && pre_end ? pre_end[t] : sQs[i];
+        sQo0[i] = ok && pre_end ? own0[t] : sQs[i];
     }
 }
 
 // P^T_jt = exp(S^T_jt * scale - lse_t) for the warp's 16 keys j, zero unless t
 // is in j's sequence at or after j; kept in fp32 (for dS) and bf16 (for dV).
-__device__ __forceinline__ void bwd_probs(float *sP32, bf16 *sP, const float *sLse, const int *sQs, int warp, int lane,
-                                          int j0, int q0, int T, float scale) {
+__device__ __forceinline__ void bwd_probs(float *sP32, bf16 *sP, const float *sLse, const int *sQs, const int *sQpe,
+                                          const int *sQo0, int warp, int lane, int j0, int q0, int T, float scale) {
     for (int e = lane; e < 16 * FT; e += 32) {
         int rk = warp * 16 + e / FT, c = e % FT, j = j0 + rk, t = q0 + c;
-        int ok = j < T && t >= j && sQs[c] <= j;
+        int ok = j < T && fl_visible(t, j, sQs[c], sQpe[c], sQo0[c]);
         float p = ok ? expf(sP32[rk * LDS + c] * scale - sLse[c]) : 0.f;
         sP32[rk * LDS + c] = p;
         sP[rk * LDP + c] = __float2bfloat16(p);
@@ -351,8 +380,9 @@ __device__ __forceinline__ void bwd_write_kv(bf16 *dk, bf16 *dv, facc *dK, facc 
 template <int HS>
 __global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                                                       const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
-                                                      const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
-                                                      int nkv, float scale) {
+                                                      const int32_t *seq_of, const int32_t *seq_start,
+                                                      const int32_t *q_end, const int32_t *pre_end,
+                                                      const int32_t *own0, int T, int nh, int nkv, float scale) {
     extern __shared__ __align__(128) unsigned char sm[];
     const int LH = pad<HS>::H, LX = pad<HS>::X;
     static_assert(FT * pad<HS>::X <= 2 * FT * LDS, "the dQ staging must fit in P^T and dP^T");
@@ -362,12 +392,16 @@ __global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf
     bf16 *sP = (bf16 *)(sdP + FT * LDS), *sdS = sP + FT * LDP;
     float *sdK = (float *)(sdS + FT * LDP);
     float *sLse = sdK + (dk_smem<HS>::on ? FT * LX : 0), *sD = sLse + FT;
-    int *sQs = (int *)(sD + FT);
+    int *sQs = (int *)(sD + FT), *sQpe = sQs + FT, *sQo0 = sQpe + FT;
     int hk = blockIdx.y, G = nh / nkv, j0 = blockIdx.x * FT, kd = nkv * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     load_tile<HS>(sK, k, j0, T, kd, hk * HS);
     load_tile<HS>(sV, v, j0, T, kd, hk * HS);
     int qend = seq_start[seq_of[min(T, j0 + FT) - 1] + 1] - 1;   // last query that sees a key of the tile
+    if (q_end) {   // packed: a continuation's keys are seen up to the end of their segment only
+        qend = j0;
+        for (int j = j0; j < min(T, j0 + FT); j++) qend = max(qend, q_end[j] - 1);
+    }
     facc dK[dk_smem<HS>::on ? 1 : HS / 16], dV[HS / 16];
     float *wdK = sdK + warp * 16 * LX;
     if constexpr (dk_smem<HS>::on)
@@ -379,11 +413,12 @@ __global__ void __launch_bounds__(FW * 32) k_flash_bwd(float *dq32, bf16 *dk, bf
     for (int h = hk * G; h < hk * G + G; h++) {
         for (int q0 = j0; q0 <= qend; q0 += FT) {
             __syncthreads();   // the previous tile's readers are done
-            bwd_load_q_tile<HS>(sQ, sdO, sLse, sD, sQs, q, dout, lse, D, seq_of, seq_start, q0, qend, T, h, nh);
+            bwd_load_q_tile<HS>(sQ, sdO, sLse, sD, sQs, sQpe, sQo0, q, dout, lse, D, seq_of, seq_start, pre_end, own0,
+                                q0, qend, T, h, nh);
             __syncthreads();
             warp_mma_abt<HS, FT / 16>(sP32 + warp * 16 * LDS, LDS, wK, LH, sQ, LH);    // S^T = K Q^T
             __syncwarp();
-            bwd_probs(sP32, sP, sLse, sQs, warp, lane, j0, q0, T, scale);
+            bwd_probs(sP32, sP, sLse, sQs, sQpe, sQo0, warp, lane, j0, q0, T, scale);
             __syncwarp();
             warp_mma_ab_acc<FT, HS / 16>(dV, sP + warp * 16 * LDP, LDP, sdO, LH);     // dV += P^T dO
             warp_mma_abt<HS, FT / 16>(sdP + warp * 16 * LDS, LDS, wV, LH, sdO, LH);   // dP^T = V dO^T
@@ -414,13 +449,15 @@ extern "C" skpo_status skpo_cuda_flash_seq_of(skpo_cuda *c, int32_t *seq_of, con
 
 template <int HS>
 static skpo_status fwd_launch(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
-                              const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
-                              skpo_err *err) {
+                              const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, const skpo_cuda_runs *ru,
+                              int T, int nh, int nkv, skpo_err *err) {
     size_t sm = fwd_smem<HS>();
     CU(cudaFuncSetAttribute(k_flash_fwd<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm), err);
     dim3 grid((T + FT - 1) / FT, nh);
     k_flash_fwd<HS><<<grid, FW * 32, sm, c->stream>>>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-                                                      (const bf16 *)v, seq_of, seq_start, T, nh, nkv,
+                                                      (const bf16 *)v, seq_of, seq_start,
+                                                      ru ? ru->pre_end : (const int32_t *)NULL,
+                                                      ru ? ru->own0 : (const int32_t *)NULL, T, nh, nkv,
                                                       1.f / sqrtf((float)HS));
     LAUNCHED(err);
     return SKPO_OK;
@@ -430,24 +467,34 @@ extern "C" skpo_status skpo_cuda_flash_attention(skpo_cuda *c, skpo_bf16 *out, f
                                                  const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
                                                  const int32_t *seq_start, int T, int nh, int nkv, int hs,
                                                  skpo_err *err) {
+    return skpo_cuda_flash_attention_runs(c, out, lse, q, k, v, seq_of, seq_start, NULL, T, nh, nkv, hs, err);
+}
+
+extern "C" skpo_status skpo_cuda_flash_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
+                                                      const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
+                                                      const int32_t *seq_start, const skpo_cuda_runs *ru, int T, int nh,
+                                                      int nkv, int hs, skpo_err *err) {
     if (!T) return SKPO_OK;
     if (nh % nkv) return skpo_err_set(err, SKPO_EUNSUPPORTED, "flash attention: %d heads over %d KV heads", nh, nkv);
-    if (hs == 64) return fwd_launch<64>(c, out, lse, q, k, v, seq_of, seq_start, T, nh, nkv, err);
-    if (hs == 128) return fwd_launch<128>(c, out, lse, q, k, v, seq_of, seq_start, T, nh, nkv, err);
+    if (hs == 64) return fwd_launch<64>(c, out, lse, q, k, v, seq_of, seq_start, ru, T, nh, nkv, err);
+    if (hs == 128) return fwd_launch<128>(c, out, lse, q, k, v, seq_of, seq_start, ru, T, nh, nkv, err);
     return skpo_err_set(err, SKPO_EUNSUPPORTED, "flash attention: head_dim %d (64 or 128)", hs);
 }
 
 template <int HS>
 static skpo_status bwd_launch(skpo_cuda *c, float *dq32, skpo_bf16 *dk, skpo_bf16 *dv, const skpo_bf16 *dout,
                               const float *lse, const float *D, const skpo_bf16 *q, const skpo_bf16 *k,
-                              const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
-                              skpo_err *err) {
+                              const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, const skpo_cuda_runs *ru,
+                              int T, int nh, int nkv, skpo_err *err) {
     size_t sm = bwd_smem<HS>();
     CU(cudaFuncSetAttribute(k_flash_bwd<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm), err);
     dim3 grid((T + FT - 1) / FT, nkv);
     k_flash_bwd<HS><<<grid, FW * 32, sm, c->stream>>>(dq32, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, lse, D,
                                                       (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, seq_of,
-                                                      seq_start, T, nh, nkv, 1.f / sqrtf((float)HS));
+                                                      seq_start, ru ? ru->q_end : (const int32_t *)NULL,
+                                                      ru ? ru->pre_end : (const int32_t *)NULL,
+                                                      ru ? ru->own0 : (const int32_t *)NULL, T, nh, nkv,
+                                                      1.f / sqrtf((float)HS));
     LAUNCHED(err);
     return SKPO_OK;
 }
@@ -457,6 +504,18 @@ extern "C" skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf1
                                                           const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
                                                           const int32_t *seq_of, const int32_t *seq_start, int T,
                                                           int nh, int nkv, int hs, float *work, skpo_err *err) {
+    return skpo_cuda_flash_attention_backward_runs(c, dq, dk, dv, dout, out, lse, q, k, v, seq_of, seq_start, NULL, T,
+                                                   nh, nkv, hs, work, err);
+}
+
+extern "C" skpo_status skpo_cuda_flash_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk,
+                                                               skpo_bf16 *dv, const skpo_bf16 *dout,
+                                                               const skpo_bf16 *out, const float *lse,
+                                                               const skpo_bf16 *q, const skpo_bf16 *k,
+                                                               const skpo_bf16 *v, const int32_t *seq_of,
+                                                               const int32_t *seq_start, const skpo_cuda_runs *ru,
+                                                               int T, int nh, int nkv, int hs, float *work,
+                                                               skpo_err *err) {
     if (!T) return SKPO_OK;
     if (nh % nkv || (hs != 64 && hs != 128))
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "flash attention: head_dim %d (64 or 128), heads %d/%d", hs, nh, nkv);
@@ -466,8 +525,8 @@ extern "C" skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf1
     size_t threads = (size_t)T * nh * 32;
     k_flash_d<<<blocks_for(threads, 256), 256, 0, c->stream>>>(D, (const bf16 *)dout, (const bf16 *)out, T, nh, hs);
     LAUNCHED(err);
-    skpo_status st = hs == 64 ? bwd_launch<64>(c, dq32, dk, dv, dout, lse, D, q, k, v, seq_of, seq_start, T, nh, nkv, err)
-                              : bwd_launch<128>(c, dq32, dk, dv, dout, lse, D, q, k, v, seq_of, seq_start, T, nh, nkv, err);
+    skpo_status st = hs == 64 ? bwd_launch<64>(c, dq32, dk, dv, dout, lse, D, q, k, v, seq_of, seq_start, ru, T, nh, nkv, err)
+                              : bwd_launch<128>(c, dq32, dk, dv, dout, lse, D, q, k, v, seq_of, seq_start, ru, T, nh, nkv, err);
     if (st) return st;
     return skpo_cuda_f32_to_bf16(c, dq, dq32, nq, err);
 }

@@ -124,8 +124,8 @@ void skpo_model_zero_grad(skpo_model *m);
 // order). on = 0: one row per sequence, as before packing existed.
 void skpo_model_set_pack(skpo_model *m, int on);
 // Whether this model's passes may pack now (set_pack and a backend that can;
-// a CUDA pass packs when its attention runs on the own kernels: custom or
-// deterministic, not flash or cuDNN).
+// a CUDA pass packs on its own attention kernels, custom, deterministic or
+// flash: it leaves cuDNN for flash to pack, unless SKPO_ATTN forces cuDNN).
 int skpo_model_packs(const skpo_model *m);
 // Tokens of the last logprobs / train_forward: as given (sum of n) and as
 // computed (after packing; equal when nothing was packed).

@@ -302,9 +302,12 @@ static skpo_status upload_emb_order(skpo_cuda *cu, cutrain *t, const int32_t *id
 
 // The attention path of this pass (model_cuda_attn_select, deterministic
 // mode) and whether it packs: a packed batch (model/pack.h) needs a kernel
-// that takes the runs mask, the custom ones (attention.cu, attention_det.cu);
-// flash and cuDNN compute the batch unpacked (docs/model.md "Packed layout").
-static skpo_status pass_path(skpo_model *m, cutrain *t, int *pack, skpo_err *err) {
+// that takes the runs mask: the own ones (attention.cu, attention_det.cu,
+// flash.cu). cuDNN cannot express the mask: a pass that would pack takes
+// flash instead where flash runs (head_dim 64 or 128), unless SKPO_ATTN
+// forced cuDNN, which then computes the batch unpacked (docs/model.md
+// "Packed layout").
+static skpo_status pass_path(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int *pack, skpo_err *err) {
     const skpo_config *c = &m->c;
     const char *det = getenv("SKPO_DETERMINISTIC");
     t->det = det && *det && strcmp(det, "0");
@@ -313,7 +316,14 @@ static skpo_status pass_path(skpo_model *m, cutrain *t, int *pack, skpo_err *err
     if (t->attn == ATTN_CUDNN && t->dnn_off) t->attn = c->head_dim == 64 || c->head_dim == 128 ? ATTN_FLASH : ATTN_CUSTOM;
     // flash's dQ and cuDNN's backward add with atomics: deterministic mode keeps the custom kernels
     if (t->det) t->attn = ATTN_CUSTOM;
-    *pack = model_packs(m) && t->attn == ATTN_CUSTOM;
+    *pack = 0;
+    if (!model_packs(m)) return SKPO_OK;
+    long raw, packed;
+    skpo_pack_count(seqs, nseq, 1, &raw, &packed);
+    if (packed == raw) return SKPO_OK;   // nothing shared: the pass as it was
+    int hs = c->head_dim;
+    if (t->attn == ATTN_CUDNN && !t->attn_forced && (hs == 64 || hs == 128)) t->attn = ATTN_FLASH;
+    *pack = t->attn != ATTN_CUDNN;
     return SKPO_OK;
 }
 
@@ -336,7 +346,7 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     for (int i = 0; i < nseq; i++) raw += seqs[i].n;
     if (raw > INT32_MAX / 3) return skpo_err_set(err, SKPO_ERANGE, "%ld tokens in one pass", raw);
     int pack;
-    TRY(pass_path(m, t, &pack, err));
+    TRY(pass_path(m, t, seqs, nseq, &pack, err));
     skpo_pack pk;
     skpo_pack_plan(seqs, nseq, pack, &pk);
     m->last_raw = pk.raw, m->last_packed = pk.N;
@@ -404,9 +414,10 @@ static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
         if (s != SKPO_EUNSUPPORTED || t->attn_forced) return s;
         attn_fallback(m, t, err);
     }
-    if (t->attn == ATTN_FLASH)
-        return skpo_cuda_flash_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err);
     skpo_cuda_runs ru = pass_runs(t);
+    if (t->attn == ATTN_FLASH)
+        return skpo_cuda_flash_attention_runs(cu, a->att, lse, a->q, a->k, a->v, t->seq_of, t->seq_start,
+                                              t->packed ? &ru : NULL, N, NH, NKV, HS, err);
     return skpo_cuda_attention_runs(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, t->packed ? &ru : NULL, N,
                                     NH, NKV, HS, err);
 }
@@ -422,11 +433,11 @@ static skpo_status attn_bwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
         if (s != SKPO_EUNSUPPORTED || t->attn_forced) return s;
         attn_fallback(m, t, err);
     }
-    if (t->attn == ATTN_FLASH)
-        return skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                                  t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err);
     skpo_cuda_runs ru = pass_runs(t);
     const skpo_cuda_runs *rp = t->packed ? &ru : NULL;
+    if (t->attn == ATTN_FLASH)
+        return skpo_cuda_flash_attention_backward_runs(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k,
+                                                       a->v, t->seq_of, t->seq_start, rp, N, NH, NKV, HS, t->fwork, err);
     if (t->det) {   // two passes, no atomics: dk, dv written once
         TRY(skpo_cuda_attention_backward_det_runs(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
                                                   t->seq_of, t->seq_start, rp, N, NH, NKV, HS, t->dwork, err));

@@ -417,11 +417,36 @@ skpo_status skpo_cuda_flash_seq_of(skpo_cuda *c, int32_t *seq_of, const int32_t 
     return SKPO_OK;
 }
 
+skpo_status skpo_cuda_flash_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
+                                           const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
+                                           const int32_t *seq_start, const skpo_cuda_runs *ru, int T, int nh, int nkv,
+                                           int hs, skpo_err *err) {
+    int nseq = T ? seq_of[T - 1] + 1 : 0;
+    return skpo_cuda_attention_runs(c, out, lse, q, k, v, seq_start, nseq, ru, T, nh, nkv, hs, err);
+}
+
 skpo_status skpo_cuda_flash_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
                                       const skpo_bf16 *v, const int32_t *seq_of, const int32_t *seq_start, int T, int nh,
                                       int nkv, int hs, skpo_err *err) {
+    return skpo_cuda_flash_attention_runs(c, out, lse, q, k, v, seq_of, seq_start, NULL, T, nh, nkv, hs, err);
+}
+
+skpo_status skpo_cuda_flash_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
+                                                    const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                                    const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                                    const int32_t *seq_of, const int32_t *seq_start,
+                                                    const skpo_cuda_runs *ru, int T, int nh, int nkv, int hs,
+                                                    float *work, skpo_err *err) {
     int nseq = T ? seq_of[T - 1] + 1 : 0;
-    return skpo_cuda_attention(c, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
+    size_t n = (size_t)T * nkv * hs;
+    float *k32 = calloc(n ? n : 1, 4), *v32 = calloc(n ? n : 1, 4);
+    skpo_cuda_attention_backward_runs(c, dq, k32, v32, dout, out, lse, q, k, v, seq_start, nseq, ru, T, nh, nkv, hs,
+                                      err);
+    skpo_f32_to_bf16_host(dk, k32, n);
+    skpo_f32_to_bf16_host(dv, v32, n);
+    free(k32), free(v32);
+    for (size_t i = 0; i < (size_t)T * nh * (1 + hs); i++) work[i] = NAN;   // scratch only
+    return SKPO_OK;
 }
 
 skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo_bf16 *dk, skpo_bf16 *dv,
@@ -429,15 +454,8 @@ skpo_status skpo_cuda_flash_attention_backward(skpo_cuda *c, skpo_bf16 *dq, skpo
                                                const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
                                                const int32_t *seq_of, const int32_t *seq_start, int T, int nh, int nkv,
                                                int hs, float *work, skpo_err *err) {
-    int nseq = T ? seq_of[T - 1] + 1 : 0;
-    size_t n = (size_t)T * nkv * hs;
-    float *k32 = calloc(n ? n : 1, 4), *v32 = calloc(n ? n : 1, 4);
-    skpo_cuda_attention_backward(c, dq, k32, v32, dout, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
-    skpo_f32_to_bf16_host(dk, k32, n);
-    skpo_f32_to_bf16_host(dv, v32, n);
-    free(k32), free(v32);
-    for (size_t i = 0; i < (size_t)T * nh * (1 + hs); i++) work[i] = NAN;   // scratch only
-    return SKPO_OK;
+    return skpo_cuda_flash_attention_backward_runs(c, dq, dk, dv, dout, out, lse, q, k, v, seq_of, seq_start, NULL, T,
+                                                   nh, nkv, hs, work, err);
 }
 
 // cuDNN's training contract (cuda_dnn.h) on the same loops: max_len bounds

@@ -456,15 +456,18 @@ static void deterministic_backward_kernels_give_the_same_bits_in_any_block_order
 
 // A packed batch (model/pack.h): the own kernels with the runs mask against
 // the CPU reference with the same segments (cpu/ops.h, tested against the
-// mask by test_pack.c). Row 0: a prefix of 5 and continuations of 4, 19 and 3
-// (one longer than a 16-row warp group); row 1 a plain sequence. Forward,
-// the atomic backward and the deterministic one.
-static void packed_rows_attention_kernels_match_cpu_mask(void) {
-    enum { T = 39, NR = 2, NH = 4, NKV = 2, HS = 64 };
-    int32_t off[NR + 1] = {0, 31, 39}, seg[T], sof[T], runs[3 * T];
-    int lay[][2] = {{0, 5}, {1, 4}, {2, 19}, {3, 3}, {0, 8}};
-    for (int i = 0, t = 0; i < 5; i++)
-        for (int u = 0; u < lay[i][1]; u++, t++) seg[t] = lay[i][0], sof[t] = t < 31 ? 0 : 1;
+// mask by test_pack.c): forward, the atomic backward, the deterministic one,
+// and the flash kernels.
+// Segments of a layout: {segment id, tokens}, rows starting at each id 0.
+static void packed_rows_case(int T, const int (*lay)[2], int nlay) {
+    enum { NH = 4, NKV = 2, HS = 64 };
+    int32_t off[8], *seg = skpo_xmalloc((size_t)T * 4), *sof = skpo_xmalloc((size_t)T * 4);
+    int32_t *runs = skpo_xmalloc((size_t)T * 12), NR = 0;
+    for (int i = 0, t = 0; i < nlay; i++) {
+        if (lay[i][0] == 0) off[NR++] = t;
+        for (int u = 0; u < lay[i][1]; u++, t++) seg[t] = lay[i][0], sof[t] = NR - 1;
+    }
+    off[NR] = T;
     skpo_mask_runs(off, NR, seg, runs, runs + T, runs + 2 * T);
     size_t nq = (size_t)T * NH * HS, nk = (size_t)T * NKV * HS;
     float *q = skpo_xmalloc(nq * 4), *k = skpo_xmalloc(nk * 4), *v = skpo_xmalloc(nk * 4), *g = skpo_xmalloc(nq * 4);
@@ -478,7 +481,8 @@ static void packed_rows_attention_kernels_match_cpu_mask(void) {
     op->attention_backward(dq, dk, dv, g, o, lse, q, k, v, off, NR, seg, NH, NKV, HS);
     skpo_err e = {0};
     void *gq = dup_bf16(q, nq), *gk = dup_bf16(k, nk), *gv = dup_bf16(v, nk), *gg = dup_bf16(g, nq);
-    void *goff = dup_raw(off, sizeof off), *gsof = dup_raw(sof, sizeof sof), *gru = dup_raw(runs, sizeof runs);
+    void *goff = dup_raw(off, (size_t)(NR + 1) * 4), *gsof = dup_raw(sof, (size_t)T * 4);
+    void *gru = dup_raw(runs, (size_t)T * 12);
     void *go = dup_bf16(q, nq), *glse = dup_raw(q, (size_t)T * NH * 4), *gdq = dup_bf16(q, nq);
     void *gdk = dup_raw(k, nk * 4), *gdv = dup_raw(k, nk * 4), *gwork = dup_raw(q, (size_t)T * NH * 4);
     const int32_t *r = gru;
@@ -504,9 +508,35 @@ static void packed_rows_attention_kernels_match_cpu_mask(void) {
                det ? "deterministic" : "atomic", rq, rk, rv, ro);
         free(a), free(b), free(c);
     }
-    void *bufs[] = {gq, gk, gv, gg, goff, gsof, gru, go, glse, gdq, gdk, gdv, gwork};
+    // the tensor-core kernels (flash.cu) on the same inputs and mask
+    void *fo = dup_bf16(q, nq), *flse = dup_raw(q, (size_t)T * NH * 4), *fdk = dup_bf16(k, nk), *fdv = dup_bf16(k, nk);
+    void *fwork = dup_raw(q, (size_t)T * NH * (1 + HS) * 4);
+    CHECK_MSG(skpo_cuda_flash_attention_runs(G, fo, flse, gq, gk, gv, gsof, goff, &ru, T, NH, NKV, HS, &e) == SKPO_OK,
+              "%s", e.msg);
+    CHECK_MSG(skpo_cuda_flash_attention_backward_runs(G, gdq, fdk, fdv, gg, fo, flse, gq, gk, gv, gsof, goff, &ru, T, NH,
+                                                      NKV, HS, fwork, &e) == SKPO_OK, "%s", e.msg);
+    float *a = back_bf16(fo, nq), *b = back_f32(flse, (size_t)T * NH), *c = back_bf16(gdq, nq);
+    float *d = back_bf16(fdk, nk), *f = back_bf16(fdv, nk);
+    double fro = relerr(a, o, nq), frl = relerr(b, lse, (size_t)T * NH), frq = relerr(c, dq, nq);
+    double frk = relerr(d, dk, nk), frv = relerr(f, dv, nk);
+    CHECK_MSG(fro < 2e-2 && frl < 1e-3 && frq < 3e-2 && frk < 2e-2 && frv < 2e-2,
+              "flash: out %g lse %g dq %g dk %g dv %g", fro, frl, frq, frk, frv);
+    printf("# packed rows, flash vs cpu: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", fro, frl, frq, frk, frv);
+    free(a), free(b), free(c), free(d), free(f);
+    void *bufs[] = {gq, gk, gv, gg, goff, gsof, gru, go, glse, gdq, gdk, gdv, gwork, fo, flse, fdk, fdv, fwork};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) skpo_cuda_dfree(bufs[i]);
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(seg), free(sof), free(runs);
+}
+
+static void packed_rows_attention_kernels_match_cpu_mask(void) {
+    // within one 64-row tile: a prefix of 5, continuations of 4, 19 (longer than a 16-row warp group) and 3; a plain row
+    static const int small[][2] = {{0, 5}, {1, 4}, {2, 19}, {3, 3}, {0, 8}};
+    packed_rows_case(39, small, 5);
+    // across flash tiles: continuations of 70 and 90 (query tiles whose key tiles of the other continuation
+    // are skipped, key tiles seen up to their segment's end), then a packed row after it
+    static const int big[][2] = {{0, 20}, {1, 70}, {2, 90}, {3, 10}, {0, 7}, {1, 30}, {2, 3}};
+    packed_rows_case(230, big, 7);
 }
 
 // The index tensors cuDNN attention reads (cuda_dnn.h), from offsets
