@@ -79,6 +79,28 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
 skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
                                 const int32_t *toks, const int *off, const float **dev_logits, skpo_err *err);
 
+// --- sampling on the device (optional: a backend may have none) ---------------------
+//
+// Draws one token per row of skpo_model_step_dev's logits where they are, on
+// the model's stream: B coins go up, B tokens and log-probs come back. The
+// sampling rule is gen/sampler.h's (temperature, then top-k, then top-p);
+// tok[r] = -1 when row r's logits are not finite. (gen/gen_device.c builds the
+// engine's skpo_gen_dev on it.)
+typedef struct skpo_model_draw {
+    double temperature, top_p;
+    int top_k;
+} skpo_model_draw;
+typedef struct skpo_model_sampler skpo_model_sampler;
+// For steps of at most max_rows rows. SKPO_EUNSUPPORTED when m's backend has no
+// device sampler (the CPU: sample the host logits instead).
+skpo_status skpo_model_sampler_new(skpo_model *m, int max_rows, skpo_model_sampler **out, skpo_err *err);
+// logits: the (nrows, vocab) device array of the last skpo_model_step_dev.
+skpo_status skpo_model_sampler_draw(skpo_model_sampler *s, const float *logits, int nrows, const skpo_model_draw *p,
+                                    const double *coin, int32_t *tok, float *logp, skpo_err *err);
+// Row r of those logits (vocab floats) to dst on the host.
+skpo_status skpo_model_sampler_row(skpo_model_sampler *s, const float *logits, int r, float *dst, skpo_err *err);
+void skpo_model_sampler_free(skpo_model_sampler *s);
+
 // --- devices ------------------------------------------------------------------------
 
 // The device the model computes on.
