@@ -104,6 +104,28 @@ T512 static float row512_any(float *o, const float *q, const skpo_kv_span *sp, i
 
 int skpo_attn_fast_ok(int HS) { return HS % 16 == 0 && HS <= 256 && __builtin_cpu_supports("avx512f"); }
 
+// Bits of the keys j0 .. j0+15 in [lo, hi) (row-relative).
+static inline unsigned run_bits(int lo, int hi, int j0) {
+    lo = lo < j0 ? 0 : lo - j0;
+    hi = hi > j0 + 16 ? 16 : hi - j0;
+    if (hi <= lo) return 0;
+    return (hi >= 16 ? 0xFFFFu : (1u << hi) - 1) & ~((1u << lo) - 1);
+}
+
+// vis[u]: the keys j0 .. j0+15 query i0 + u (u < ni) sees (base/attn_mask.h:
+// causal, or a packed row's two runs); returns whether any bit is set.
+static inline int tile_mask(__mmask16 *vis, const skpo_attn_runs *ru, int i0, int ni, int j0) {
+    unsigned any = 0;
+    for (int u = 0; u < ni; u++) {
+        int i = i0 + u;
+        unsigned b = ru ? run_bits(0, ru->pre_end[i] - ru->s0, j0) | run_bits(ru->own0[i] - ru->s0, i + 1, j0)
+                        : run_bits(0, i + 1, j0);
+        vis[u] = (__mmask16)b;
+        any |= b;
+    }
+    return any != 0;
+}
+
 // --- backward, AVX-512 ---------------------------------------------------------------------
 //
 // Tiles of 16 queries x 16 keys, vectorised over keys for the scores and
@@ -114,9 +136,9 @@ int skpo_attn_fast_ok(int HS) { return HS % 16 == 0 && HS <= 256 && __builtin_cp
 // instead of the row loop's four dot products, three axpys and two expf.
 T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *dk, float *dv, const float *dout,
                                                               const float *lse, const float *D, const float *q,
-                                                              const float *k, const float *v, int n, int NH, int NKV,
-                                                              int g, int grp, const int NV, float scale, float *kt,
-                                                              float *vt) {
+                                                              const float *k, const float *v, int n,
+                                                              const skpo_attn_runs *ru, int NH, int NKV, int g, int grp,
+                                                              const int NV, float scale, float *kt, float *vt) {
     const int HS = NV * 16;
     size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, Tp = ((size_t)n + 15) & ~(size_t)15;
     // kt, vt: per block of 16 keys, HS rows of 16 (key-block-major, so a
@@ -137,6 +159,8 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
         for (int i0 = 0; i0 < n; i0 += 16) {
             int ni = n - i0 < 16 ? n - i0 : 16;
             for (int j0 = 0; j0 < i0 + ni; j0 += 16) {
+                __mmask16 vis[16];
+                if (!tile_mask(vis, ru, i0, ni, j0)) continue; // no visible pair: P = dS = 0
                 float P[16][16] __attribute__((aligned(64))), DS[16][16] __attribute__((aligned(64)));
                 const float *ktb = kt + (size_t)(j0 / 16) * HS * 16, *vtb = vt + (size_t)(j0 / 16) * HS * 16;
                 for (int ii0 = 0; ii0 < ni; ii0 += 4) { // 4 queries at once: 8 independent FMA chains
@@ -158,8 +182,7 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
                     }
                     for (int u = 0; u < 4 && ii0 + u < ni; u++) {
                         size_t i = (size_t)(i0 + ii0 + u);
-                        int lim = (int)i - j0 + 1; // keys j0 .. i are visible (causal)
-                        __mmask16 m = lim >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lim) - 1);
+                        __mmask16 m = vis[ii0 + u];
                         __m512 pr = _mm512_maskz_mov_ps(
                             m, exp512(_mm512_sub_ps(_mm512_mul_ps(s[u], vscale), _mm512_set1_ps(lse[i * NH + h]))));
                         _mm512_store_ps(P[ii0 + u], pr);
@@ -205,10 +228,10 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
 }
 
 T512 static void bwd512_any(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
-                            const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int grp,
-                            int HS, float scale, float *kt, float *vt) {
+                            const float *q, const float *k, const float *v, int n, const skpo_attn_runs *ru, int NH,
+                            int NKV, int g, int grp, int HS, float scale, float *kt, float *vt) {
     switch (HS / 16) {
-#define B512(nv_) case nv_: bwd512(dq, dk, dv, dout, lse, D, q, k, v, n, NH, NKV, g, grp, nv_, scale, kt, vt); break;
+#define B512(nv_) case nv_: bwd512(dq, dk, dv, dout, lse, D, q, k, v, n, ru, NH, NKV, g, grp, nv_, scale, kt, vt); break;
         B512(1) B512(2) B512(3) B512(4) B512(5) B512(6) B512(7) B512(8)
         B512(9) B512(10) B512(11) B512(12) B512(13) B512(14) B512(15) B512(16)
 #undef B512
@@ -217,17 +240,17 @@ T512 static void bwd512_any(float *dq, float *dk, float *dv, const float *dout, 
 }
 
 void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
-                         const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int HS,
-                         float scale, float *scratch) {
+                         const float *q, const float *k, const float *v, int n, const skpo_attn_runs *runs, int NH,
+                         int NKV, int g, int HS, float scale, float *scratch) {
     size_t Tp = ((size_t)n + 15) & ~(size_t)15;
     float *kt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); // 64-byte aligned tiles
-    bwd512_any(dq, dk, dv, dout, lse, D, q, k, v, n, NH, NKV, g, NH / NKV, HS, scale, kt, kt + Tp * (size_t)HS);
+    bwd512_any(dq, dk, dv, dout, lse, D, q, k, v, n, runs, NH, NKV, g, NH / NKV, HS, scale, kt, kt + Tp * (size_t)HS);
 }
 #else
 int skpo_attn_fast_ok(int HS) { return 0; }
 void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
-                         const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int HS,
-                         float scale, float *scratch) {
+                         const float *q, const float *k, const float *v, int n, const skpo_attn_runs *runs, int NH,
+                         int NKV, int g, int HS, float scale, float *scratch) {
     SKPO_ASSERT(0);
 }
 #endif

@@ -40,13 +40,24 @@ int skpo_attn_fast_ok(int HS);
 // p: as many floats as there are keys, scratch.
 float skpo_attn_row(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p);
 
-// Backward of causal attention over one sequence of n rows for kv head g and
-// its query heads: q, dout, dq (rows of NH * HS floats), k, v, dk, dv (rows
-// of NKV * HS), lse and D = rowsum(dout * out) (rows of NH), all pointing at
-// the sequence's first row. dq of heads g*NH/NKV .. and dk, dv of head g are
+// The visible keys of a packed row's queries (base/attn_mask.h
+// skpo_mask_runs): query i of the row sees keys [row start, pre_end[i]) and
+// [own0[i], i]. The arrays point at the row's first token; their values are
+// batch-global token indices, s0 the row's first.
+typedef struct skpo_attn_runs {
+    const int *pre_end, *own0;
+    int s0;
+} skpo_attn_runs;
+
+// Backward of attention over one row of n tokens for kv head g and its query
+// heads: q, dout, dq (rows of NH * HS floats), k, v, dk, dv (rows of NKV *
+// HS), lse and D = rowsum(dout * out) (rows of NH), all pointing at the row's
+// first token. runs NULL: causal over the whole row; else a packed row's
+// mask (tiles with no visible pair are skipped, so the work follows the
+// visible pairs). dq of heads g*NH/NKV .. and dk, dv of head g are
 // OVERWRITTEN. scratch: 2 * HS * (n rounded up to 16) + 16 floats.
 void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
-                         const float *q, const float *k, const float *v, int n, int NH, int NKV, int g, int HS,
-                         float scale, float *scratch);
+                         const float *q, const float *k, const float *v, int n, const skpo_attn_runs *runs, int NH,
+                         int NKV, int g, int HS, float scale, float *scratch);
 
 #endif

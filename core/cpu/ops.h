@@ -64,15 +64,20 @@ typedef struct skpo_ops {
     void (*embed_backward)(float *dwte, const float *dout, const int32_t *ids, int N, int C);
 
     // --- attention -----------------------------------------------------------------
-    // Causal attention over nseq contiguous sequences, rows seq_off[s] ..
-    // seq_off[s+1] of q (N, NH, HS), k, v (N, NKV, HS). out (N, NH, HS);
-    // lse (N, NH) keeps the softmax log-normaliser for backward (nullable).
+    // Attention over nseq contiguous rows, tokens seq_off[s] .. seq_off[s+1]
+    // of q (N, NH, HS), k, v (N, NKV, HS). seg (N, nullable) gives each
+    // token's segment (base/attn_mask.h): NULL makes every row one causal
+    // sequence; otherwise a row may be a packed group (model/pack.h) whose
+    // continuations see the prefix and their own earlier tokens only.
+    // out (N, NH, HS); lse (N, NH) keeps the softmax log-normaliser for
+    // backward (nullable). A packed token's output is the same bits as in its
+    // unpacked sequence (its keys are the same, in the same order).
     void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
-                      int nseq, int NH, int NKV, int HS);
+                      int nseq, const int *seg, int NH, int NKV, int HS);
     // dq (N, NH, HS), dk, dv (N, NKV, HS) are OVERWRITTEN.
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                               const float *q, const float *k, const float *v, const int *seq_off, int nseq, int NH,
-                               int NKV, int HS);
+                               const float *q, const float *k, const float *v, const int *seq_off, int nseq,
+                               const int *seg, int NH, int NKV, int HS);
     // Decode / prefill over a paged cache: query row r (of N) sits at position
     // pos[r] of the sequence whose block table is blocks[r], and attends to
     // positions 0..pos[r] of it at `layer` (K/V for those are already written).

@@ -12,6 +12,7 @@
 #include "cpu/ops.h"
 #include "base/common.h"
 #include "base/softmax.h"
+#include "base/attn_mask.h"
 #include "cpu/attn_cpu.h"
 #include "cpu/gemm_cpu.h"
 #include "cpu/simd_impl.h"
@@ -237,17 +238,11 @@ static void cpu_embed_backward(float *dwte, const float *dout, const int32_t *id
 }
 
 // --- attention ------------------------------------------------------------------------------
-
-// Row of sequence containing global row r (seq_off is sorted).
-static int seq_of_row(const int *seq_off, int nseq, int r) {
-    int lo = 0, hi = nseq - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (seq_off[mid] <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
+//
+// Which keys a query sees is base/attn_mask.h: two runs per query (the
+// prefix of a packed row, then its own segment up to itself; a plain row has
+// the second only) and one run of queries per key. The runs are computed once
+// per call (mask_runs), so the kernels never test pairs.
 
 static int max_seq_len(const int *seq_off, int nseq) {
     int m = 0;
@@ -256,34 +251,61 @@ static int max_seq_len(const int *seq_off, int nseq) {
     return m;
 }
 
+// pre_end, own0, q_end (N each) of skpo_mask_runs, in one allocation (free runs->pre_end).
+typedef struct mask_runs { int *pre_end, *own0, *q_end; } mask_runs;
+
+static mask_runs mask_runs_new(const int *seq_off, int nseq, const int *seg) {
+    size_t N = (size_t)seq_off[nseq];
+    int *m = skpo_xmalloc(3 * (N ? N : 1) * sizeof(int));
+    mask_runs r = {m, m + N, m + 2 * N};
+    skpo_mask_runs(seq_off, nseq, seg, r.pre_end, r.own0, r.q_end);
+    return r;
+}
+
+// The keys of query row r as spans (at most two) for kv head offset ko.
+static int row_spans(skpo_kv_span *sp, const float *k, const float *v, size_t ks, size_t ko, int a, int pe, int o0,
+                     int r) {
+    int n = 0;
+    if (pe > a) sp[n++] = (skpo_kv_span){k + (size_t)a * ks + ko, v + (size_t)a * ks + ko, ks, pe - a};
+    sp[n++] = (skpo_kv_span){k + (size_t)o0 * ks + ko, v + (size_t)o0 * ks + ko, ks, r - o0 + 1};
+    return n;
+}
+
 // Forward attention of every row goes through skpo_attn_row (attn_cpu.h),
 // the same per-row arithmetic as decode over the paged cache: a sequence's
-// whole-sequence pass gives the bits its prefill and decode steps gave.
+// whole-sequence pass gives the bits its prefill and decode steps gave, and a
+// packed continuation the bits of its unpacked sequence.
 static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
-                          int nseq, int NH, int NKV, int HS) {
+                          int nseq, const int *seg, int NH, int NKV, int HS) {
     int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     size_t ks = (size_t)NKV * HS;
+    mask_runs mr = mask_runs_new(seq_off, nseq, seg);
+    int *row0 = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int));
+    for (int s = 0; s < nseq; s++)
+        for (int r = seq_off[s]; r < seq_off[s + 1]; r++) row0[r] = seq_off[s];
 #pragma omp parallel
     {
         float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
 #pragma omp for schedule(dynamic, 8)
         for (long it = 0; it < (long)N * NH; it++) {
             int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
-            int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
-            skpo_kv_span sp = {k + (size_t)s0 * ks + (size_t)g * HS, v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1};
-            float l = skpo_attn_row(out + it * HS, q + it * HS, &sp, 1, HS, scale, p);
+            skpo_kv_span sp[2];
+            int nsp = row_spans(sp, k, v, ks, (size_t)g * HS, row0[r], mr.pre_end[r], mr.own0[r], r);
+            float l = skpo_attn_row(out + it * HS, q + it * HS, sp, nsp, HS, scale, p);
             if (lse) lse[it] = l;
         }
         free(p);
     }
+    free(row0);
+    free(mr.pre_end);
 }
 
-// dq (HS) of query row qr over keys k[0..n): dS_j = P_j (dO.v_j - D), dq = scale sum_j dS_j k_j.
+// dq (HS) of query row qr over the keys k[0..n) (row stride ks):
+// dS_j = P_j (dO.v_j - D), dq += scale sum_j dS_j k_j.
 SKPO_SIMD_CLONES
 static void attend_bwd_q(float *dqr, const float *qr, const float *dor, const float *k, const float *v, size_t ks,
                          int n, int HS, float scale, float l, float D) {
-    memset(dqr, 0, (size_t)HS * sizeof(float));
     for (int j = 0; j < n; j++) {
         const float *kj = k + (size_t)j * ks, *vj = v + (size_t)j * ks;
         float P = expf(dot(qr, kj, HS) * scale - l);
@@ -315,16 +337,19 @@ static void dot_rows(float *D, const float *a, const float *b, long n, int HS) {
 
 // P_ij = exp(q_i.k_j * scale - lse_i); dS_ij = P_ij (dO_i.v_j - D_i), D_i = dO_i.O_i;
 // dq_i = scale * sum_j dS_ij k_j; dk_j = scale * sum_i dS_ij q_i; dv_j = sum_i P_ij dO_i.
+// The AVX-512 tiles (attn_cpu.h) take packed rows too: they mask each tile
+// by the runs and skip the tiles no pair of which is visible.
 static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                    const float *lse, const float *q, const float *k, const float *v,
-                                   const int *seq_off, int nseq, int NH, int NKV, int HS) {
+                                   const int *seq_off, int nseq, const int *seg, int NH, int NKV, int HS) {
     int N = seq_off[nseq], grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     size_t ks = (size_t)NKV * HS;
     float *D = skpo_xmalloc((size_t)(N ? N : 1) * NH * sizeof(float));
+    mask_runs mr = mask_runs_new(seq_off, nseq, seg);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) dot_rows(D + (size_t)r * NH, dout + (size_t)r * NH * HS, out + (size_t)r * NH * HS, NH, HS);
-    if (skpo_attn_fast_ok(HS)) { // tiles per (sequence, kv head): attn_cpu.h
+    if (skpo_attn_fast_ok(HS)) { // tiles per (row, kv head): attn_cpu.h
         int T = max_seq_len(seq_off, nseq);
 #pragma omp parallel
         {
@@ -333,28 +358,39 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
             for (long it = 0; it < (long)nseq * NKV; it++) {
                 int s = (int)(it / NKV), g = (int)(it % NKV), s0 = seq_off[s];
                 size_t qo = (size_t)s0 * NH * HS, ko = (size_t)s0 * ks;
+                skpo_attn_runs ru = {mr.pre_end + s0, mr.own0 + s0, s0};
                 skpo_attn_bwd_group(dq + qo, dk + ko, dv + ko, dout + qo, lse + (size_t)s0 * NH, D + (size_t)s0 * NH,
-                                    q + qo, k + ko, v + ko, seq_off[s + 1] - s0, NH, NKV, g, HS, scale, scr);
+                                    q + qo, k + ko, v + ko, seq_off[s + 1] - s0, seg ? &ru : NULL, NH, NKV, g, HS,
+                                    scale, scr);
             }
             free(scr);
         }
+        free(mr.pre_end);
         free(D);
         return;
     }
+    int *row0 = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int));
+    for (int s = 0; s < nseq; s++)
+        for (int r = seq_off[s]; r < seq_off[s + 1]; r++) row0[r] = seq_off[s];
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NH; it++) {
-        int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
-        int s0 = seq_off[seq_of_row(seq_off, nseq, r)];
-        attend_bwd_q(dq + it * HS, q + it * HS, dout + it * HS, k + (size_t)s0 * ks + (size_t)g * HS,
-                     v + (size_t)s0 * ks + (size_t)g * HS, ks, r - s0 + 1, HS, scale, lse[it], D[it]);
+        int r = (int)(it / NH), h = (int)(it % NH), g = h / grp, a = row0[r], pe = mr.pre_end[r], o0 = mr.own0[r];
+        size_t ko = (size_t)g * HS;
+        memset(dq + it * HS, 0, (size_t)HS * sizeof(float));
+        if (pe > a)
+            attend_bwd_q(dq + it * HS, q + it * HS, dout + it * HS, k + (size_t)a * ks + ko, v + (size_t)a * ks + ko,
+                         ks, pe - a, HS, scale, lse[it], D[it]);
+        attend_bwd_q(dq + it * HS, q + it * HS, dout + it * HS, k + (size_t)o0 * ks + ko, v + (size_t)o0 * ks + ko, ks,
+                     r - o0 + 1, HS, scale, lse[it], D[it]);
     }
 #pragma omp parallel for schedule(dynamic, 8)
     for (long it = 0; it < (long)N * NKV; it++) {
         int j = (int)(it / NKV), g = (int)(it % NKV);
-        int s1 = seq_off[seq_of_row(seq_off, nseq, j) + 1];
-        attend_bwd_kv(dk + it * HS, dv + it * HS, k + it * HS, v + it * HS, q, dout, lse, D, j, s1, g * grp, grp, NH,
-                      HS, scale);
+        attend_bwd_kv(dk + it * HS, dv + it * HS, k + it * HS, v + it * HS, q, dout, lse, D, j, mr.q_end[j], g * grp,
+                      grp, NH, HS, scale);
     }
+    free(row0);
+    free(mr.pre_end);
     free(D);
 }
 

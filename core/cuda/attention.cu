@@ -5,6 +5,9 @@
 // paged KV pool through block tables. Backward recomputes probabilities from the
 // saved log-sum-exp. A row finds its sequence by binary search over
 // seq_start (no index buffer, no allocation, no synchronisation per call).
+// A packed batch (model/pack.h) passes its runs (base/attn_mask.h): query t
+// then walks the keys [row start, pre_end[t]) and [own0[t], t] only, the keys
+// of its own unpacked sequence in the same order.
 #include "common.cuh"
 #include "cuda/cuda_dnn.h"
 
@@ -25,11 +28,13 @@ __device__ __forceinline__ int seq_first_row(const int32_t *seq_start, int nseq,
 
 // Prefill / training forward.
 __global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_start,
-                           int nseq, int T, int nh, int nkv, int hs, float scale) {
+                           int nseq, const int32_t *pre_end, const int32_t *own0, int T, int nh, int nkv, int hs,
+                           float scale) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= T * nh) return;
     int t = warp / nh, h = warp % nh, hk = h / (nh / nkv);
     int s0 = seq_first_row(seq_start, nseq, t);
+    int pe = pre_end ? pre_end[t] : s0, o0 = pre_end ? own0[t] : s0;   // keys [s0, pe) then [o0, t]
     int qd = nh * hs, kd = nkv * hs;
     // Per-lane arrays are indexed by unrolled constants only, so they stay in
     // registers (a runtime index puts them in local memory).
@@ -42,6 +47,7 @@ __global__ void k_attn_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     }
     float m = -INFINITY, l = 0.f;
     for (int j = s0; j <= t; j++) {
+        if (j == pe) j = o0;   // past the prefix run: the own run (o0 >= pe; plain rows: pe = o0 = s0)
         const bf16 *kr = k + (size_t)j * kd + hk * hs;
         float dot = 0.f;
 #pragma unroll
@@ -98,17 +104,25 @@ extern "C" skpo_status skpo_cuda_sdpa_index_paged(skpo_cuda *c, int32_t *idx, co
     return SKPO_OK;
 }
 
-extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
-                                           const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_start, int nseq,
-                                           int T, int nh, int nkv, int hs, skpo_err *err) {
+extern "C" skpo_status skpo_cuda_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
+                                                const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_start,
+                                                int nseq, const skpo_cuda_runs *runs, int T, int nh, int nkv, int hs,
+                                                skpo_err *err) {
     if (!T) return SKPO_OK;
     if (hs > MAX_HS || nh % nkv) return skpo_err_set(err, SKPO_EUNSUPPORTED, "attention: head_dim %d / heads %d/%d unsupported", hs, nh, nkv);
     size_t threads = (size_t)T * nh * 32;
-    k_attn_fwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-                                                                 (const bf16 *)v, seq_start, nseq, T, nh, nkv, hs,
-                                                                 1.f / sqrtf((float)hs));
+    k_attn_fwd<<<blocks_for(threads, 128), 128, 0, c->stream>>>(
+        (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, seq_start, nseq,
+        runs ? runs->pre_end : (const int32_t *)NULL, runs ? runs->own0 : (const int32_t *)NULL, T, nh, nkv, hs,
+        1.f / sqrtf((float)hs));
     LAUNCHED(err);
     return SKPO_OK;
+}
+
+extern "C" skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q,
+                                           const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_start, int nseq,
+                                           int T, int nh, int nkv, int hs, skpo_err *err) {
+    return skpo_cuda_attention_runs(c, out, lse, q, k, v, seq_start, nseq, NULL, T, nh, nkv, hs, err);
 }
 
 // Backward: one warp per (query row t, KV head hk) walks the keys of t's
@@ -202,8 +216,8 @@ __device__ __forceinline__ void bwd_key(float *dk, float *dv, float *sdq, const 
 }
 
 __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, const bf16 *out, const float *lse,
-                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_start, int nseq, int T,
-                           int nh, int nkv, int hs, float scale) {
+                           const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seq_start, int nseq,
+                           const int32_t *pre_end, const int32_t *own0, int T, int nh, int nkv, int hs, float scale) {
     extern __shared__ float sh[];
     int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, G = nh / nkv;
     int warp = blockIdx.x * (blockDim.x >> 5) + wib;
@@ -217,7 +231,10 @@ __global__ void k_attn_bwd(bf16 *dq, float *dk, float *dv, const bf16 *dout, con
     __syncwarp();
     // Keys from t down: concurrent warps (neighbouring queries) then hit
     // different keys' dK/dV at any moment.
-    for (int j = t; j >= s0; j--) bwd_key(dk, dv, sdq, sq, sg, sD, sL, k, v, j, hk, G, nkv, hs, lane, scale);
+    // A packed row's query sees its own run [o0, t] and the prefix run [s0, pe) (plain rows: o0 = s0, pe = s0).
+    int pe = pre_end ? pre_end[t] : s0, o0 = pre_end ? own0[t] : s0;
+    for (int j = t; j >= o0; j--) bwd_key(dk, dv, sdq, sq, sg, sD, sL, k, v, j, hk, G, nkv, hs, lane, scale);
+    for (int j = pe - 1; j >= s0; j--) bwd_key(dk, dv, sdq, sq, sg, sD, sL, k, v, j, hk, G, nkv, hs, lane, scale);
     for (int g = 0; g < G; g++)
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
@@ -231,6 +248,15 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
                                                     const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
                                                     const int32_t *seq_start, int nseq, int T, int nh, int nkv, int hs,
                                                     skpo_err *err) {
+    return skpo_cuda_attention_backward_runs(c, dq, dk, dv, dout, out, lse, q, k, v, seq_start, nseq, NULL, T, nh, nkv,
+                                             hs, err);
+}
+
+extern "C" skpo_status skpo_cuda_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
+                                                         const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                                         const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                                         const int32_t *seq_start, int nseq, const skpo_cuda_runs *runs,
+                                                         int T, int nh, int nkv, int hs, skpo_err *err) {
     if (!T) return SKPO_OK;
     if (hs > MAX_HS || nh % nkv) return skpo_err_set(err, SKPO_EUNSUPPORTED, "attention: head_dim %d unsupported", hs);
     // Up to 4 warps a block within 48 KiB of shared memory (one warp: raised to its need).
@@ -243,7 +269,8 @@ extern "C" skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq,
     size_t warps = (size_t)T * nkv;
     k_attn_bwd<<<blocks_for(warps, (unsigned)wpb), 32 * wpb, (size_t)wpb * per, c->stream>>>(
         (bf16 *)dq, dk, dv, (const bf16 *)dout, (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-        (const bf16 *)v, seq_start, nseq, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
+        (const bf16 *)v, seq_start, nseq, runs ? runs->pre_end : (const int32_t *)NULL,
+        runs ? runs->own0 : (const int32_t *)NULL, T, nh, nkv, hs, 1.f / sqrtf((float)hs));
     LAUNCHED(err);
     return SKPO_OK;
 }

@@ -82,6 +82,18 @@ skpo_status skpo_cuda_add(skpo_cuda *c, skpo_bf16 *y, const skpo_bf16 *x, size_t
 skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
                                 const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv, int hs,
                                 skpo_err *err);
+// A packed batch's mask (model/pack.h, base/attn_mask.h skpo_mask_runs):
+// device arrays (T) of batch-global token indices. Query t sees the keys
+// [its row's start, pre_end[t]) and [own0[t], t]; key j is seen by the
+// queries [j, q_end[j]).
+typedef struct skpo_cuda_runs {
+    const int32_t *pre_end, *own0, *q_end;
+} skpo_cuda_runs;
+// skpo_cuda_attention over seq_start's rows with runs (NULL: causal rows, the
+// call above).
+skpo_status skpo_cuda_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                     const skpo_bf16 *v, const int32_t *seq_start, int nseq, const skpo_cuda_runs *runs,
+                                     int T, int nh, int nkv, int hs, skpo_err *err);
 // Decode attention over a paged bf16 KV pool (layout of kvcache.h, one layer
 // selected by `layer`): q(B, nh*hs) for B sequences, block tables (B, max_blocks)
 // and lengths (B). Sequences that share prefix blocks read them through the
@@ -126,6 +138,10 @@ skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk,
                                          const skpo_bf16 *out, const float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
                                          const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv,
                                          int hs, skpo_err *err);
+skpo_status skpo_cuda_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
+                                              const skpo_bf16 *out, const float *lse, const skpo_bf16 *q,
+                                              const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_start, int nseq,
+                                              const skpo_cuda_runs *runs, int T, int nh, int nkv, int hs, skpo_err *err);
 
 // --- optimizer -------------------------------------------------------------------
 // Sum of squares of g(n) accumulated into *out (device fp32 scalar).

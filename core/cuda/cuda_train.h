@@ -19,6 +19,10 @@ skpo_status skpo_cuda_rows_gather(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 
                                   skpo_err *err);
 skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
                                    skpo_err *err);
+// dst(fp32)[rows[i]] += src[i] for i < n, rows repeating: each i in round dup[i]
+// (rounds 0 .. rounds-1, rows distinct within a round), so the sum order is fixed.
+skpo_status skpo_cuda_rows_scatter_add(skpo_cuda *c, float *dst, const skpo_bf16 *src, const int32_t *rows,
+                                       const int32_t *dup, int rounds, int n, int C, skpo_err *err);
 // dx(T,K) = beta dx + dy(T,N) W(N,K)
 skpo_status skpo_cuda_linear_dx(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *w, int T, int K, int N,
                                 float beta, skpo_err *err);
@@ -70,6 +74,13 @@ skpo_status skpo_cuda_attention_backward_det(skpo_cuda *c, skpo_bf16 *dq, float 
                                              const skpo_bf16 *k, const skpo_bf16 *v, const int32_t *seq_of,
                                              const int32_t *seq_start, int T, int nh, int nkv, int hs, float *work,
                                              skpo_err *err);
+// The same with a packed batch's runs (cuda.h skpo_cuda_runs; NULL: the call above).
+skpo_status skpo_cuda_attention_backward_det_runs(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
+                                                  const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                                  const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                                  const int32_t *seq_of, const int32_t *seq_start,
+                                                  const skpo_cuda_runs *runs, int T, int nh, int nkv, int hs,
+                                                  float *work, skpo_err *err);
 
 // Page-lock existing host memory (cudaHostRegister) for fast copies, and undo
 // it (before that memory is freed). The optimizer's offload locks the host

@@ -35,6 +35,27 @@ extern "C" skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, cons
     return SKPO_OK;
 }
 
+// dst[rows[i]] += src[i] (fp32) for the i whose dup[i] == round: rows may
+// repeat (a packed row's last prefix token predicts the first token of every
+// continuation); within one round they do not, and rounds run in order, so
+// the sums have one fixed order (no atomics).
+__global__ void k_rows_scatter_add(float *dst, const bf16 *src, const int32_t *rows, const int32_t *dup, int round,
+                                   int C) {
+    if (dup[blockIdx.x] != round) return;
+    float *d = dst + (size_t)rows[blockIdx.x] * C;
+    const bf16 *s = src + (size_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) d[i] += __bfloat162float(s[i]);
+}
+
+extern "C" skpo_status skpo_cuda_rows_scatter_add(skpo_cuda *c, float *dst, const skpo_bf16 *src, const int32_t *rows,
+                                                  const int32_t *dup, int rounds, int n, int C, skpo_err *err) {
+    for (int r = 0; n && r < rounds; r++) {
+        k_rows_scatter_add<<<n, 256, 0, c->stream>>>(dst, (const bf16 *)src, rows, dup, r, C);
+        LAUNCHED(err);
+    }
+    return SKPO_OK;
+}
+
 // dx(T,K) = beta dx + dy(T,N) W(N,K): the same GEMM as linear_backward's dx,
 // with beta exposed so q/k/v (and gate/up) accumulate into one input gradient.
 extern "C" skpo_status skpo_cuda_linear_dx(skpo_cuda *c, skpo_bf16 *dx, const skpo_bf16 *dy, const skpo_bf16 *w, int T,

@@ -427,6 +427,14 @@ skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int 
     return m->be->step_dev(m, kv, seq, nseq, toks, off, dev_logits, err);
 }
 
+void skpo_model_set_pack(skpo_model *m, int on) { m->no_pack = !on; }
+int skpo_model_packs(const skpo_model *m) { return model_packs(m); }
+
+void skpo_model_pass_tokens(const skpo_model *m, long *raw, long *packed) {
+    *raw = m->last_raw;
+    *packed = m->last_packed;
+}
+
 skpo_status skpo_model_logprobs(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                                 float *entropy, skpo_err *err) {
     return m->be->logprobs(m, seqs, nseq, temperature, logp, entropy, err);

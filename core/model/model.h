@@ -139,6 +139,19 @@ skpo_status skpo_model_train_forward(skpo_model *m, const skpo_seq *seqs, int ns
                                      float *logp, float *entropy, skpo_err *err);
 skpo_status skpo_model_train_backward(skpo_model *m, const float *dlogp, const float *dentropy, skpo_err *err);
 void skpo_model_zero_grad(skpo_model *m);
+// Packed passes (model/pack.h): logprobs, train_forward and train_backward
+// compute a prefix shared by several sequences of a call once, in one row
+// with their continuations (on by default). Results are those of the
+// unpacked pass (CPU: log-probs bit for bit, gradients up to summation
+// order). on = 0: one row per sequence, as before packing existed.
+void skpo_model_set_pack(skpo_model *m, int on);
+// Whether this model's passes may pack now (set_pack and a backend that can;
+// a CUDA pass packs when its attention runs on the own kernels: custom or
+// deterministic, not flash or cuDNN).
+int skpo_model_packs(const skpo_model *m);
+// Tokens of the last logprobs / train_forward: as given (sum of n) and as
+// computed (after packing; equal when nothing was packed).
+void skpo_model_pass_tokens(const skpo_model *m, long *raw, long *packed);
 
 // --- parameters -----------------------------------------------------------------------
 
@@ -277,6 +290,9 @@ typedef struct skpo_policy {
     // and skpo_update_grad then leaves them rank-local: the device optimizer
     // (skpo_optim_to_device) reduces them inside skpo_optim_step (ZeRO-1).
     int (*grads_finite)(void *ctx);
+    // Optional (NULL: nothing packed). Tokens of the last forward or score
+    // as given and as computed after packing (model/pack.h).
+    void (*pass_tokens)(void *ctx, long *raw, long *packed);
 } skpo_policy;
 
 #endif

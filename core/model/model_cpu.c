@@ -227,6 +227,7 @@ static skpo_status cpu_zero_grad(skpo_model *m, skpo_err *err) {
 const model_backend model_backend_cpu = {
     .name = "cpu",
     .device = SKPO_DEV_CPU,
+    .can_pack = 1,
     .visible = cpu_visible,
     .close = cpu_close,
     .host_weights_changed = model_unprepare,   // compute and packed copies would go stale

@@ -711,6 +711,7 @@ static skpo_status cuda_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int
 const model_backend model_backend_cuda = {
     .name = "cuda",
     .device = SKPO_DEV_CUDA,
+    .can_pack = 1,   // on the custom attention kernels only (model_cuda_train.c pass_path)
     .visible = visible_devices,
     .probe = model_cuda_probe,
     .open = cuda_open,

@@ -22,6 +22,8 @@
  * micro-batch seen and is kept until the model is closed.
  */
 #include "model/model_impl.h"
+#include "model/pack.h"
+#include "base/attn_mask.h"
 
 #ifdef SKPO_HAVE_CUDA  // a CPU-only build has no CUDA backend (backends.c does not list one)
 
@@ -75,6 +77,10 @@ typedef struct cutrain {
     float temperature;
     int have_acts;
     int32_t *ids, *pos, *seq_start, *seq_of, *srow, *stgt;
+    int packed;                     // rows are packed groups (model/pack.h): the runs mask is on
+    int32_t *runs;                  // packed: (3, N) pre_end | own0 | q_end (cuda.h skpo_cuda_runs)
+    int32_t *dup;                   // packed: (S) earlier scored tokens on the same row (head backward rounds)
+    int dup_rounds;
     // activations
     bf *x;                    // (L + 1 when saved, else 1; N, C)
     bf *ln1, *q, *k, *v, *att, *xmid, *ln2, *gu;   // (nl, N, *); gu: N x 2F a layer
@@ -187,6 +193,7 @@ static size_t layout(cutrain *t, const dims *d, char *base) {
     size_t off = 0, N = d->N, nl = (size_t)t->nl, nx = t->saved ? d->L + 1 : 1;
     TAKE(t->ids, N, int32_t); TAKE(t->pos, N, int32_t); TAKE(t->seq_start, d->nseq + 1, int32_t);
     TAKE(t->seq_of, N, int32_t);
+    TAKE(t->runs, 3 * N, int32_t); TAKE(t->dup, d->S, int32_t);
     TAKE(t->srow, d->S, int32_t); TAKE(t->stgt, d->S, int32_t);
     TAKE(t->x, nx * N * d->C, bf);
     TAKE(t->ln1, nl * N * d->C, bf); TAKE(t->q, nl * N * d->QD, bf);
@@ -293,14 +300,11 @@ static skpo_status upload_emb_order(skpo_cuda *cu, cutrain *t, const int32_t *id
     return st;
 }
 
-// Size the pass, fit the arena and upload ids, positions, offsets and the scored rows.
-static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int save, skpo_err *err) {
-    long N = 0, S = 0;
-    for (int i = 0; i < nseq; i++) N += seqs[i].n, S += seqs[i].n - seqs[i].start;
-    if (N > INT32_MAX) return skpo_err_set(err, SKPO_ERANGE, "%ld tokens in one pass", N);
-    t->N = (int)N, t->S = (int)S, t->nseq = nseq, t->saved = save;
-    t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
-    t->recomputing = save && t->recompute;
+// The attention path of this pass (model_cuda_attn_select, deterministic
+// mode) and whether it packs: a packed batch (model/pack.h) needs a kernel
+// that takes the runs mask, the custom ones (attention.cu, attention_det.cu);
+// flash and cuDNN compute the batch unpacked (docs/model.md "Packed layout").
+static skpo_status pass_path(skpo_model *m, cutrain *t, int *pack, skpo_err *err) {
     const skpo_config *c = &m->c;
     const char *det = getenv("SKPO_DETERMINISTIC");
     t->det = det && *det && strcmp(det, "0");
@@ -309,34 +313,71 @@ static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs,
     if (t->attn == ATTN_CUDNN && t->dnn_off) t->attn = c->head_dim == 64 || c->head_dim == 128 ? ATTN_FLASH : ATTN_CUSTOM;
     // flash's dQ and cuDNN's backward add with atomics: deterministic mode keeps the custom kernels
     if (t->det) t->attn = ATTN_CUSTOM;
+    *pack = model_packs(m) && t->attn == ATTN_CUSTOM;
+    return SKPO_OK;
+}
+
+// Per scored token k, how many earlier scored tokens share its row (the
+// rounds of skpo_cuda_rows_scatter_add); returns the rounds needed.
+static int dup_rounds(const skpo_pack *pk, int32_t *dup) {
+    int *seen = skpo_xcalloc((size_t)(pk->N ? pk->N : 1), sizeof(int)), rounds = pk->S ? 1 : 0;
+    for (int k = 0; k < pk->S; k++) {
+        dup[k] = seen[pk->srow[k]]++;
+        if (dup[k] + 1 > rounds) rounds = dup[k] + 1;
+    }
+    free(seen);
+    return rounds;
+}
+
+// Size the pass, fit the arena and upload ids, positions, offsets, the
+// packed batch's runs and the scored rows.
+static skpo_status batch_upload(skpo_model *m, cutrain *t, const skpo_seq *seqs, int nseq, int save, skpo_err *err) {
+    long raw = 0;
+    for (int i = 0; i < nseq; i++) raw += seqs[i].n;
+    if (raw > INT32_MAX / 3) return skpo_err_set(err, SKPO_ERANGE, "%ld tokens in one pass", raw);
+    int pack;
+    TRY(pass_path(m, t, &pack, err));
+    skpo_pack pk;
+    skpo_pack_plan(seqs, nseq, pack, &pk);
+    m->last_raw = pk.raw, m->last_packed = pk.N;
+    int N = pk.N, S = pk.S, R = pk.nrows;
+    t->N = N, t->S = S, t->nseq = R, t->saved = save, t->packed = pk.packed;
+    t->nl = save && !t->recompute ? m->c.num_hidden_layers : 1;
+    t->recomputing = save && t->recompute;
     t->max_len = 0;
-    for (int i = 0; i < nseq; i++)
-        if (seqs[i].n > t->max_len) t->max_len = seqs[i].n;
+    for (int i = 0; i < R; i++)
+        if (pk.row_off[i + 1] - pk.row_off[i] > t->max_len) t->max_len = pk.row_off[i + 1] - pk.row_off[i];
     t->fused = !m->lora;
     t->R = head_rows(m, t);
-    TRY(arena_fit(m, t, err));
-    int32_t *ids = skpo_xmalloc((size_t)(N ? N : 1) * 4), *pos = skpo_xmalloc((size_t)(N ? N : 1) * 4);
-    int32_t *ss = skpo_xmalloc((size_t)(nseq + 1) * 4), *so = skpo_xmalloc((size_t)(N ? N : 1) * 4);
-    int32_t *srow = skpo_xmalloc((size_t)(S ? S : 1) * 4), *stgt = skpo_xmalloc((size_t)(S ? S : 1) * 4);
-    int row = 0, k = 0;
-    for (int i = 0; i < nseq; i++) {
-        ss[i] = row;
-        for (int j = 0; j < seqs[i].n; j++) ids[row + j] = seqs[i].ids[j], pos[row + j] = j, so[row + j] = i;
-        for (int j = seqs[i].start; j < seqs[i].n; j++, k++) srow[k] = row + j - 1, stgt[k] = seqs[i].ids[j];
-        row += seqs[i].n;
-    }
-    ss[nseq] = row;
+    skpo_status st = arena_fit(m, t, err);
+    int32_t *so = skpo_xmalloc((size_t)(N ? N : 1) * 4), *runs = skpo_xmalloc((size_t)(N ? N : 1) * 3 * 4);
+    int32_t *dup = skpo_xmalloc((size_t)(S ? S : 1) * 4);
+    for (int r = 0; r < R; r++)
+        for (int j = pk.row_off[r]; j < pk.row_off[r + 1]; j++) so[j] = r;
+    t->dup_rounds = dup_rounds(&pk, dup);
     skpo_cuda *cu = model_cuda_of(m)->cu;
-    skpo_status st = SKPO_OK;
-    if (t->det && save) st = upload_emb_order(cu, t, ids, (int)N, err);
-    if (!st) st = skpo_cuda_h2d(cu, t->ids, ids, (size_t)N * 4, err);
-    if (!st) st = skpo_cuda_h2d(cu, t->pos, pos, (size_t)N * 4, err);
-    if (!st) st = skpo_cuda_h2d(cu, t->seq_start, ss, (size_t)(nseq + 1) * 4, err);
+    if (!st && t->det && save) st = upload_emb_order(cu, t, pk.ids, N, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->ids, pk.ids, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->pos, pk.pos, (size_t)N * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->seq_start, pk.row_off, (size_t)(R + 1) * 4, err);
     if (!st) st = skpo_cuda_h2d(cu, t->seq_of, so, (size_t)N * 4, err);
-    if (!st) st = skpo_cuda_h2d(cu, t->srow, srow, (size_t)S * 4, err);
-    if (!st) st = skpo_cuda_h2d(cu, t->stgt, stgt, (size_t)S * 4, err);
-    free(ids), free(pos), free(ss), free(so), free(srow), free(stgt);
+    if (!st) st = skpo_cuda_h2d(cu, t->srow, pk.srow, (size_t)S * 4, err);
+    if (!st) st = skpo_cuda_h2d(cu, t->stgt, pk.stgt, (size_t)S * 4, err);
+    if (!st && t->packed) {
+        skpo_mask_runs(pk.row_off, R, pk.seg, runs, runs + N, runs + 2 * (size_t)N);
+        st = skpo_cuda_h2d(cu, t->runs, runs, (size_t)N * 3 * 4, err);
+        if (!st) st = skpo_cuda_h2d(cu, t->dup, dup, (size_t)S * 4, err);
+    }
+    free(so), free(runs), free(dup);
+    skpo_pack_free(&pk);
     return st;
+}
+
+// The runs of a packed pass (NULL: causal rows).
+static skpo_cuda_runs pass_runs(const cutrain *t) {
+    size_t N = (size_t)t->N;
+    skpo_cuda_runs r = {t->runs, t->runs + N, t->runs + 2 * N};
+    return r;
 }
 
 // --- forward ----------------------------------------------------------------------------------
@@ -365,7 +406,9 @@ static skpo_status attn_fwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
     }
     if (t->attn == ATTN_FLASH)
         return skpo_cuda_flash_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_of, t->seq_start, N, NH, NKV, HS, err);
-    return skpo_cuda_attention(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, N, NH, NKV, HS, err);
+    skpo_cuda_runs ru = pass_runs(t);
+    return skpo_cuda_attention_runs(cu, a->att, lse, a->q, a->k, a->v, t->seq_start, t->nseq, t->packed ? &ru : NULL, N,
+                                    NH, NKV, HS, err);
 }
 
 // dq, and dK / dV into t->dkb / t->dvb (bf16), from t->datt.
@@ -382,14 +425,16 @@ static skpo_status attn_bwd(skpo_model *m, cutrain *t, const ct_layer *a, skpo_e
     if (t->attn == ATTN_FLASH)
         return skpo_cuda_flash_attention_backward(cu, t->dq, t->dkb, t->dvb, t->datt, a->att, a->lse, a->q, a->k, a->v,
                                                   t->seq_of, t->seq_start, N, NH, NKV, HS, t->fwork, err);
+    skpo_cuda_runs ru = pass_runs(t);
+    const skpo_cuda_runs *rp = t->packed ? &ru : NULL;
     if (t->det) {   // two passes, no atomics: dk, dv written once
-        TRY(skpo_cuda_attention_backward_det(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                             t->seq_of, t->seq_start, N, NH, NKV, HS, t->dwork, err));
+        TRY(skpo_cuda_attention_backward_det_runs(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                                  t->seq_of, t->seq_start, rp, N, NH, NKV, HS, t->dwork, err));
     } else {
         TRY(skpo_cuda_memset0(cu, t->dk, (size_t)N * KVD * 4, err));
         TRY(skpo_cuda_memset0(cu, t->dv, (size_t)N * KVD * 4, err));
-        TRY(skpo_cuda_attention_backward(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
-                                         t->seq_start, t->nseq, N, NH, NKV, HS, err));
+        TRY(skpo_cuda_attention_backward_runs(cu, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v,
+                                              t->seq_start, t->nseq, rp, N, NH, NKV, HS, err));
     }
     TRY(skpo_cuda_f32_to_bf16(cu, t->dkb, t->dk, (size_t)N * KVD, err));
     return skpo_cuda_f32_to_bf16(cu, t->dvb, t->dv, (size_t)N * KVD, err);
@@ -529,6 +574,8 @@ static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *
     skpo_cuda *cu = model_cuda_of(m)->cu;
     int C = m->c.hidden_size, V = m->c.vocab_size;
     TRY(skpo_cuda_memset0(cu, t->dlnf, (size_t)t->N * C * 2, err));
+    // packed: a row may predict several scored tokens; their sum goes through yf (fp32, free until the layers)
+    if (t->packed) TRY(skpo_cuda_memset0(cu, t->yf, (size_t)t->N * C * 4, err));
     for (int s0 = 0; s0 < t->S; s0 += t->R) {
         int n = t->S - s0 < t->R ? t->S - s0 : t->R;
         TRY(skpo_cuda_rows_gather(cu, t->g, t->lnf, t->srow + s0, n, C, err));
@@ -537,8 +584,10 @@ static skpo_status head_bwd(skpo_model *m, cutrain *t, int with_dent, skpo_err *
         TRY(skpo_cuda_logprob_backward(cu, t->logits, t->logits, t->stgt + s0, t->dlogp + s0,
                                        with_dent ? t->dent + s0 : NULL, n, V, t->temperature, err));
         TRY(skpo_cuda_linear_backward(cu, t->dg, G(m->lm_head), NULL, t->logits, t->g, W(m->lm_head), n, C, V, err));
-        TRY(skpo_cuda_rows_scatter(cu, t->dlnf, t->dg, t->srow + s0, n, C, err));
+        if (t->packed) TRY(skpo_cuda_rows_scatter_add(cu, t->yf, t->dg, t->srow + s0, t->dup + s0, t->dup_rounds, n, C, err));
+        else TRY(skpo_cuda_rows_scatter(cu, t->dlnf, t->dg, t->srow + s0, n, C, err));
     }
+    if (t->packed) TRY(skpo_cuda_f32_to_bf16(cu, t->dlnf, t->yf, (size_t)t->N * C, err));
     return SKPO_OK;
 }
 

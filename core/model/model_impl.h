@@ -35,10 +35,11 @@ typedef struct model_layer {
 // Activations kept by a training forward for backward. With a layer stride of
 // zero (scoring) every layer reuses the same buffers.
 typedef struct model_acts {
-    int N;               // token rows (all sequences concatenated)
-    int nseq;
-    int *seq_off;        // (nseq + 1) row offsets
-    int *pos;            // (N) position of each row in its sequence
+    int N;               // tokens (all rows concatenated; model/pack.h)
+    int nseq;            // rows: sequences, or packed groups of them
+    int *seq_off;        // (nseq + 1) token offset of each row
+    int *pos;            // (N) position of each token in its sequence
+    int *seg;            // (N) segment of each token (base/attn_mask.h); NULL when no row is packed
     int32_t *ids;        // (N)
     float *x;            // (L + 1, N, C) residual stream entering each layer; x[L] leaves the last
     float *ln1, *rstd1;  // (L, N, C), (L, N)
@@ -82,6 +83,8 @@ struct skpo_model {
     float *inv_freq;          // (HS / 2) RoPE frequencies (llama3-scaled if configured)
     model_acts acts;          // of the last train_forward
     int have_acts;
+    int no_pack;              // skpo_model_set_pack(m, 0): one row per sequence
+    long last_raw, last_packed; // tokens of the last scoring / training pass, as given and as computed
     const struct model_backend *be; // the backend the model computes on (never NULL after model_alloc)
     void *be_ctx;             // the backend's state, opaque here: set by its open, freed by its close
                               // (the CUDA backend's is a model_cuda, read through model_cuda_of)
@@ -104,6 +107,8 @@ static inline float *model_grad_of(const skpo_model *m, const float *w) { return
 typedef struct model_backend {
     const char *name;        // the --device spelling: "cpu", "cuda"
     skpo_device device;
+    int can_pack;            // scoring and training may take packed rows (model/pack.h); each pass sets
+                             // m->last_raw / last_packed to what it computed
     int (*visible)(void);    // devices of this kind visible now
     // Before any weight is read: fails when device `device` cannot be used.
     skpo_status (*probe)(int device, skpo_err *err);                             // (nullable: always usable)
@@ -151,6 +156,10 @@ typedef struct model_backend {
     // Instead of `open`: map h's weights (m->mem is not loaded).
     skpo_status (*open_shared)(skpo_model *m, const skpo_weights_handle *h, skpo_err *err);    // (nullable: none)
 } model_backend;
+
+// Whether a pass packs shared prefixes (skpo_model_packs); inline so the
+// backends need not call up into model.c (tests/sh/t_layers.sh: no link circle).
+static inline int model_packs(const skpo_model *m) { return !m->no_pack && m->be->can_pack; }
 
 // backends.c: the backend for device d, or an error naming why there is none
 // (SKPO_EUNSUPPORTED: not in this build, or an unknown device).

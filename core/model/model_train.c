@@ -2,9 +2,12 @@
  * model_train.c - whole-sequence forward (scoring and training) and the full
  * backward pass of the token-level loss through every parameter.
  *
- * A batch is the concatenation of its sequences (N rows); attention is causal
- * within each sequence. Only the rows that predict a scored token go through
- * the lm_head, in chunks of rows. A training pass keeps the logits for
+ * A batch is the concatenation of its rows (N tokens): a row is one sequence,
+ * causal, or a packed group (model/pack.h), the shared prefix once and then
+ * each continuation, which sees the prefix and itself only (base/attn_mask.h).
+ * Only the tokens that predict a scored token go through the lm_head, in
+ * chunks (the last prefix token of a packed row predicts the first token of
+ * every continuation: it appears once per continuation). A training pass keeps the logits for
  * backward when they are small (LOGIT_KEEP_FLOATS); otherwise (T, vocab)
  * logits never exist at once, and backward recomputes each chunk's logits
  * from the saved final-norm output and the saved log-normaliser.
@@ -16,6 +19,7 @@
  */
 #include "model/lora.h"
 #include "model/model_impl.h"
+#include "model/pack.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,7 +34,7 @@
 static float *falloc(size_t n) { return skpo_xmalloc((n ? n : 1) * sizeof(float)); }
 
 void model_acts_free(model_acts *a) {
-    free(a->seq_off); free(a->pos); free(a->ids);
+    free(a->seq_off); free(a->pos); free(a->ids); free(a->seg);
     free(a->x); free(a->ln1); free(a->rstd1); free(a->q); free(a->k); free(a->v);
     free(a->att); free(a->lse); free(a->xmid); free(a->ln2); free(a->rstd2);
     free(a->gate); free(a->up); free(a->h); free(a->lnf); free(a->rstdf);
@@ -38,32 +42,20 @@ void model_acts_free(model_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
-// Index the batch and allocate activations (per layer when save, else one layer's worth).
-static void acts_alloc(const skpo_model *m, const skpo_seq *seqs, int nseq, int save, model_acts *a) {
+// Lay out the batch (model/pack.h: shared prefixes once unless the model
+// says not to pack) and allocate activations (per layer when save, else one
+// layer's worth).
+static void acts_alloc(skpo_model *m, const skpo_seq *seqs, int nseq, int save, model_acts *a) {
     const skpo_config *c = &m->c;
     model_acts_free(a);
-    int N = 0, S = 0;
-    for (int i = 0; i < nseq; i++) N += seqs[i].n, S += seqs[i].n - seqs[i].start;
-    a->N = N, a->S = S, a->nseq = nseq, a->saved = save;
-    a->seq_off = skpo_xmalloc((size_t)(nseq + 1) * sizeof(int));
-    a->pos = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int));
-    a->ids = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int32_t));
-    a->srow = skpo_xmalloc((size_t)(S ? S : 1) * sizeof(int));
-    a->stgt = skpo_xmalloc((size_t)(S ? S : 1) * sizeof(int32_t));
-    int r = 0, k = 0;
-    for (int i = 0; i < nseq; i++) {
-        a->seq_off[i] = r;
-        for (int t = 0; t < seqs[i].n; t++) {
-            a->pos[r + t] = t;
-            a->ids[r + t] = seqs[i].ids[t];
-        }
-        for (int t = seqs[i].start; t < seqs[i].n; t++, k++) {
-            a->srow[k] = r + t - 1;
-            a->stgt[k] = seqs[i].ids[t];
-        }
-        r += seqs[i].n;
-    }
-    a->seq_off[nseq] = N;
+    skpo_pack pk;
+    skpo_pack_plan(seqs, nseq, model_packs(m), &pk);
+    int N = pk.N;
+    a->N = N, a->S = pk.S, a->nseq = pk.nrows, a->saved = save;
+    a->seq_off = pk.row_off, a->pos = pk.pos, a->ids = pk.ids, a->srow = pk.srow, a->stgt = pk.stgt;
+    if (pk.packed) a->seg = pk.seg;
+    else free(pk.seg);   // no packed row: the plain causal kernels
+    m->last_raw = pk.raw, m->last_packed = pk.N;
     size_t L = save ? (size_t)c->num_hidden_layers : 1, n = (size_t)N;
     size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_attention_heads;
     size_t QD = NH * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -74,7 +66,7 @@ static void acts_alloc(const skpo_model *m, const skpo_seq *seqs, int nseq, int 
     a->xmid = falloc(L * n * C), a->ln2 = falloc(L * n * C), a->rstd2 = falloc(L * n);
     a->gate = falloc(L * n * F), a->up = falloc(L * n * F), a->h = falloc(n * F);
     a->lnf = falloc(n * C), a->rstdf = falloc(n);
-    a->slse = falloc((size_t)S), a->sent = falloc((size_t)S);
+    a->slse = falloc((size_t)a->S), a->sent = falloc((size_t)a->S);
 }
 
 // Pointers to layer l's activations (layer 0's buffers when not saved).
@@ -118,7 +110,7 @@ static void layer_forward(skpo_model *m, model_acts *a, int l) {
     }
     op->rope(la.q, a->pos, m->inv_freq, N, NH, HS, 0);
     op->rope(la.k, a->pos, m->inv_freq, N, NKV, HS, 0);
-    op->attention(la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH, NKV, HS);
+    op->attention(la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, a->seg, NH, NKV, HS);
     memcpy(la.xmid, la.xin, (size_t)N * C * sizeof(float));
     model_cpu_linear(m, pw + PK_O, la.xmid, la.att, L->bo, N, QD, C, 1); // xmid = xin + att Wo^T
     if (m->lora) skpo_lora_fwd(m->lora, op, l, SKPO_LORA_O, la.xmid, la.att, N); // LoRA
@@ -216,7 +208,7 @@ static void head_backward(skpo_model *m, model_acts *a, const float *dlogp, cons
         memset(dg, 0, (size_t)n * C * sizeof(float));
         m->ops->matmul_backward(dg, dW, NULL, logits, g, model_cw(m, m->lm_head),
                                 model_cpu_packed_t(m, m->c.num_hidden_layers * PK_PER_LAYER), n, C, V);
-        for (int i = 0; i < n; i++) { // rows are distinct, but keep it serial and simple
+        for (int i = 0; i < n; i++) { // serial: a packed row's last prefix token recurs
             float *d = dlnf + (size_t)a->srow[s0 + i] * C;
             for (int j = 0; j < C; j++) d[j] += dg[(size_t)i * C + j];
         }
@@ -259,8 +251,8 @@ static void layer_backward(skpo_model *m, model_acts *a, int l, float *dx, bwd_s
     memset(b->datt, 0, (size_t)N * QD * sizeof(float));
     op->matmul_backward(b->datt, G(L->wo), G(L->bo), dx, la.att, W(L->wo), PT(PK_O), N, QD, C);
     if (m->lora) skpo_lora_bwd(m->lora, op, l, SKPO_LORA_O, b->datt, dx, la.att, N); // LoRA
-    op->attention_backward(b->dq, b->dk, b->dv, b->datt, la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, NH,
-                           NKV, HS);
+    op->attention_backward(b->dq, b->dk, b->dv, b->datt, la.att, la.lse, la.q, la.k, la.v, a->seq_off, a->nseq, a->seg,
+                           NH, NKV, HS);
     op->rope(b->dq, a->pos, m->inv_freq, N, NH, HS, 1);
     op->rope(b->dk, a->pos, m->inv_freq, N, NKV, HS, 1);
     memset(b->dln, 0, (size_t)N * C * sizeof(float));

@@ -21,7 +21,7 @@ const skpo_need skpo_needs[] = {
     {"skpo-score", NULL, NULL, "up down full self", "prompt+ tokens", NULL},
     {"skpo-reward", NULL, NULL, "down full self", "text", NULL},
     {"skpo-reward", "answer", "", "down full self", "answer+", "math and choice tasks (every record not judged as code)"},
-    {"skpo-reward", "code", "--task code", "down full", "tests", "code task (--task code, or task=code on the record)"},
+    {"skpo-reward", "code", "--task code", "down full self", "tests", "code task (--task code, or task=code on the record)"},
     {"skpo-reward", "overlong", "--overlong 8:4", "down full self", "tokens", NULL},
     {"skpo-advantage", "skpo", "--mode skpo", "up", "uid+ pid+ tokens", NULL},
     {"skpo-advantage", "skpo", "--mode skpo", "down", "gid+ reward tokens", NULL},

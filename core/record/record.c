@@ -61,6 +61,9 @@ const skpo_field_def skpo_schema[] = {
     {F_CRITIQUE_OF, SKPO_FT_STR, "critique prompts and refinements: uid of the direct response critiqued"},
     {F_CRITIQUE, SKPO_FT_STR, "refinement prompts and refinements: the critique they were conditioned on"},
     {F_REWARD_STATUS, SKPO_FT_STR, "timeout or error: the verifier gave no verdict in its bound (the reward is a wrong answer's, counted); absent: judged"},
+    {F_RAW_TOKENS, SKPO_FT_FLOAT, "metrics (skpo-update): prompt + response tokens the passes were given"},
+    {F_PACKED_TOKENS, SKPO_FT_FLOAT, "metrics (skpo-update): tokens computed after packing shared prefixes"},
+    {F_SHARED_RATIO, SKPO_FT_FLOAT, "metrics (skpo-update): 1 - packed_tokens / raw_tokens, the share of work saved"},
     {NULL, 0, NULL},
 };
 

@@ -117,6 +117,9 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_CRITIQUE_OF "critique_of" // str: critique/refinement records: uid of the direct response they come from
 #define F_CRITIQUE "critique"   // str: refinement records: the critique text they were conditioned on
 #define F_REWARD_STATUS "reward_status" // str: "timeout" | "error": the verifier gave no verdict (reward = wrong); absent: judged
+#define F_RAW_TOKENS "raw_tokens"       // float: metrics (skpo-update): prompt + response tokens given to the passes
+#define F_PACKED_TOKENS "packed_tokens" // float: metrics: the tokens computed after packing shared prefixes (model/pack.h)
+#define F_SHARED_RATIO "shared_ratio"   // float: metrics: 1 - packed_tokens / raw_tokens
 
 // --- records in memory ---------------------------------------------------------
 

@@ -407,6 +407,12 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
     float *lp = skpo_xmalloc(nb), *ent = skpo_xmalloc(nb), *dlp = skpo_xmalloc(nb);
     float *dent = lc->entropy_coef != 0 ? skpo_xmalloc(nb) : NULL;
     skpo_status st = pol->forward(pol->ctx, seqs, j - i, (float)o->temperature, lp, ent, err);
+    long raw = 0, packed = 0;
+    if (pol->pass_tokens) pol->pass_tokens(pol->ctx, &raw, &packed);
+    else
+        for (int q = 0; q < j - i; q++) raw += seqs[q].n;
+    m->raw_tokens += raw;
+    m->packed_tokens += pol->pass_tokens ? packed : raw;
     long off = 0;
     for (int q = i; !st && q < j; q++) {
         const sample *s = &b->s[idx[q]];
@@ -444,12 +450,16 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
 
 #define NSTAT 8   // doubles in skpo_loss_stats
 
+#define NSUM (SKPO_NPHASE * (NSTAT + 1) + 3)   // the doubles stats_pack writes
+
 static void stats_pack(const skpo_update_metrics *m, double wloss, double *v) {
     for (int p = 0; p < SKPO_NPHASE; p++) {
         memcpy(v + p * NSTAT, &m->phase[p], sizeof m->phase[p]);
         v[SKPO_NPHASE * NSTAT + p] = m->seqs[p];
     }
     v[SKPO_NPHASE * (NSTAT + 1)] = wloss;
+    v[SKPO_NPHASE * (NSTAT + 1) + 1] = m->raw_tokens;
+    v[SKPO_NPHASE * (NSTAT + 1) + 2] = m->packed_tokens;
 }
 
 static void stats_unpack(skpo_update_metrics *m, const double *v) {
@@ -458,6 +468,8 @@ static void stats_unpack(skpo_update_metrics *m, const double *v) {
         m->seqs[p] = v[SKPO_NPHASE * NSTAT + p];
     }
     m->loss = v[SKPO_NPHASE * (NSTAT + 1)];
+    m->raw_tokens = v[SKPO_NPHASE * (NSTAT + 1) + 1];
+    m->packed_tokens = v[SKPO_NPHASE * (NSTAT + 1) + 2];
     m->tokens = 0;
     for (int p = 0; p < SKPO_NPHASE; p++) m->tokens += m->phase[p].tokens;
 }
@@ -515,7 +527,7 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     int np = pol->params(pol->ctx, &p);
     for (int i = 0; i < np && !st && !pol->grads_finite; i++)
         st = skpo_comm_allreduce_f32(comm, p[i].grad, p[i].numel, err);
-    double v[SKPO_NPHASE * (NSTAT + 1) + 1];
+    double v[NSUM];
     stats_pack(m, wloss, v);
     if (!st) st = skpo_comm_allreduce_f64(comm, v, sizeof v / sizeof v[0], err);
     stats_unpack(m, v);
@@ -592,6 +604,10 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_float(r, "n_tokens", m->tokens);   // not `tokens`: that schema field is i32s
     skpo_rec_set_float(r, "seconds", m->seconds);
     skpo_rec_set_float(r, "tokens_per_s", m->seconds > 0 ? m->tokens / m->seconds : 0);
+    // packing (model/pack.h): what the passes were given, what they computed, the share saved
+    skpo_rec_set_float(r, F_RAW_TOKENS, m->raw_tokens);
+    skpo_rec_set_float(r, F_PACKED_TOKENS, m->packed_tokens);
+    skpo_rec_set_float(r, F_SHARED_RATIO, m->raw_tokens > 0 ? 1 - m->packed_tokens / m->raw_tokens : 0);
     for (int p = 0; p < SKPO_NPHASE; p++) {
         const skpo_loss_stats *s = &m->phase[p];
         if (m->seqs[p] == 0) continue;

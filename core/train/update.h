@@ -79,6 +79,8 @@ typedef struct skpo_update_metrics {
     skpo_mismatch_stats mismatch;         // rollout vs pi_old over the mini-batch (tokens 0: not measured)
     double loss;                          // the optimised objective: sum of weight * L_p
     double tokens;                        // response tokens
+    double raw_tokens;                    // prompt + response tokens the forward passes were given
+    double packed_tokens;                 // the tokens they computed after packing (model/pack.h)
     double grad_norm;                     // before clipping
     double lr;
     double seconds;                       // wall time of the mini-batch (this rank)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # t_fuzz.sh - every libFuzzer target (tests/fuzz/fuzz_*.c, ASan + UBSan) replays
-# its committed regression inputs and then fuzzes for 10 s (60 s under
+# its committed regression inputs and then fuzzes for 5 s (60 s under
 # `make test-long`), one PASS/FAIL line each; SKIP when clang is missing.
 # Also: the record inputs that once crashed the reader (or made it allocate
 # without bound) fail fast with a one-line message through skpo-cat.
@@ -29,7 +29,7 @@ fi
 case "${SKPO_BUILD:-build}" in
   *asan*) skip "fuzz smoke runs" "not repeated under make asan (the fuzz build is sanitized already)"; exit 0 ;;
 esac
-secs=10
+secs=5
 [ -n "${SKPO_TEST_LONG:-}" ] && secs=60
 # run.sh prints the PASS/FAIL lines itself; its exit status is re-checked by tests/run.sh.
 sh "$TOP/tests/fuzz/run.sh" "$secs"

@@ -86,6 +86,17 @@ t "every mini-batch's metrics record carries the rollout vs pi_old mismatch" sh 
 t "--old-logp rollout writes no mismatch metrics and trains differently" sh -c "
   skpo-update --model '$M' --out '$TMP/ro' --old-logp rollout --metrics '$TMP/m-ro.zst' $A '$R' 2>/dev/null &&
   [ \$(zstd -dc '$TMP/m-ro.zst' | grep -ao mismatch_k3 | wc -l) = 0 ] && ! '$CHK' --same '$TMP/ro' '$TMP/ck1' 1e-6 2>/dev/null"
+t "every mini-batch's metrics record carries raw_tokens, packed_tokens and shared_ratio; packing computes fewer tokens" sh -c "
+  for k in raw_tokens packed_tokens shared_ratio; do
+    [ \$(zstd -dc '$TMP/m.zst' | grep -ao \$k | wc -l) = 4 ] || { echo no \$k; exit 1; }; done &&
+  skpo-update --model '$M' --out '$TMP/pk' --metrics '$TMP/m-pk.zst' $A --micro-tokens 1000 '$R' 2>/dev/null &&
+  skpo-cat --where kind=metrics --fields raw_tokens,packed_tokens,shared_ratio '$TMP/m-pk.zst' |
+    awk -F'[:,}]' '{ if (!(\$4 < \$2 && \$6 > 0.1)) bad = 1 } END { exit bad || NR != 2 }'"
+t "--no-pack trains the same weights (to 1e-6) and reports packed_tokens = raw_tokens" sh -c "
+  skpo-update --model '$M' --out '$TMP/np' --metrics '$TMP/m-np.zst' $A --micro-tokens 1000 --no-pack '$R' 2>/dev/null &&
+  '$CHK' --same '$TMP/np' '$TMP/pk' 1e-6 &&
+  skpo-cat --where kind=metrics --fields raw_tokens,packed_tokens,shared_ratio '$TMP/m-np.zst' |
+    awk -F'[:,}]' '{ if (\$4 != \$2 || \$6 != 0) bad = 1 } END { exit bad || NR != 2 }'"
 # The fixture's rollout log-probs are pi_old + N(0, 0.3): no ratio reaches tis's cap 2
 # (tis weighs every token by its ratio), so mask-token and icepop need tighter bands to differ.
 t "each --mismatch mode changes the step (off, mask-token at 1.2, mask-seq, icepop from 0.9 vs tis)" sh -c "

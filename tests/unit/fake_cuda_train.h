@@ -38,9 +38,13 @@ static int fk_seq_start(const int32_t *ss, int nseq, int t) {
     return ss[s];
 }
 
-skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
-                                const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv, int hs,
-                                skpo_err *err) {
+// Key j is hidden from query t of a packed batch (cuda.h skpo_cuda_runs):
+// between t's prefix run and its own run.
+static int fk_hidden(const skpo_cuda_runs *ru, int t, int j) { return ru && j >= ru->pre_end[t] && j < ru->own0[t]; }
+
+skpo_status skpo_cuda_attention_runs(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                     const skpo_bf16 *v, const int32_t *seq_start, int nseq, const skpo_cuda_runs *ru,
+                                     int T, int nh, int nkv, int hs, skpo_err *err) {
     int qd = nh * hs, kd = nkv * hs;
     float scale = 1.f / sqrtf((float)hs);
     float *s = skpo_xmalloc((size_t)(T ? T : 1) * sizeof *s);
@@ -51,6 +55,10 @@ skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const 
             float m = -INFINITY, l = 0.f;
             for (int j = s0; j <= t; j++) {
                 float d = 0.f;
+                if (fk_hidden(ru, t, j)) {
+                    s[j] = -INFINITY;
+                    continue;
+                }
                 for (int e = 0; e < hs; e++)
                     d += fk_ld(q, (size_t)t * qd + h * hs + e) * scale * fk_ld(k, (size_t)j * kd + hk * hs + e);
                 s[j] = d;
@@ -69,10 +77,17 @@ skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const 
     return SKPO_OK;
 }
 
-skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
-                                         const skpo_bf16 *out, const float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
-                                         const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv,
-                                         int hs, skpo_err *err) {
+skpo_status skpo_cuda_attention(skpo_cuda *c, skpo_bf16 *out, float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv, int hs,
+                                skpo_err *err) {
+    return skpo_cuda_attention_runs(c, out, lse, q, k, v, seq_start, nseq, NULL, T, nh, nkv, hs, err);
+}
+
+skpo_status skpo_cuda_attention_backward_runs(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
+                                              const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                              const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                              const int32_t *seq_start, int nseq, const skpo_cuda_runs *ru, int T,
+                                              int nh, int nkv, int hs, skpo_err *err) {
     int qd = nh * hs, kd = nkv * hs;
     float scale = 1.f / sqrtf((float)hs);
     float *dqr = skpo_xmalloc((size_t)hs * sizeof *dqr);
@@ -84,6 +99,7 @@ skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk,
             float D = 0.f, L = lse[(size_t)t * nh + h];
             for (int e = 0; e < hs; e++) D += fk_ld(dout, o + e) * fk_ld(out, o + e), dqr[e] = 0.f;
             for (int j = s0; j <= t; j++) {
+                if (fk_hidden(ru, t, j)) continue;
                 size_t kr = (size_t)j * kd + (size_t)hk * hs;
                 float sc = 0.f, dp = 0.f;
                 for (int e = 0; e < hs; e++) sc += fk_ld(q, o + e) * fk_ld(k, kr + e), dp += fk_ld(dout, o + e) * fk_ld(v, kr + e);
@@ -99,6 +115,14 @@ skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk,
     }
     free(dqr);
     return SKPO_OK;
+}
+
+skpo_status skpo_cuda_attention_backward(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv, const skpo_bf16 *dout,
+                                         const skpo_bf16 *out, const float *lse, const skpo_bf16 *q, const skpo_bf16 *k,
+                                         const skpo_bf16 *v, const int32_t *seq_start, int nseq, int T, int nh, int nkv,
+                                         int hs, skpo_err *err) {
+    return skpo_cuda_attention_backward_runs(c, dq, dk, dv, dout, out, lse, q, k, v, seq_start, nseq, NULL, T, nh, nkv,
+                                             hs, err);
 }
 
 // Row statistics of z = logits / temp: logZ and E[z].
@@ -272,6 +296,20 @@ skpo_status skpo_cuda_attention_backward_det(skpo_cuda *c, skpo_bf16 *dq, float 
     return skpo_cuda_attention_backward(c, dq, dk, dv, dout, out, lse, q, k, v, seq_start, nseq, T, nh, nkv, hs, err);
 }
 
+skpo_status skpo_cuda_attention_backward_det_runs(skpo_cuda *c, skpo_bf16 *dq, float *dk, float *dv,
+                                                  const skpo_bf16 *dout, const skpo_bf16 *out, const float *lse,
+                                                  const skpo_bf16 *q, const skpo_bf16 *k, const skpo_bf16 *v,
+                                                  const int32_t *seq_of, const int32_t *seq_start,
+                                                  const skpo_cuda_runs *ru, int T, int nh, int nkv, int hs,
+                                                  float *work, skpo_err *err) {
+    int nseq = T ? seq_of[T - 1] + 1 : 0;
+    memset(dk, 0, (size_t)T * nkv * hs * 4);
+    memset(dv, 0, (size_t)T * nkv * hs * 4);
+    for (size_t i = 0; i < (size_t)T * nh; i++) work[i] = NAN;
+    return skpo_cuda_attention_backward_runs(c, dq, dk, dv, dout, out, lse, q, k, v, seq_start, nseq, ru, T, nh, nkv,
+                                             hs, err);
+}
+
 skpo_status skpo_cuda_adamw(skpo_cuda *c, float *w, skpo_bf16 *wb, float *m, float *v, const float *g, size_t n, float lr,
                             float b1, float b2, float eps, float wd, int step, float gscale, skpo_err *err) {
     float bc1 = 1.f - powf(b1, (float)step), bc2 = 1.f - powf(b2, (float)step);
@@ -331,6 +369,15 @@ skpo_status skpo_cuda_rows_gather(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 
 skpo_status skpo_cuda_rows_scatter(skpo_cuda *c, skpo_bf16 *dst, const skpo_bf16 *src, const int32_t *rows, int n, int C,
                                    skpo_err *err) {
     for (int i = 0; i < n; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
+    return SKPO_OK;
+}
+
+skpo_status skpo_cuda_rows_scatter_add(skpo_cuda *c, float *dst, const skpo_bf16 *src, const int32_t *rows,
+                                       const int32_t *dup, int rounds, int n, int C, skpo_err *err) {
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n; i++)
+            if (dup[i] == r)
+                for (int e = 0; e < C; e++) dst[(size_t)rows[i] * C + e] += fk_ld(src, (size_t)i * C + e);
     return SKPO_OK;
 }
 

@@ -13,6 +13,8 @@ SKIP_ONLY_MAIN(cuda_ops_match_cpu_reference, "built without CUDA (no nvcc)")
 #include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
 #include "cuda/cuda_train.h"
+#include "cpu/ops.h"
+#include "base/attn_mask.h"
 
 #include <string.h>
 
@@ -452,6 +454,61 @@ static void deterministic_backward_kernels_give_the_same_bits_in_any_block_order
     free(q), free(k), free(v), free(g), free(de);
 }
 
+// A packed batch (model/pack.h): the own kernels with the runs mask against
+// the CPU reference with the same segments (cpu/ops.h, tested against the
+// mask by test_pack.c). Row 0: a prefix of 5 and continuations of 4, 19 and 3
+// (one longer than a 16-row warp group); row 1 a plain sequence. Forward,
+// the atomic backward and the deterministic one.
+static void packed_rows_attention_kernels_match_cpu_mask(void) {
+    enum { T = 39, NR = 2, NH = 4, NKV = 2, HS = 64 };
+    int32_t off[NR + 1] = {0, 31, 39}, seg[T], sof[T], runs[3 * T];
+    int lay[][2] = {{0, 5}, {1, 4}, {2, 19}, {3, 3}, {0, 8}};
+    for (int i = 0, t = 0; i < 5; i++)
+        for (int u = 0; u < lay[i][1]; u++, t++) seg[t] = lay[i][0], sof[t] = t < 31 ? 0 : 1;
+    skpo_mask_runs(off, NR, seg, runs, runs + T, runs + 2 * T);
+    size_t nq = (size_t)T * NH * HS, nk = (size_t)T * NKV * HS;
+    float *q = skpo_xmalloc(nq * 4), *k = skpo_xmalloc(nk * 4), *v = skpo_xmalloc(nk * 4), *g = skpo_xmalloc(nq * 4);
+    float *o = skpo_xmalloc(nq * 4), *lse = skpo_xmalloc((size_t)T * NH * 4);
+    float *dq = skpo_xmalloc(nq * 4), *dk = skpo_xmalloc(nk * 4), *dv = skpo_xmalloc(nk * 4);
+    fill(q, nq, 1), fill(k, nk, 1), fill(v, nk, 1), fill(g, nq, 0.5f);
+    bfround(q, nq), bfround(k, nk), bfround(v, nk), bfround(g, nq);
+    const skpo_ops *op = skpo_ops_cpu();
+    op->attention(o, lse, q, k, v, off, NR, seg, NH, NKV, HS);
+    bfround(o, nq);   // the device's out is bf16, and the backward reads it
+    op->attention_backward(dq, dk, dv, g, o, lse, q, k, v, off, NR, seg, NH, NKV, HS);
+    skpo_err e = {0};
+    void *gq = dup_bf16(q, nq), *gk = dup_bf16(k, nk), *gv = dup_bf16(v, nk), *gg = dup_bf16(g, nq);
+    void *goff = dup_raw(off, sizeof off), *gsof = dup_raw(sof, sizeof sof), *gru = dup_raw(runs, sizeof runs);
+    void *go = dup_bf16(q, nq), *glse = dup_raw(q, (size_t)T * NH * 4), *gdq = dup_bf16(q, nq);
+    void *gdk = dup_raw(k, nk * 4), *gdv = dup_raw(k, nk * 4), *gwork = dup_raw(q, (size_t)T * NH * 4);
+    const int32_t *r = gru;
+    skpo_cuda_runs ru = {r, r + T, r + 2 * T};
+    CHECK(skpo_cuda_attention_runs(G, go, glse, gq, gk, gv, goff, NR, &ru, T, NH, NKV, HS, &e) == SKPO_OK);
+    float *got = back_bf16(go, nq), *gl = back_f32(glse, (size_t)T * NH);
+    double ro = relerr(got, o, nq), rl = relerr(gl, lse, (size_t)T * NH);
+    CHECK_MSG(ro < 2e-2 && rl < 1e-4, "forward: out %g lse %g", ro, rl);
+    free(got), free(gl);
+    for (int det = 0; det < 2; det++) {
+        CHECK(skpo_cuda_memset0(G, gdk, nk * 4, &e) == SKPO_OK && skpo_cuda_memset0(G, gdv, nk * 4, &e) == SKPO_OK);
+        if (det)
+            CHECK_MSG(skpo_cuda_attention_backward_det_runs(G, gdq, gdk, gdv, gg, go, glse, gq, gk, gv, gsof, goff, &ru, T,
+                                                            NH, NKV, HS, gwork, &e) == SKPO_OK, "%s", e.msg);
+        else
+            CHECK(skpo_cuda_attention_backward_runs(G, gdq, gdk, gdv, gg, go, glse, gq, gk, gv, goff, NR, &ru, T, NH, NKV,
+                                                    HS, &e) == SKPO_OK);
+        float *a = back_bf16(gdq, nq), *b = back_f32(gdk, nk), *c = back_f32(gdv, nk);
+        double rq = relerr(a, dq, nq), rk = relerr(b, dk, nk), rv = relerr(c, dv, nk);
+        CHECK_MSG(rq < 2e-2 && rk < 1e-3 && rv < 1e-3, "%s backward: dq %g dk %g dv %g", det ? "deterministic" : "atomic",
+                  rq, rk, rv);
+        printf("# packed rows, %s backward vs cpu: dq %.1e dk %.1e dv %.1e (forward out %.1e)\n",
+               det ? "deterministic" : "atomic", rq, rk, rv, ro);
+        free(a), free(b), free(c);
+    }
+    void *bufs[] = {gq, gk, gv, gg, goff, gsof, gru, go, glse, gdq, gdk, gdv, gwork};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) skpo_cuda_dfree(bufs[i]);
+    free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
+}
+
 // The index tensors cuDNN attention reads (cuda_dnn.h), from offsets
 // (training, an empty sequence among them) and from the last rows and positions
 // of a prefill step (a prefix already cached, a decode row).
@@ -656,6 +713,7 @@ int main(void) {
     RUN(sampler_is_greedy_at_zero_temperature_and_matches_topk_mass);
     RUN(adamw_step_matches_pytorch_formula);
     RUN(deterministic_backward_kernels_give_the_same_bits_in_any_block_order);
+    RUN(packed_rows_attention_kernels_match_cpu_mask);
     RUN(residual_add_and_rmsnorm_match_cpu);
     RUN(qkv_rope_split_and_its_backward_match_cpu);
     RUN(swiglu_fused_backward_matches_cpu);

@@ -179,13 +179,32 @@ static int fwd_bwd(skpo_model *m, const batch *b, float *lp, float *ent, const f
     return 1;
 }
 
+// Groups as a step writes them (model/pack.h): G sequences per group share
+// their first start[i] tokens (the group's first sequence's).
+static void batch_make_groups(batch *b, int V, const int *len, const int *start, int nseq, int G) {
+    batch_make(b, V, len, start, nseq);
+    for (int i = 0; i < nseq; i++)
+        if (i % G) memcpy(b->ids[i], b->ids[i - i % G], (size_t)start[i] * 4);
+}
+
+static void grads_match_batch(const char *json, batch *bp);
+
 static void grads_match(const char *json, const int *len, const int *start, int nseq) {
     rs = 0x9E3779B97F4A7C15ull;   // the same data whatever ran before
+    skpo_config cf;
+    skpo_err e = {0};
+    SKPO_ASSERT(skpo_config_parse(json, strlen(json), &cf, &e) == SKPO_OK);
+    batch b;
+    batch_make(&b, cf.vocab_size, len, start, nseq);
+    grads_match_batch(json, &b);
+}
+
+// grads_match on a batch made by the caller (freed here).
+static void grads_match_batch(const char *json, batch *bp) {
+    batch b = *bp;
     skpo_model *c = make(json, SKPO_DEV_CPU), *g = make(json, SKPO_DEV_CUDA);
     CHECK(c && g);
     if (!c || !g) goto out;
-    batch b;
-    batch_make(&b, skpo_model_config(c)->vocab_size, len, start, nseq);
     size_t S = (size_t)b.S;
     float *w = skpo_xmalloc(S * 4), *u = skpo_xmalloc(S * 4);
     float *lc = skpo_xmalloc(S * 4), *ec = skpo_xmalloc(S * 4), *lg = skpo_xmalloc(S * 4), *eg = skpo_xmalloc(S * 4);
@@ -203,8 +222,8 @@ static void grads_match(const char *json, const int *len, const int *start, int 
         off += p[i].numel;
     }
     free(gg), free(w), free(u), free(lc), free(ec), free(lg), free(eg);
-    batch_free(&b);
 out:
+    batch_free(&b);
     skpo_model_free(c);
     skpo_model_free(g);
 }
@@ -250,6 +269,37 @@ static void custom_attention_gradients_match_cpu(void) {
     setenv("SKPO_ATTN", "custom", 1);
     grads_match(CFG_HS64, len, start, 3);
     unsetenv("SKPO_ATTN");
+}
+
+// Packed groups (model/pack.h) through the own kernels: 2 groups of 3 that
+// share their prompts, rows of 16+ tokens. On the device the pass packs (it
+// reports fewer tokens computed than given); the CPU side packs too and is the
+// unpacked result (test_pack.c), so a wrong mask fails the comparison. With
+// the flash path the device computes the same batch unpacked.
+static void packed_groups_on_the_own_kernels_match_cpu(void) {
+    NEED_GPU();
+    int len[] = {40, 33, 51, 29, 60, 45}, start[] = {17, 17, 17, 9, 9, 9};
+    const char *paths[] = {"custom", "flash"};
+    for (int k = 0; k < 2; k++) {
+        rs = 0x5151ull;
+        batch b;
+        batch_make_groups(&b, 300, len, start, 6, 3);
+        setenv("SKPO_ATTN", paths[k], 1);
+        grads_match_batch(CFG_HS64, &b);
+        skpo_model *g = make(CFG_HS64, SKPO_DEV_CUDA);
+        batch_make_groups(&b, 300, len, start, 6, 3);
+        float *lp = skpo_xmalloc((size_t)b.S * 4);
+        skpo_err e = {0};
+        long raw = 0, packed = 0;
+        CHECK(g && skpo_model_logprobs(g, b.s, b.nseq, TEMP, lp, NULL, &e) == SKPO_OK);
+        if (g) skpo_model_pass_tokens(g, &raw, &packed);
+        CHECK_MSG(raw == 258 && packed == (k == 0 ? 258 - 2 * 17 - 2 * 9 : 258), "%s: %ld tokens computed of %ld",
+                  paths[k], packed, raw);
+        unsetenv("SKPO_ATTN");
+        free(lp);
+        batch_free(&b);
+        skpo_model_free(g);
+    }
 }
 
 // The flash kernels against the simple ones on the same inputs, op level.
@@ -1142,6 +1192,7 @@ int main(void) {
     RUN(flash_attention_gradients_match_cpu);
     RUN(cudnn_attention_gradients_match_cpu);
     RUN(custom_attention_gradients_match_cpu);
+    RUN(packed_groups_on_the_own_kernels_match_cpu);
     RUN(update_step_on_device_matches_cpu);
     RUN(optimizer_state_round_trips_through_the_device);
     RUN(update_step_over_single_rank_nccl_matches_cpu);

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char *SYN =
-    "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [--device cpu|cuda] [FILE]";
+    "--model DIR [--field NAME] [--temperature T] [--batch-tokens N] [--threads N] [--device cpu|cuda] [--no-pack] [FILE]";
 static const char *ABOUT =
     "Add the log-prob of every response token (field `tokens`, conditioned on `prompt`) under the\n"
     "model in DIR as a float32 array field NAME (default ref_logp). Reads FILE or stdin, writes stdout.";
@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
     int device = -1;   // skpo_devices; -1 = $SKPO_DEVICE, else cuda when visible
     double temp = 1.0;
     long max_tok = 8192, threads = 0;
+    int no_pack = 0;
     skpo_opt opts[] = {
         SKPO_OPT_STR("model", 'm', &dir, "DIR", "checkpoint folder (config.json + safetensors)"),
         SKPO_OPT_STR("field", 0, &field, "NAME", "output field (default ref_logp)"),
@@ -103,6 +104,7 @@ int main(int argc, char **argv) {
         SKPO_OPT_LONG("threads", 0, &threads, 0, 4096, "N", "CPU threads (default: all)"),
         SKPO_OPT_ENUM("device", 0, &device, &skpo_devices, "compute device (default: cuda when a GPU is visible)"),
         SKPO_OPT_STR("adapter", 0, &adapter, "DIR", "LoRA adapter (PEFT folder) merged into --model at load"),
+        SKPO_OPT_FLAG("no-pack", 0, &no_pack, "score a shared prompt once per record (default: once per batch)"),
         {0},
     };
     const char *input = skpo_cli_parse_input(SYN, ABOUT, opts, argc, argv, "-");
@@ -113,6 +115,7 @@ int main(int argc, char **argv) {
     skpo_model_opts mo = {.threads = (int)threads};
     if (skpo_device_parse(skpo_enum_name(&skpo_devices, device), &mo.device, &err) || skpo_lora_model_load(dir, adapter, &mo, 1, &m, NULL, &err))
         skpo_die("%s", err.msg);
+    skpo_model_set_pack(m, !no_pack);   // records of one prompt in a batch share its forward (docs/model.md)
     skpo_reader *rd;
     skpo_writer *w;
     if (skpo_reader_open(input, &rd, &err) || skpo_writer_open_fd(1, 0, &w, &err))

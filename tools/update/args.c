@@ -134,6 +134,7 @@ static skpo_opt *rows_placement(skpo_opt *o, skpo_opt *end, upd_args *a, upd_raw
         SKPO_OPT_STR("comm", 0, &r->comm, "auto|local|mpi", "data-parallel transport (auto: mpi under mpirun)"),
         SKPO_OPT_ENUM("device", 0, &a->device, &skpo_devices, "where to train (cuda when a GPU is visible)"),
         SKPO_OPT_FLAG("recompute", 0, &a->recompute, "cuda: keep layer inputs only, recompute in backward"),
+        SKPO_OPT_FLAG("no-pack", 0, &a->no_pack, "compute a group's shared prefix once per sequence (default: once per group)"),
         SKPO_OPT_LONG("zero", 0, &a->zero, 0, 1, "0|1", "cuda, N ranks: shard AdamW state (1 when N > 1)"),
     };
     return put_rows(o, end, rows, sizeof rows / sizeof *rows);

@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
         skpo_warn("no trainable records: --allow-empty: %s", nmb ? "the optimizer steps on zero gradients"
                                                                : "writing the weights unchanged");
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
+    skpo_model_set_pack(m, !a.no_pack);   // docs/model.md "Packed layout"
     skpo_policy pol = a.lora ? skpo_policy_of_lora(m, a.lora) : skpo_policy_of_model(m);
     double tc = skpo_now(), cc = skpo_cpu_seconds();
     upd_check(c, skpo_update_step(&pol, o, nc ? nc : c, b, &a.u, met, &e), &e);

@@ -274,6 +274,7 @@ static void serve_step(server *S) {
     int nmb = skpo_batch_minibatches(b) * s.u.epochs;
     if (nmb == 0 && S->c->rank == 0) skpo_warn("step %" PRId64 ": no trained records: writing the weights unchanged", S->step);
     skpo_update_metrics *met = skpo_xcalloc((size_t)nmb + 1, sizeof *met);
+    skpo_model_set_pack(S->m, !s.no_pack);   // a per-step option like the others
     double tc = skpo_now();
     upd_check(S->c, skpo_update_step(&S->pol, S->o, S->nc ? S->nc : S->c, b, &s.u, met, &e), &e);
     double ts = skpo_now();

@@ -23,6 +23,7 @@ typedef struct upd_args {
     skpo_comm_kind comm;
     int device;           // --device (skpo_devices); -1 = $SKPO_DEVICE, else cuda when a GPU is visible
     int recompute;        // --recompute: per-layer activation recomputation (cuda)
+    int no_pack;          // --no-pack: one row per sequence, shared prefixes computed per sequence (model/pack.h)
     long zero;            // --zero 0|1; -1 = 1 on cuda with more than one rank
     skpo_device dev;      // resolved by upd_bind_device
     // LoRA (lora.c here, core/lora.h)

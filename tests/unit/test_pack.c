@@ -1,0 +1,390 @@
+// test_pack.c - the packed layout (model/pack.h): its plan, the masked
+// attention against a brute-force reference of base/attn_mask.h, log-probs
+// bit-identical to the unpacked pass, and skpo-update's gradient with packing
+// equal to the unpacked one to 1e-6 relative for every loss form and
+// aggregation (KL and entropy terms on and off), with groups split across
+// micro-batches, and with pi_old recomputed through packed scoring. Two tiny
+// models: head size 16 (the AVX-512 attention where the CPU has it) and 6
+// (the portable loops).
+#include "harness.h"
+#include "base/attn_mask.h"
+#include "cpu/ops.h"
+#include "model/pack.h"
+#include "train/checkpoint.h"
+#include "train/update.h"
+
+#include <stdint.h>
+
+static const char *CFG16 = "{\"model_type\":\"qwen2\",\"vocab_size\":23,\"hidden_size\":32,\"intermediate_size\":40,"
+                           "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+                           "\"rope_theta\":100.0}";
+static const char *CFG6 = "{\"model_type\":\"llama\",\"vocab_size\":19,\"hidden_size\":12,\"intermediate_size\":16,"
+                          "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":6,"
+                          "\"attention_bias\":true,\"rope_theta\":50.0}";
+
+static skpo_model *tiny(const char *json) {
+    skpo_config c;
+    skpo_err e = {0};
+    skpo_model *m = NULL;
+    skpo_model_opts o = {.trainable = 1};
+    if (skpo_config_parse(json, strlen(json), &c, &e) || skpo_model_init_random(&c, &o, 7, 0.4, &m, &e)) {
+        fprintf(stderr, "  %s\n", e.msg);
+        return NULL;
+    }
+    return m;
+}
+
+// --- the plan ------------------------------------------------------------------------------
+
+static void plan_puts_each_prefix_once_and_keeps_scored_order(void) {
+    int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 3, 4, 7}, c[] = {9, 9, 8}, d[] = {1, 2, 3, 4, 5, 8, 8};
+    // a, b, d share the prompt 1 2 3 (start 3); a and d share 1 2 3 4 5, b only 1 2 3 4: P = 4.
+    // c is alone; d joins a's group although c sits between them.
+    skpo_seq s[4] = {{a, 6, 3}, {b, 5, 3}, {c, 3, 1}, {d, 7, 3}};
+    skpo_pack p;
+    skpo_pack_plan(s, 4, 1, &p);
+    CHECK(p.nrows == 2 && p.packed && p.raw == 21);
+    CHECK(p.N == 4 + 2 + 1 + 3 + 3);   // prefix 1 2 3 4, then 5 6 | 7 | 5 8 8; then c's row
+    CHECK(p.row_off[0] == 0 && p.row_off[1] == 10 && p.row_off[2] == 13);
+    int seg[] = {0, 0, 0, 0, 1, 1, 2, 3, 3, 3, 0, 0, 0}, pos[] = {0, 1, 2, 3, 4, 5, 4, 4, 5, 6, 0, 1, 2};
+    int32_t ids[] = {1, 2, 3, 4, 5, 6, 7, 5, 8, 8, 9, 9, 8};
+    for (int t = 0; t < 13; t++) CHECK(p.seg[t] == seg[t] && p.pos[t] == pos[t] && p.ids[t] == ids[t]);
+    // scored tokens in sequence order: a: 4 5 6 from rows 2, 3, 4; b: 4 7 from 2, 3; c: 9 8 from 10, 11; d: 4 5 8 8
+    int srow[] = {2, 3, 4, 2, 3, 10, 11, 2, 3, 7, 8};
+    int32_t tgt[] = {4, 5, 6, 4, 7, 9, 8, 4, 5, 8, 8};
+    CHECK(p.S == 11);
+    for (int k = 0; k < 11; k++) CHECK_MSG(p.srow[k] == srow[k] && p.stgt[k] == tgt[k], "k %d: row %d", k, p.srow[k]);
+    long raw, packed;
+    skpo_pack_count(s, 4, 1, &raw, &packed);
+    CHECK(raw == 21 && packed == 13);
+    skpo_pack_free(&p);
+    skpo_pack_plan(s, 4, 0, &p);   // off: today's layout
+    CHECK(p.nrows == 4 && !p.packed && p.N == 21 && p.row_off[1] == 6 && p.srow[3] == 8);
+    skpo_pack_free(&p);
+}
+
+static void plan_keeps_a_token_in_every_continuation(void) {
+    int32_t a[] = {1, 2, 3, 4}, b[] = {1, 2, 3, 4, 5};   // a is a prefix of b
+    skpo_seq s[2] = {{a, 4, 2}, {b, 5, 2}};
+    skpo_pack p;
+    skpo_pack_plan(s, 2, 1, &p);
+    CHECK(p.nrows == 1 && p.N == 3 + 1 + 2);   // P = 3 (a keeps its last token)
+    CHECK(p.seg[3] == 1 && p.seg[4] == 2 && p.pos[4] == 3 && p.pos[5] == 4);
+    skpo_pack_free(&p);
+}
+
+// --- the kernels against the mask ------------------------------------------------------------
+
+// out (NH, HS) of query r by brute force over the keys skpo_may_attend allows.
+static void ref_attention(double *o, const float *q, const float *k, const float *v, const int *off, int nrows,
+                          const int *seg, int r, int h, int NH, int NKV, int HS) {
+    int s = 0;
+    while (off[s + 1] <= r) s++;
+    double sc[64], mx = -1e300, sum = 0;
+    const float *qr = q + ((size_t)r * NH + h) * HS;
+    int g = h / (NH / NKV), n = 0;
+    for (int j = off[s]; j <= r; j++, n++) {
+        sc[n] = -1e300;
+        if (!skpo_may_attend(seg ? seg[r] : 0, r - off[s], seg ? seg[j] : 0, j - off[s])) continue;
+        double z = 0;
+        for (int d = 0; d < HS; d++) z += (double)qr[d] * k[((size_t)j * NKV + g) * HS + d];
+        sc[n] = z / sqrt((double)HS);
+        if (sc[n] > mx) mx = sc[n];
+    }
+    for (int d = 0; d < HS; d++) o[d] = 0;
+    for (int j = off[s], i = 0; j <= r; j++, i++) {
+        if (sc[i] < -1e299) continue;
+        double w = exp(sc[i] - mx);
+        sum += w;
+        for (int d = 0; d < HS; d++) o[d] += w * v[((size_t)j * NKV + g) * HS + d];
+    }
+    for (int d = 0; d < HS; d++) o[d] /= sum;
+}
+
+// loss = sum(out * W) for a fixed random W: dq, dk, dv by central differences
+// of the double reference, against the kernel's backward.
+static void check_attention(int HS) {
+    const skpo_ops *op = skpo_ops_cpu();
+    enum { N = 37, NH = 2, NKV = 1 };
+    // row 0: prefix 5, continuations 4, 9, 3 (a 16-key tile spans several); row 1: prefix 2, continuation 6;
+    // row 2: a plain sequence of 8
+    int off[] = {0, 21, 29, 37}, seg[N];
+    int lay[][2] = {{0, 5}, {1, 4}, {2, 9}, {3, 3}, {0, 2}, {1, 6}, {0, 8}};
+    for (int i = 0, t = 0; i < 7; i++)
+        for (int u = 0; u < lay[i][1]; u++) seg[t++] = lay[i][0];
+    size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *out = malloc(nq * 4), *lse = malloc(N * NH * 4);
+    float *W = malloc(nq * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4);
+    srand(11);
+    for (size_t i = 0; i < nq; i++) q[i] = (float)rand() / RAND_MAX - 0.5f, W[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (size_t i = 0; i < nk; i++) k[i] = (float)rand() / RAND_MAX - 0.5f, v[i] = (float)rand() / RAND_MAX - 0.5f;
+    op->attention(out, lse, q, k, v, off, 3, seg, NH, NKV, HS);
+    double worst = 0, o[64];
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < NH; h++) {
+            ref_attention(o, q, k, v, off, 3, seg, r, h, NH, NKV, HS);
+            for (int d = 0; d < HS; d++) worst = fmax(worst, fabs(o[d] - out[((size_t)r * NH + h) * HS + d]));
+        }
+    CHECK_MSG(worst < 1e-5, "HS %d: forward max err %g", HS, worst);
+    op->attention_backward(dq, dk, dv, W, out, lse, q, k, v, off, 3, seg, NH, NKV, HS);
+    float *xs[3] = {q, k, v}, *gs[3] = {dq, dk, dv};
+    size_t ns[3] = {nq, nk, nk};
+    double gworst = 0, gmax = 0;
+    for (int x = 0; x < 3; x++)
+        for (size_t i = 0; i < ns[x]; i += 3) {   // every third element: enough to catch a wrong mask
+            float save = xs[x][i];
+            double l[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                xs[x][i] = save + (sgn ? -1e-2f : 1e-2f);
+                l[sgn] = 0;
+                for (int r = 0; r < N; r++)
+                    for (int h = 0; h < NH; h++) {
+                        ref_attention(o, q, k, v, off, 3, seg, r, h, NH, NKV, HS);
+                        for (int d = 0; d < HS; d++) l[sgn] += o[d] * W[((size_t)r * NH + h) * HS + d];
+                    }
+            }
+            xs[x][i] = save;
+            double fd = (l[0] - l[1]) / (double)((save + 1e-2f) - (save - 1e-2f));
+            gworst = fmax(gworst, fabs(fd - gs[x][i]));
+            gmax = fmax(gmax, fabs(fd));
+        }
+    CHECK_MSG(gworst <= 1e-3 * gmax, "HS %d: backward max err %g of %g", HS, gworst, gmax);
+    free(q); free(k); free(v); free(out); free(lse); free(W); free(dq); free(dk); free(dv);
+}
+
+static void masked_attention_matches_the_mask_head_size_16(void) { check_attention(16); }
+static void masked_attention_matches_the_mask_head_size_6(void) { check_attention(6); }
+
+// --- log-probs ---------------------------------------------------------------------------------
+
+typedef struct batch {
+    int32_t ids[24][40];
+    skpo_seq s[24];
+    int n, S;
+} batch;
+
+// G = 3 groups as a step writes them: each prompt's 3 ups share q; each up's
+// 3 downs share [s, q] (some responses also start alike: P beyond the prompt).
+static void make_batch(batch *b, int V) {
+    memset(b, 0, sizeof *b);
+    srand(5);
+    for (int pr = 0; pr < 2; pr++) {
+        int qn = 4 + pr;
+        int32_t q[8];
+        for (int t = 0; t < qn; t++) q[t] = 1 + rand() % (V - 1);
+        for (int g = 0; g < 3; g++) {
+            skpo_seq *u = &b->s[b->n];
+            int32_t *x = b->ids[b->n++];
+            int sn = 3 + rand() % 4;
+            memcpy(x, q, qn * 4);
+            for (int t = 0; t < sn; t++) x[qn + t] = 1 + rand() % (V - 1);
+            *u = (skpo_seq){x, qn + sn, qn};
+            for (int d = 0; d < 3; d++) {
+                int32_t *y = b->ids[b->n];
+                int pn = sn + qn, an = 2 + rand() % 6;
+                memcpy(y, x + qn, sn * 4);
+                memcpy(y + sn, q, qn * 4);
+                for (int t = 0; t < an; t++) y[pn + t] = d == 2 && t == 0 ? y[pn] : 1 + rand() % (V - 1);
+                if (d == 1) y[pn] = b->ids[b->n - 1][pn];   // two downs begin with the same token
+                b->s[b->n++] = (skpo_seq){y, pn + an, pn};
+            }
+        }
+    }
+    b->S = 0;
+    for (int i = 0; i < b->n; i++) b->S += b->s[i].n - b->s[i].start;
+}
+
+static void check_logprobs(const char *cfg) {
+    skpo_model *m = tiny(cfg);
+    if (!m) { CHECK(0); return; }
+    batch b;
+    make_batch(&b, skpo_model_config(m)->vocab_size);
+    float *lp[2], *en[2];
+    skpo_err e = {0};
+    long raw, packed;
+    for (int k = 0; k < 2; k++) {
+        lp[k] = malloc(b.S * 4), en[k] = malloc(b.S * 4);
+        skpo_model_set_pack(m, k == 0);
+        CHECK(skpo_model_packs(m) == (k == 0));
+        CHECK(skpo_model_logprobs(m, b.s, b.n, 0.9f, lp[k], en[k], &e) == SKPO_OK);
+        skpo_model_pass_tokens(m, &raw, &packed);
+        CHECK(k == 0 ? packed < raw : packed == raw);
+        if (k == 0) printf("# %d sequences: %ld tokens packed into %ld\n", b.n, raw, packed);
+    }
+    CHECK_MSG(!memcmp(lp[0], lp[1], b.S * 4u), "packed log-probs differ from unpacked");
+    CHECK_MSG(!memcmp(en[0], en[1], b.S * 4u), "packed entropies differ from unpacked");
+    for (int k = 0; k < 2; k++) free(lp[k]), free(en[k]);
+    skpo_model_free(m);
+}
+
+static void packed_logprobs_are_the_unpacked_bits_head_size_16(void) { check_logprobs(CFG16); }
+static void packed_logprobs_are_the_unpacked_bits_head_size_6(void) { check_logprobs(CFG6); }
+
+// --- the update ------------------------------------------------------------------------------
+
+// Records of make_batch's sequences: ups and downs of two prompts, rollout
+// log-probs near the model's (so some ratios clip), advantages of both signs,
+// ref_logp, correct, and one refinement.
+static skpo_rec *make_records(skpo_model *m, const batch *b, size_t *nrec) {
+    float *lp = malloc(b->S * 4);
+    skpo_err e = {0};
+    skpo_model_set_pack(m, 0);
+    CHECK(skpo_model_logprobs(m, b->s, b->n, 1.0f, lp, NULL, &e) == SKPO_OK);
+    skpo_rec *r = calloc(b->n, sizeof *r);
+    srand(9);
+    for (int i = 0, off = 0; i < b->n; i++) {
+        const skpo_seq *s = &b->s[i];
+        int nt = s->n - s->start, up = i % 4 == 0;
+        float roll[40], ref[40];
+        for (int t = 0; t < nt; t++) {
+            roll[t] = lp[off + t] + 0.5f * ((float)rand() / RAND_MAX - 0.5f);
+            ref[t] = lp[off + t] + 0.2f * ((float)rand() / RAND_MAX - 0.5f);
+        }
+        off += nt;
+        char uid[16], pid[8];
+        snprintf(uid, sizeof uid, "r%d", i);
+        snprintf(pid, sizeof pid, "p%d", i / 12);
+        skpo_rec_init(&r[i]);
+        skpo_rec_set_str(&r[i], F_KIND, up ? SKPO_KIND_UP : SKPO_KIND_DOWN);
+        skpo_rec_set_str(&r[i], F_UID, uid);
+        skpo_rec_set_str(&r[i], F_PID, pid);
+        skpo_rec_set_i32s(&r[i], F_PROMPT, s->ids, (size_t)s->start);
+        skpo_rec_set_i32s(&r[i], F_TOKENS, s->ids + s->start, (size_t)nt);
+        skpo_rec_set_f32s(&r[i], F_LOGP, roll, (size_t)nt);
+        skpo_rec_set_f32s(&r[i], F_REF_LOGP, ref, (size_t)nt);
+        skpo_rec_set_float(&r[i], F_ADV, (i % 3 - 1) * 0.7 + 0.1 * (i % 5));
+        skpo_rec_set_bool(&r[i], F_CORRECT, i % 2);
+        if (i == 7) skpo_rec_set_bool(&r[i], F_REFINE, true);
+    }
+    free(lp);
+    *nrec = (size_t)b->n;
+    return r;
+}
+
+typedef struct run_out {
+    float *grad;
+    double loss;
+    skpo_update_metrics met;
+} run_out;
+
+static int grad_run(skpo_model *m, skpo_rec *r, size_t n, const skpo_update_opts *o, int pack, run_out *out) {
+    skpo_err e = {0};
+    skpo_batch *b = NULL;
+    skpo_comm *c = NULL;
+    skpo_model_set_pack(m, pack);
+    skpo_policy pol = skpo_policy_of_model(m);
+    int ok = skpo_batch_new(r, n, o, 0, 1, &b, &e) == SKPO_OK && skpo_comm_init(SKPO_COMM_LOCAL, &c, &e) == SKPO_OK &&
+             skpo_update_grad(&pol, c, b, 0, o, &out->met, &e) == SKPO_OK;
+    if (!ok) fprintf(stderr, "  %s\n", e.msg);
+    skpo_param *p;
+    int np = skpo_model_params(m, &p);
+    size_t tot = 0;
+    for (int i = 0; i < np; i++) tot += p[i].numel;
+    out->grad = malloc(tot * 4);
+    for (int i = 0, at = 0; i < np; at += (int)p[i].numel, i++) memcpy(out->grad + at, p[i].grad, p[i].numel * 4);
+    out->loss = out->met.loss;
+    skpo_batch_free(b);
+    skpo_comm_free(c);
+    return ok;
+}
+
+// |packed - unpacked|_2 / |unpacked|_2 over the whole gradient (the
+// return) and the worst such ratio of a single tensor (*tensor_rel, its name
+// in *worst_name). The per-tensor ratio is looser by nature: k_proj.bias has
+// a near-zero gradient (softmax ignores a shift shared by all keys; only
+// RoPE breaks the symmetry), a sum of cancelling terms whose rounding is
+// relatively large in any summation order.
+static double grad_rel_diff(skpo_model *m, const float *a, const float *b, double *tensor_rel, const char **worst_name) {
+    skpo_param *p;
+    int np = skpo_model_params(m, &p);
+    double D2 = 0, B2 = 0;
+    *tensor_rel = 0;
+    for (int i = 0, at = 0; i < np; at += (int)p[i].numel, i++) {
+        double d2 = 0, b2 = 0;
+        for (size_t j = 0; j < p[i].numel; j++) {
+            double x = (double)a[at + j] - b[at + j];
+            d2 += x * x, b2 += (double)b[at + j] * b[at + j];
+        }
+        double rel = b2 > 0 ? sqrt(d2 / b2) : (d2 > 0 ? INFINITY : 0);
+        if (rel > *tensor_rel) *tensor_rel = rel, *worst_name = p[i].name;
+        D2 += d2, B2 += b2;
+    }
+    return B2 > 0 ? sqrt(D2 / B2) : INFINITY;
+}
+
+static void check_update(const char *cfg, int kind, int agg, int sft, double kl, double ent, long micro,
+                         skpo_old_logp old) {
+    skpo_model *m = tiny(cfg);
+    if (!m) { CHECK(0); return; }
+    batch bt;
+    make_batch(&bt, skpo_model_config(m)->vocab_size);
+    size_t n;
+    skpo_rec *r = make_records(m, &bt, &n);
+    skpo_update_opts o;
+    skpo_update_opts_default(&o);
+    o.minibatch = 2;
+    o.micro_tokens = micro;
+    o.sft = sft;
+    o.old_logp = old;
+    o.loss.kl_coef = kl;
+    o.loss.entropy_coef = ent;
+    for (int p = 0; p < SKPO_NPHASE; p++) o.loss.phase[p].kind = kind, o.loss.agg[p] = agg;
+    o.loss.agg_norm = 16;
+    run_out a, b;
+    CHECK(grad_run(m, r, n, &o, 1, &a));
+    CHECK(grad_run(m, r, n, &o, 0, &b));
+    double trel;
+    const char *wn = "";
+    double rel = grad_rel_diff(m, a.grad, b.grad, &trel, &wn);
+    CHECK_MSG(rel <= 1e-6 && trel <= 1e-5, "kind %d agg %d sft %d kl %g ent %g micro %ld: gradient rel diff %g, %g at %s",
+              kind, agg, sft, kl, ent, micro, rel, trel, wn);
+    printf("# %s kind %s agg %s%s kl %g ent %g micro %ld: rel diff %.1e (worst tensor %.1e, %s)\n",
+           skpo_model_config(m)->model_type, skpo_loss_kind_name(kind), skpo_loss_agg_name(agg), sft ? " sft" : "", kl,
+           ent, micro, rel, trel, wn);
+    CHECK_MSG(a.loss == b.loss, "loss %.17g vs %.17g", a.loss, b.loss);
+    CHECK(a.met.raw_tokens == b.met.raw_tokens && b.met.packed_tokens == b.met.raw_tokens);
+    CHECK(a.met.packed_tokens < a.met.raw_tokens && a.met.packed_tokens > 0);
+    free(a.grad);
+    free(b.grad);
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&r[i]);
+    free(r);
+    skpo_model_free(m);
+}
+
+static void packed_gradient_equals_unpacked_for_every_loss_form_and_aggregation(void) {
+    static const int kinds[] = {SKPO_LOSS_PPO, SKPO_LOSS_CISPO, SKPO_LOSS_GSPO, SKPO_LOSS_SAPO, SKPO_LOSS_PRM_CE};
+    for (int k = 0; k < 5; k++)
+        for (int a = 0; a < 3; a++) check_update(CFG16, kinds[k], a, 0, 0, 0, 1 << 20, SKPO_OLD_ROLLOUT);
+    for (int a = 0; a < 3; a++) check_update(CFG16, SKPO_LOSS_PPO, a, 1, 0, 0, 1 << 20, SKPO_OLD_ROLLOUT);   // SFT
+}
+
+static void packed_gradient_equals_unpacked_with_kl_and_entropy_terms(void) {
+    check_update(CFG16, SKPO_LOSS_PPO, SKPO_AGG_TOKEN_MEAN, 0, 0.1, 0.05, 1 << 20, SKPO_OLD_ROLLOUT);
+    check_update(CFG6, SKPO_LOSS_CISPO, SKPO_AGG_SEQ_MEAN_TOKEN_MEAN, 0, 0.1, 0.05, 1 << 20, SKPO_OLD_ROLLOUT);
+}
+
+// micro_tokens 40 cuts the groups across micro-batches: each part is packed
+// on its own, the sum is still the whole mini-batch's gradient.
+static void packed_gradient_is_exact_when_micro_batches_split_a_group(void) {
+    check_update(CFG16, SKPO_LOSS_PPO, SKPO_AGG_SEQ_MEAN_TOKEN_MEAN, 0, 0, 0.05, 40, SKPO_OLD_ROLLOUT);
+    check_update(CFG6, SKPO_LOSS_GSPO, SKPO_AGG_TOKEN_MEAN, 0, 0, 0, 40, SKPO_OLD_ROLLOUT);
+}
+
+static void packed_gradient_equals_unpacked_with_pi_old_recomputed(void) {
+    check_update(CFG16, SKPO_LOSS_PPO, SKPO_AGG_TOKEN_MEAN, 0, 0, 0, 1 << 20, SKPO_OLD_RECOMPUTE);
+    check_update(CFG6, SKPO_LOSS_SAPO, SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, 0, 0, 64, SKPO_OLD_RECOMPUTE);
+}
+
+int main(void) {
+    RUN(plan_puts_each_prefix_once_and_keeps_scored_order);
+    RUN(plan_keeps_a_token_in_every_continuation);
+    RUN(masked_attention_matches_the_mask_head_size_16);
+    RUN(masked_attention_matches_the_mask_head_size_6);
+    RUN(packed_logprobs_are_the_unpacked_bits_head_size_16);
+    RUN(packed_logprobs_are_the_unpacked_bits_head_size_6);
+    RUN(packed_gradient_equals_unpacked_for_every_loss_form_and_aggregation);
+    RUN(packed_gradient_equals_unpacked_with_kl_and_entropy_terms);
+    RUN(packed_gradient_is_exact_when_micro_batches_split_a_group);
+    RUN(packed_gradient_equals_unpacked_with_pi_old_recomputed);
+    return TEST_SUMMARY();
+}
