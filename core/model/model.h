@@ -172,12 +172,43 @@ int skpo_model_params(skpo_model *m, skpo_param **params);
 // The model's flat device buffers (a CUDA model, skpo_model_dev_params): the
 // params of skpo_model_params, in order and contiguous (param i starts at the
 // sum of the numel before it); the device optimizer (train/optim.h) works on them.
+// One segment of the one-launch AdamW of the device optimizer: flat elements
+// [x, x + n), their moments at mo, weight decay wd (the layout of
+// cuda_train.h's skpo_adamw_seg).
+typedef struct skpo_dev_seg {
+    uint64_t x, n, mo;
+    float wd, unused;
+} skpo_dev_seg;
+
+// The device primitives the device optimizer (train/optim_dev.c) runs on,
+// given by the model's backend with its buffers (skpo_model_dev_params); ctx
+// is the skpo_dev_params' device context. The optimizer names no device.
+typedef struct skpo_dev_ops {
+    skpo_status (*malloc)(void *ctx, void **p, size_t bytes, const char *what, skpo_err *err);
+    void (*free)(void *p);
+    skpo_status (*h2d)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*d2h)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*d2d)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*sync)(void *ctx, skpo_err *err);
+    skpo_status (*host_alloc)(void **p, size_t bytes, skpo_err *err);     // page-locked host memory
+    void (*host_free)(void *p);
+    skpo_status (*host_register)(void *p, size_t bytes, skpo_err *err);  // page-lock existing memory
+    void (*host_unregister)(void *p);
+    skpo_status (*to_bf16)(void *ctx, uint16_t *dst, const float *src, size_t n, skpo_err *err);
+    skpo_status (*sumsq_f64)(void *ctx, double *out, const float *g, size_t n, skpo_err *err);  // one launch, deterministic
+    skpo_status (*adamw_plan_new)(void *ctx, const skpo_dev_seg *segs, int nseg, void **plan, skpo_err *err);
+    void (*adamw_plan_free)(void *plan);
+    skpo_status (*adamw_multi)(void *ctx, const void *plan, float *w, uint16_t *wb, float *m, float *v, const float *g,
+                               float lr, float b1, float b2, float eps, int step, float gscale, skpo_err *err);
+} skpo_dev_ops;
+
 typedef struct skpo_dev_params {
     struct skpo_cuda *cu;
     float *master;      // (numel) float32 weights
     uint16_t *w;        // (numel) bf16 copy the forward reads
     float *grad;        // (numel) float32 gradients (rank-local sums before a step)
     size_t numel;
+    const skpo_dev_ops *ops;   // the backend's device primitives (NULL: no device optimizer)
 } skpo_dev_params;
 
 // Keep only each layer's input in the training forward and recompute the

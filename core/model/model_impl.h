@@ -285,6 +285,8 @@ skpo_status model_cuda_sampler_draw(void *s, const float *logits, int nrows, con
                                     const double *coin, int32_t *tok, float *logp, skpo_err *err);
 skpo_status model_cuda_sampler_row(void *s, const float *logits, int r, float *dst, skpo_err *err);
 void model_cuda_sampler_free(void *s);
+// model_cuda_devops.c: the device primitives of the device optimizer (model.h skpo_dev_ops).
+extern const skpo_dev_ops model_cuda_dev_ops;
 // A KV cache whose pool (bf16, kvcache.h layout) lives on the device. Bookkeeping
 // stays on the host (kvcache.c); copy-on-write copies blocks on the device.
 // Fails with SKPO_ENOMEM naming bytes needed and free.
