@@ -241,7 +241,7 @@ static skpo_rec *make_records(skpo_model *m, const batch *b, size_t *nrec) {
             ref[t] = lp[off + t] + 0.2f * ((float)rand() / RAND_MAX - 0.5f);
         }
         off += nt;
-        char uid[16], pid[8];
+        char uid[16], pid[16];
         snprintf(uid, sizeof uid, "r%d", i);
         snprintf(pid, sizeof pid, "p%d", i / 12);
         skpo_rec_init(&r[i]);
