@@ -33,3 +33,9 @@ die() { echo "skpo-pipeline: $*" >&2; exit 1; }
 #   timing.sh   timed stages and logs/N.time
 # shellcheck disable=SC1091
 . "$PIPE/lib/run.sh" && . "$PIPE/lib/stages.sh" && . "$PIPE/lib/ranks.sh" && . "$PIPE/lib/timing.sh"
+
+# conf_default KEY: KEY's value in defaults.conf, the one place a default is written.
+conf_default() { sed -n "s/^$1=\([^ #]*\).*/\1/p" "$PIPE/config/defaults.conf"; }
+# The helpers of lib/ranks.sh also serve scripts and tests that source this file
+# without a run's config (load_config sets every key again from defaults.conf).
+for _k in RANKS GPUS NODES LAUNCHER; do eval ": \"\${$_k:=\$(conf_default $_k)}\""; done; unset _k

@@ -55,7 +55,7 @@ MODEL=$1; shift
 [ -f "$MODEL/config.json" ] || [ -f "$MODEL/adapter_config.json" ] || die "'$MODEL' is not a checkpoint or LoRA adapter folder"
 OUTD=${OUTD:-eval-$(basename "$MODEL")}
 mkdir -p "$OUTD"
-REWARD_CMD=${REWARD_CMD:-skpo-reward}
+REWARD_CMD=${REWARD_CMD:-$(conf_default REWARD_CMD)}
 BENCH_DIR="$SKPO_SHARED/data/benchmarks"
 bench_file() { # name -> file
   case "$1" in

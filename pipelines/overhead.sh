@@ -114,7 +114,7 @@ awk '{ m = FILENAME; sub(/.*raw\./, "", m); s[m, $1] += $2; n[m, $1]++; if (!($1
       printf "%-24s %12.3f %12.3f %8s\n", x, a, b, (b > 0 ? sprintf("%.2f", a / b) : "-") } }' "$OUTD/raw.skpo" "$OUTD/raw.grpo" >"$OUTD/overhead.tsv.tmp"
 {
   echo "overhead of SKPO against GRPO per training step: run $RUN, ckpt/$BASE, $REPEATS repeats" \
-    "(PROMPTS=$PROMPTS G=$G MAX_TOKENS=$MAX_TOKENS, device: $([ "${GPUS:-0}" -gt 0 ] && echo "GPU" || echo "CPU, ${THREADS:-all} threads"))"
+    "(PROMPTS=$PROMPTS G=$G MAX_TOKENS=$MAX_TOKENS, device: $([ "$GPUS" -gt 0 ] && echo "GPU" || echo "CPU, ${THREADS:-all} threads"))"
   echo "stages run one at a time (seconds are each stage alone; the training pipeline overlaps sample | splice | reward)"
   cat "$OUTD/overhead.tsv.tmp"
 } | tee "$OUTD/overhead.txt"

@@ -20,7 +20,7 @@ run_eval() {
       ${THREADS:+--threads "$THREADS"} 2>"$tmp/sample.err" \
     | eval "$REWARD_CMD" 2>"$tmp/reward.err" \
     | tee "$tmp/eval.msgpack.zst" \
-    | skpo-eval --max-reward-failures "${MAX_REWARD_FAILURES:-0.05}" 2>"$tmp/table.txt" >"$tmp/metrics.msgpack.zst"
+    | skpo-eval --max-reward-failures "${MAX_REWARD_FAILURES:-$(conf_default MAX_REWARD_FAILURES)}" 2>"$tmp/table.txt" >"$tmp/metrics.msgpack.zst"
   local st=("${PIPESTATUS[@]}")
   if [ "${st[0]}${st[1]}${st[2]}${st[3]}" != 0000 ]; then
     echo "skpo-pipeline: evaluation of step $n failed (sample=${st[0]} reward=${st[1]} tee=${st[2]} eval=${st[3]})" >&2

@@ -24,6 +24,6 @@ else
 fi
 case "$I$N$LOCAL" in ''|*[!0-9]*) die "shard.sh: shard '$I/$N' (local $LOCAL) is not I/N";; esac
 [ "$I" -lt "$N" ] || die "shard.sh: shard $I is not below $N"
-[ "${GPUS:-0}" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(gpu_of "$LOCAL")
+[ "$GPUS" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(gpu_of "$LOCAL")
 echo "# $(hostname) shard $I/$N via $VIA${CUDA_VISIBLE_DEVICES:+ GPU $CUDA_VISIBLE_DEVICES}" >>"$TMPD/logs/sample.$I.err"
 one_shard "$I" "$N" "$@" >"$TMPD/shard.$I.msgpack.zst"

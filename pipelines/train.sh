@@ -96,7 +96,7 @@ check_devices
 case "$SAVE_EVERY" in ''|*[!0-9]*|0) die "SAVE_EVERY='$SAVE_EVERY' is not a whole number >= 1";; esac
 case "${OFFLOAD:-}" in
   '') ;;
-  1) [ -n "$SERVE" ] && [ "${GPUS:-0}" -gt 0 ] || die "OFFLOAD=1 needs SERVE=1 and GPUS >= 1 (it offloads the update server's device state)";;
+  1) [ -n "$SERVE" ] && [ "$GPUS" -gt 0 ] || die "OFFLOAD=1 needs SERVE=1 and GPUS >= 1 (it offloads the update server's device state)";;
   *) die "OFFLOAD='$OFFLOAD' is not 1 or empty";;
 esac
 rollback_to_durable "$RUN"   # steps after the newest durable checkpoint are redone (docs/scaling.md)

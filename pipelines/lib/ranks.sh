@@ -4,9 +4,9 @@
 
 # nranks: update ranks of the run: GPUS (else RANKS) per node, times NODES.
 nranks() {
-  local per=${RANKS:-1}
-  [ "${GPUS:-0}" -gt 0 ] && per=$GPUS
-  echo $((per * ${NODES:-1}))
+  local per=$RANKS
+  [ "$GPUS" -gt 0 ] && per=$GPUS
+  echo $((per * $NODES))
 }
 
 # launcher: LAUNCH=(the MPI launcher command for nranks processes), empty for
@@ -16,13 +16,13 @@ launcher() {
   local n; n=$(nranks)
   LAUNCH=()
   [ "$n" -le 1 ] && return 0
-  case "${LAUNCHER:-mpirun}" in
+  case "$LAUNCHER" in
     mpirun)
       LAUNCH=(mpirun -np "$n")
       [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
-      [ "${GPUS:-0}" -gt 0 ] || LAUNCH+=(--oversubscribe --bind-to none)
+      [ "$GPUS" -gt 0 ] || LAUNCH+=(--oversubscribe --bind-to none)
       [ -n "${HOSTFILE:-}" ] && LAUNCH+=(--hostfile "$HOSTFILE")
-      [ "${NODES:-1}" -gt 1 ] && LAUNCH+=(-x SKPO_SERVE_OWNER -x PATH -x OMP_NUM_THREADS)
+      [ "$NODES" -gt 1 ] && LAUNCH+=(-x SKPO_SERVE_OWNER -x PATH -x OMP_NUM_THREADS)
       ;;
     srun) LAUNCH=(srun --ntasks "$n" --kill-on-bad-exit=1 --mpi=pmix);;
     *) die "LAUNCHER='$LAUNCHER' is not mpirun or srun";;
@@ -33,7 +33,7 @@ launcher() {
 launch() { launcher; "${LAUNCH[@]}" "$@"; }
 
 # nshards: sample / splice processes per step on this node: GPUS, else RANKS.
-nshards() { if [ "${GPUS:-0}" -gt 0 ]; then echo "$GPUS"; else echo "${RANKS:-1}"; fi; }
+nshards() { if [ "$GPUS" -gt 0 ]; then echo "$GPUS"; else echo "$RANKS"; fi; }
 
 # gpu_of I: the CUDA_VISIBLE_DEVICES entry of shard I (I itself when unset).
 gpu_of() {
@@ -41,7 +41,7 @@ gpu_of() {
 }
 
 # sharded: is the sampling stage run as several shards? (nshards > 1 on this node, or NODES > 1)
-sharded() { [ "$(nshards)" -gt 1 ] || [ "${NODES:-1}" -gt 1 ]; }
+sharded() { [ "$(nshards)" -gt 1 ] || [ "$NODES" -gt 1 ]; }
 
 # sample_shards OUT FN ARGS...: the sampling stage `FN ARGS --shard I/N` (a stage_sample_*
 # function; stage_sample_segment is piped into stage_splice) as N shards in parallel, each
@@ -54,7 +54,7 @@ sharded() { [ "$(nshards)" -gt 1 ] || [ "${NODES:-1}" -gt 1 ]; }
 # rank; the run folder is on the filesystem every node sees. Logs: sample.I.err, splice.I.err.
 sample_shards() {
   local out=$1 n i rc=0 pids=(); shift
-  if [ "${NODES:-1}" -gt 1 ]; then
+  if [ "$NODES" -gt 1 ]; then
     n=$(nranks)
     launcher
     "${LAUNCH[@]}" bash "$PIPE/shard.sh" "$RUN" "$STEP" "$@" || rc=1
@@ -98,18 +98,18 @@ sampled() {
 
 # check_devices: the run's ranks and GPUs exist before any work starts.
 check_devices() {
-  case "${RANKS:-1}${GPUS:-0}${NODES:-1}" in *[!0-9]*) die "RANKS, GPUS and NODES must be whole numbers";; esac
-  [ "${RANKS:-1}" -ge 1 ] && [ "${NODES:-1}" -ge 1 ] || die "RANKS and NODES must be at least 1"
+  case "$RANKS$GPUS$NODES" in *[!0-9]*) die "RANKS, GPUS and NODES must be whole numbers";; esac
+  [ "$RANKS" -ge 1 ] && [ "$NODES" -ge 1 ] || die "RANKS and NODES must be at least 1"
   if [ "$(nranks)" -gt 1 ]; then
-    case "${LAUNCHER:-mpirun}" in
+    case "$LAUNCHER" in
       mpirun) command -v mpirun >/dev/null || die "$(nranks) ranks need mpirun (apt-get install openmpi-bin)";;
       srun) command -v srun >/dev/null || die "LAUNCHER=srun but srun is not on PATH";;
       *) die "LAUNCHER='$LAUNCHER' is not mpirun or srun";;
     esac
   fi
-  [ "${NODES:-1}" -gt 1 ] && [ "${LAUNCHER:-mpirun}" = mpirun ] && [ ! -f "${HOSTFILE:-}" ] &&
+  [ "$NODES" -gt 1 ] && [ "$LAUNCHER" = mpirun ] && [ ! -f "${HOSTFILE:-}" ] &&
     die "NODES=$NODES with LAUNCHER=mpirun needs HOSTFILE=FILE (or LAUNCHER=srun inside a Slurm allocation)"
-  [ "${GPUS:-0}" -gt 0 ] || return 0
+  [ "$GPUS" -gt 0 ] || return 0
   local vis=0
   if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
     vis=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)

@@ -12,7 +12,7 @@ load_config() {
   [ -f "$1/config" ] || die "no config in run folder '$1' (start it with pipelines/train.sh)"
   # shellcheck disable=SC1090,SC1091
   . "$1/config"
-  REWARD_CMD=${env_reward:-${REWARD_CMD:-skpo-reward}}
+  REWARD_CMD=${env_reward:-${REWARD_CMD:-$(conf_default REWARD_CMD)}}
 }
 
 # step_script ALGO: the path of ALGO's step script (skpo: step.sh, else pipelines/ALGO.sh),

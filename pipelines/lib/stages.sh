@@ -69,7 +69,7 @@ stage_update() {
   [ -n "${MISMATCH_LOW:-}" ] && args+=(--mismatch-low "$MISMATCH_LOW")
   [ -n "${MISMATCH_HIGH:-}" ] && args+=(--mismatch-high "$MISMATCH_HIGH")
   [ "$CK" = "$RUN/ckpt/0" ] && args+=(--fresh-optimizer)
-  case "${PACK:-1}" in 1) ;; 0) args+=(--no-pack);; *) die "PACK='$PACK' is not 1 (pack shared prefixes) or 0 (--no-pack)";; esac
+  case "$PACK" in 1) ;; 0) args+=(--no-pack);; *) die "PACK='$PACK' is not 1 (pack shared prefixes) or 0 (--no-pack)";; esac
   [ -n "${LORA_RANK:-}" ] && args+=(--lora-rank "$LORA_RANK" --lora-alpha "$LORA_ALPHA" --lora-targets "$LORA_TARGETS" --lora-seed "$SEED")
   if [ -n "${SKPO_SERVE_DIR:-}" ]; then
     durable_due "$STEP" || args+=(--weights-only)
