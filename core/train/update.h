@@ -58,7 +58,7 @@ typedef struct skpo_update_opts {
     skpo_loss_cfg loss;
     int sft;                // plain next-token cross-entropy
     int minibatch;          // prompts per optimizer update (32)
-    long micro_tokens;      // prompt + response tokens per forward/backward (8192)
+    long micro_tokens;      // tokens per forward/backward, packed when the policy packs (8192)
     skpo_old_logp old_logp;        // where pi_old comes from (recompute)
     skpo_mismatch_cfg mismatch;    // rollout vs pi_old correction (tis, cap 2)
     int epochs;             // passes over the step's mini-batches (PPO epochs, 1)
@@ -81,6 +81,7 @@ typedef struct skpo_update_metrics {
     double tokens;                        // response tokens
     double raw_tokens;                    // prompt + response tokens the forward passes were given
     double packed_tokens;                 // the tokens they computed after packing (model/pack.h)
+    double micro_batches;                 // forward/backward passes (all ranks)
     double grad_norm;                     // before clipping
     double lr;
     double seconds;                       // wall time of the mini-batch (this rank)
