@@ -293,6 +293,15 @@ void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) 
 
 // --- micro-batches ------------------------------------------------------------------------
 
+// The first micro-batch with room for tok more tokens, else a new one; counts them in.
+static int first_fit(long *load, int *nm, long budget, long tok) {
+    int u = 0;
+    while (u < *nm && load[u] + tok > budget) u++;
+    if (u == *nm) load[(*nm)++] = 0;
+    load[u] += tok;
+    return u;
+}
+
 // The micro-batches of a rank's records idx[0..cnt) of one mini-batch:
 // micro-batch u is order[cut[u] .. cut[u + 1]) (batch indices); returns their
 // count. The budget bounds the activations of one pass, so it counts the
@@ -306,10 +315,12 @@ void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) 
 // its packed size fits: groups in order of first member go whole into the
 // first micro-batch with room left (first fit), else into a new one. A group
 // larger than the budget is cut in order into parts that each fit (each part
-// computes the prefix again) and those parts open micro-batches of their own;
-// a single record over the budget goes alone. Records keep their batch order
-// within a micro-batch. The sum over micro-batches is the whole mini-batch's
-// gradient whatever the cut, so this changes float summation order only.
+// computes the prefix again), placed the same way (were two parts to meet in
+// one micro-batch, the pass would pack them as one: fewer tokens than
+// counted); a single record over the budget goes alone. Records keep their
+// batch order within a micro-batch. The sum over micro-batches is the whole
+// mini-batch's gradient whatever the cut, so this changes float summation
+// order only.
 static int micro_plan(const skpo_batch *b, const int *idx, int cnt, long budget, int pack, int *order, int *cut) {
     int nm = 0;
     cut[0] = 0;
@@ -335,31 +346,34 @@ static int micro_plan(const skpo_batch *b, const int *idx, int cnt, long budget,
         seqs[q] = (skpo_seq){s->ids, s->n, s->start};
         grp[q] = skpo_pack_tally_add(&all, &seqs[q]);
     }
+    int *mem = skpo_xmalloc(sz * sizeof(int));   // members of the part being cut
     for (int g = 0; g < all.ngroups; g++) {
         long tok = skpo_pack_tally_group(&all, g);
         if (tok <= budget) {
-            int u = 0;
-            while (u < nm && load[u] + tok > budget) u++;
-            if (u == nm) load[nm++] = 0;
-            load[u] += tok;
+            int u = first_fit(load, &nm, budget, tok);
             for (int q = all.first[g]; q < cnt; q++)
                 if (grp[q] == g) bin[q] = u;
             continue;
         }
+        // over the budget: parts in order, each as many members as fit (at least one)
+        int nmem = 0;
+        long have = 0;
         skpo_pack_tally_init(&part, 1);
-        for (int q = all.first[g]; q < cnt; q++) {
-            if (grp[q] != g) continue;
-            skpo_pack_tally_add(&part, &seqs[q]);
-            if (part.nseq == 1 || part.packed > budget) {   // the first member, or this one does not fit: a new part
+        for (int q = all.first[g]; q <= cnt; q++) {
+            if (q < cnt && grp[q] != g) continue;
+            if (q < cnt) skpo_pack_tally_add(&part, &seqs[q]);
+            if (q == cnt || (nmem && part.packed > budget)) {   // the part ends before q
+                int u = first_fit(load, &nm, budget, have);
+                for (int i = 0; i < nmem; i++) bin[mem[i]] = u;
+                nmem = 0;
                 skpo_pack_tally_free(&part);
-                skpo_pack_tally_add(&part, &seqs[q]);
-                load[nm++] = 0;
+                if (q < cnt) skpo_pack_tally_add(&part, &seqs[q]);
             }
-            load[nm - 1] = part.packed;
-            bin[q] = nm - 1;
+            if (q < cnt) mem[nmem++] = q, have = part.packed;
         }
         skpo_pack_tally_free(&part);
     }
+    free(mem);
     // counting sort by micro-batch, stable in batch order
     for (int u = 0; u <= nm; u++) cut[u] = 0;
     for (int q = 0; q < cnt; q++) cut[bin[q] + 1]++;

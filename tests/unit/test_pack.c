@@ -462,6 +462,78 @@ static void packed_gradient_equals_unpacked_with_pi_old_recomputed(void) {
     check_update(CFG6, SKPO_LOSS_SAPO, SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, 0, 0, 64, SKPO_OLD_RECOMPUTE);
 }
 
+// A policy that watches the model's passes: every forward and score of more
+// than one record must compute at most the budget (packed tokens).
+typedef struct watch {
+    skpo_policy in;
+    long budget, worst;
+    int passes, over;
+} watch;
+
+static void watch_pass(watch *w, int nseq) {
+    long raw, packed;
+    w->in.pass_tokens(w->in.ctx, &raw, &packed);
+    w->passes++;
+    if (nseq > 1 && packed > w->budget) w->over++;
+    if (packed > w->worst) w->worst = packed;
+}
+static skpo_status w_forward(void *ctx, const skpo_seq *s, int n, float t, float *lp, float *ent, skpo_err *err) {
+    watch *w = ctx;
+    skpo_status st = w->in.forward(w->in.ctx, s, n, t, lp, ent, err);
+    watch_pass(w, n);
+    return st;
+}
+static skpo_status w_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
+    watch *w = ctx;
+    skpo_status st = w->in.score(w->in.ctx, s, n, t, lp, err);
+    watch_pass(w, n);
+    return st;
+}
+static skpo_status w_backward(void *ctx, const float *d, const float *de, skpo_err *err) {
+    watch *w = ctx;
+    return w->in.backward(w->in.ctx, d, de, err);
+}
+static void w_zero(void *ctx) { ((watch *)ctx)->in.zero_grad(((watch *)ctx)->in.ctx); }
+static int w_params(void *ctx, skpo_param **p) { return ((watch *)ctx)->in.params(((watch *)ctx)->in.ctx, p); }
+static void w_tokens(void *ctx, long *raw, long *packed) { ((watch *)ctx)->in.pass_tokens(((watch *)ctx)->in.ctx, raw, packed); }
+static int w_packs(void *ctx) { return ((watch *)ctx)->in.packs(((watch *)ctx)->in.ctx); }
+
+// Whatever the budget (groups whole, cut, several per pass), no packed pass
+// of pi_old's recompute or of the update holds more tokens than
+// --micro-tokens; a pass over it is a single record longer than the budget.
+static void no_packed_pass_computes_more_than_the_budget(void) {
+    skpo_model *m = tiny(CFG16);
+    if (!m) { CHECK(0); return; }
+    batch bt;
+    make_batch(&bt, skpo_model_config(m)->vocab_size);
+    size_t n;
+    skpo_rec *r = make_records(m, &bt, &n);
+    skpo_model_set_pack(m, 1);
+    static const long budgets[] = {1, 9, 16, 20, 25, 30, 40, 64, 1 << 20};
+    for (int k = 0; k < (int)(sizeof budgets / sizeof budgets[0]); k++) {
+        skpo_update_opts o;
+        skpo_update_opts_default(&o);
+        o.minibatch = 1;   // two mini-batches: the plan is per mini-batch
+        o.micro_tokens = budgets[k];
+        watch w = {.in = skpo_policy_of_model(m), .budget = budgets[k]};
+        skpo_policy pol = {&w, w_forward, w_backward, w_score, w_zero, w_params, NULL, w_tokens, w_packs};
+        skpo_err e = {0};
+        skpo_batch *b = NULL;
+        skpo_comm *c = NULL;
+        skpo_update_metrics met[2];
+        CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK && skpo_comm_init(SKPO_COMM_LOCAL, &c, &e) == SKPO_OK);
+        for (int mb = 0; mb < 2 && b; mb++) CHECK_MSG(skpo_update_grad(&pol, c, b, mb, &o, &met[mb], &e) == SKPO_OK, "%s", e.msg);
+        CHECK_MSG(w.over == 0, "budget %ld: %d of %d passes over it (largest %ld)", budgets[k], w.over, w.passes, w.worst);
+        CHECK(w.passes == 2 * (int)(met[0].micro_batches + met[1].micro_batches));   // recompute + update, same cut
+        printf("# budget %ld: %d passes, largest %ld tokens\n", budgets[k], w.passes, w.worst);
+        skpo_batch_free(b);
+        skpo_comm_free(c);
+    }
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&r[i]);
+    free(r);
+    skpo_model_free(m);
+}
+
 int main(void) {
     RUN(plan_puts_each_prefix_once_and_keeps_scored_order);
     RUN(plan_keeps_a_token_in_every_continuation);
@@ -474,6 +546,7 @@ int main(void) {
     RUN(packed_gradient_equals_unpacked_with_kl_and_entropy_terms);
     RUN(packed_gradient_is_exact_when_micro_batches_split_a_group);
     RUN(a_group_whose_packed_size_fits_the_budget_is_one_micro_batch);
+    RUN(no_packed_pass_computes_more_than_the_budget);
     RUN(packed_gradient_equals_unpacked_with_pi_old_recomputed);
     return TEST_SUMMARY();
 }
