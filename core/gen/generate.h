@@ -174,10 +174,11 @@ void skpo_gen_stops_free(skpo_gen_stop *s);
 skpo_status skpo_gen_model_step(void *ctx, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                                 const int *off, float *logits, skpo_err *err);
 
-// Device sampling for a model on CUDA (gen_device.c): skpo_model_step_dev +
-// skpo_cuda_sample on the model's stream, for steps of at most max_rows rows
-// (the engine's max_batch). `model` is a skpo_model *. NULL with SKPO_EUNSUPPORTED
-// in err for a model on the CPU or a build without CUDA.
+// Device sampling (gen_device.c): skpo_model_step_dev + the backend's device
+// sampler (model.h skpo_model_sampler_*; on CUDA it draws on the model's
+// stream), for steps of at most max_rows rows (the engine's max_batch).
+// `model` is a skpo_model *. NULL with SKPO_EUNSUPPORTED in err when the
+// model's backend has no device sampler (the CPU).
 struct skpo_model;
 skpo_gen_dev *skpo_gen_dev_new(struct skpo_model *model, int max_rows, skpo_err *err);
 void skpo_gen_dev_free(skpo_gen_dev *d);

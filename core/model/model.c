@@ -373,6 +373,42 @@ skpo_device skpo_model_device(const skpo_model *m) { return m->be->device; }
 
 struct skpo_cuda *skpo_model_cuda_ctx(const skpo_model *m) { return m->be->cuda_ctx ? m->be->cuda_ctx(m) : NULL; }
 
+// --- sampling on the device: the backend's sampler, if it has one ------------------------
+
+struct skpo_model_sampler {
+    const model_backend *be;
+    void *impl;
+};
+
+skpo_status skpo_model_sampler_new(skpo_model *m, int max_rows, skpo_model_sampler **out, skpo_err *err) {
+    SKPO_ASSERT(m && max_rows >= 1);
+    *out = NULL;
+    if (!m->be->sampler_new)
+        return skpo_err_set(err, SKPO_EUNSUPPORTED, "device sampling: the %s backend has none (sample the host logits)",
+                            m->be->name);
+    void *impl = NULL;
+    skpo_status st = m->be->sampler_new(m, max_rows, &impl, err);
+    if (st) return st;
+    *out = skpo_xcalloc(1, sizeof **out);
+    **out = (skpo_model_sampler){m->be, impl};
+    return SKPO_OK;
+}
+
+skpo_status skpo_model_sampler_draw(skpo_model_sampler *s, const float *logits, int nrows, const skpo_model_draw *p,
+                                    const double *coin, int32_t *tok, float *logp, skpo_err *err) {
+    return s->be->sampler_draw(s->impl, logits, nrows, p, coin, tok, logp, err);
+}
+
+skpo_status skpo_model_sampler_row(skpo_model_sampler *s, const float *logits, int r, float *dst, skpo_err *err) {
+    return s->be->sampler_row(s->impl, logits, r, dst, err);
+}
+
+void skpo_model_sampler_free(skpo_model_sampler *s) {
+    if (!s) return;
+    s->be->sampler_free(s->impl);
+    free(s);
+}
+
 skpo_kv *skpo_model_kv_new(const skpo_model *m, size_t max_tokens, int max_seqs, skpo_err *err) {
     return m->be->kv_new(m, max_tokens, max_seqs, err);
 }

@@ -79,6 +79,28 @@ skpo_status skpo_model_step(skpo_model *m, skpo_kv *kv, const int *seq, int nseq
 skpo_status skpo_model_step_dev(skpo_model *m, skpo_kv *kv, const int *seq, int nseq,
                                 const int32_t *toks, const int *off, const float **dev_logits, skpo_err *err);
 
+// --- sampling on the device (optional: a backend may have none) ---------------------
+//
+// Draws one token per row of skpo_model_step_dev's logits where they are, on
+// the model's stream: B coins go up, B tokens and log-probs come back. The
+// sampling rule is gen/sampler.h's (temperature, then top-k, then top-p);
+// tok[r] = -1 when row r's logits are not finite. (gen/gen_device.c builds the
+// engine's skpo_gen_dev on it.)
+typedef struct skpo_model_draw {
+    double temperature, top_p;
+    int top_k;
+} skpo_model_draw;
+typedef struct skpo_model_sampler skpo_model_sampler;
+// For steps of at most max_rows rows. SKPO_EUNSUPPORTED when m's backend has no
+// device sampler (the CPU: sample the host logits instead).
+skpo_status skpo_model_sampler_new(skpo_model *m, int max_rows, skpo_model_sampler **out, skpo_err *err);
+// logits: the (nrows, vocab) device array of the last skpo_model_step_dev.
+skpo_status skpo_model_sampler_draw(skpo_model_sampler *s, const float *logits, int nrows, const skpo_model_draw *p,
+                                    const double *coin, int32_t *tok, float *logp, skpo_err *err);
+// Row r of those logits (vocab floats) to dst on the host.
+skpo_status skpo_model_sampler_row(skpo_model_sampler *s, const float *logits, int r, float *dst, skpo_err *err);
+void skpo_model_sampler_free(skpo_model_sampler *s);
+
 // --- devices ------------------------------------------------------------------------
 
 // The device the model computes on.
@@ -150,12 +172,43 @@ int skpo_model_params(skpo_model *m, skpo_param **params);
 // The model's flat device buffers (a CUDA model, skpo_model_dev_params): the
 // params of skpo_model_params, in order and contiguous (param i starts at the
 // sum of the numel before it); the device optimizer (train/optim.h) works on them.
+// One segment of the one-launch AdamW of the device optimizer: flat elements
+// [x, x + n), their moments at mo, weight decay wd (the layout of
+// cuda_train.h's skpo_adamw_seg).
+typedef struct skpo_dev_seg {
+    uint64_t x, n, mo;
+    float wd, unused;
+} skpo_dev_seg;
+
+// The device primitives the device optimizer (train/optim_dev.c) runs on,
+// given by the model's backend with its buffers (skpo_model_dev_params); ctx
+// is the skpo_dev_params' device context. The optimizer names no device.
+typedef struct skpo_dev_ops {
+    skpo_status (*malloc)(void *ctx, void **p, size_t bytes, const char *what, skpo_err *err);
+    void (*free)(void *p);
+    skpo_status (*h2d)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*d2h)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*d2d)(void *ctx, void *dst, const void *src, size_t bytes, skpo_err *err);
+    skpo_status (*sync)(void *ctx, skpo_err *err);
+    skpo_status (*host_alloc)(void **p, size_t bytes, skpo_err *err);     // page-locked host memory
+    void (*host_free)(void *p);
+    skpo_status (*host_register)(void *p, size_t bytes, skpo_err *err);  // page-lock existing memory
+    void (*host_unregister)(void *p);
+    skpo_status (*to_bf16)(void *ctx, uint16_t *dst, const float *src, size_t n, skpo_err *err);
+    skpo_status (*sumsq_f64)(void *ctx, double *out, const float *g, size_t n, skpo_err *err);  // one launch, deterministic
+    skpo_status (*adamw_plan_new)(void *ctx, const skpo_dev_seg *segs, int nseg, void **plan, skpo_err *err);
+    void (*adamw_plan_free)(void *plan);
+    skpo_status (*adamw_multi)(void *ctx, const void *plan, float *w, uint16_t *wb, float *m, float *v, const float *g,
+                               float lr, float b1, float b2, float eps, int step, float gscale, skpo_err *err);
+} skpo_dev_ops;
+
 typedef struct skpo_dev_params {
     struct skpo_cuda *cu;
     float *master;      // (numel) float32 weights
     uint16_t *w;        // (numel) bf16 copy the forward reads
     float *grad;        // (numel) float32 gradients (rank-local sums before a step)
     size_t numel;
+    const skpo_dev_ops *ops;   // the backend's device primitives (NULL: no device optimizer)
 } skpo_dev_params;
 
 // Keep only each layer's input in the training forward and recompute the

@@ -20,7 +20,7 @@
  * no device allocation in a steady state. The staging buffer is double-
  * buffered in pinned memory and guarded by events, so a step never waits for
  * the device: the one host synchronisation of a decode step is the caller's
- * (the logits copy, or gen_device.c's sample).
+ * (the logits copy, or model_cuda_sample.c's draw).
  * Pure decode steps (one row per sequence) are captured in a CUDA graph per
  * (batch bucket, table width, K and V pool) and replayed (SKPO_CUDA_GRAPHS=0
  * turns that off); the batch is padded to its bucket with rows that write and
@@ -725,6 +725,10 @@ const model_backend model_backend_cuda = {
     .step = model_cuda_step,
     .step_dev = cuda_step_dev,
     .cuda_ctx = model_cuda_ctx,
+    .sampler_new = model_cuda_sampler_new,
+    .sampler_draw = model_cuda_sampler_draw,
+    .sampler_row = model_cuda_sampler_row,
+    .sampler_free = model_cuda_sampler_free,
     .logprobs = model_cuda_logprobs,
     .train_forward = model_cuda_train_forward,
     .train_backward = model_cuda_train_backward,

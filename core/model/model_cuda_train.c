@@ -118,7 +118,8 @@ void model_cuda_set_recompute(skpo_model *m, int on) { tr(m)->recompute = on != 
 skpo_status model_cuda_dev_params(skpo_model *m, skpo_dev_params *out, skpo_err *err) {
     if (!model_cuda_of(m)->master || !model_cuda_of(m)->grad)
         return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model is not a trainable model on cuda");
-    *out = (skpo_dev_params){model_cuda_of(m)->cu, model_cuda_of(m)->master, model_cuda_of(m)->w, model_cuda_of(m)->grad, m->numel};
+    *out = (skpo_dev_params){model_cuda_of(m)->cu, model_cuda_of(m)->master, model_cuda_of(m)->w, model_cuda_of(m)->grad, m->numel,
+                             &model_cuda_dev_ops};
     return SKPO_OK;
 }
 

@@ -133,6 +133,12 @@ typedef struct model_backend {
     skpo_status (*step_dev)(skpo_model *m, skpo_kv *kv, const int *seq, int nseq, const int32_t *toks,
                             const int *off, const float **dev_logits, skpo_err *err);  // (nullable: unsupported)
     struct skpo_cuda *(*cuda_ctx)(const skpo_model *m);                            // (nullable: NULL)
+    // --- sampling on the device (model.h skpo_model_sampler_*): all four or none
+    skpo_status (*sampler_new)(skpo_model *m, int max_rows, void **out, skpo_err *err); // (nullable: no device sampler)
+    skpo_status (*sampler_draw)(void *s, const float *logits, int nrows, const skpo_model_draw *p, const double *coin,
+                                int32_t *tok, float *logp, skpo_err *err);
+    skpo_status (*sampler_row)(void *s, const float *logits, int r, float *dst, skpo_err *err);
+    void (*sampler_free)(void *s);
     // --- scoring and training (model.h)
     skpo_status (*logprobs)(skpo_model *m, const skpo_seq *seqs, int nseq, float temperature, float *logp,
                             float *entropy, skpo_err *err);
@@ -214,7 +220,7 @@ skpo_status model_cpu_train_backward(skpo_model *m, const float *dlogp, const fl
 // skpo_model_step_dev() (model.h), or model_cuda_step() with logits == NULL
 // followed by model_cuda_last_logits(): the float32 logits (nseq, vocab) of
 // the last step stay on the device, on the model's stream, valid until the
-// next step. Pass them to skpo_cuda_sample() with skpo_model_cuda_ctx(m).
+// next step; the device sampler (model_cuda_sample.c) draws from them.
 
 typedef uint16_t skpo_bf16;  // same typedef as cuda.h
 typedef struct skpo_cuda skpo_cuda;
@@ -273,6 +279,14 @@ skpo_status model_cuda_sync_to_host_range(const skpo_model *m, size_t a, size_t 
 skpo_status model_cuda_sync_from_host(skpo_model *m, skpo_err *err);
 // The model's device context (kernels from cuda.h take it); NULL on CPU.
 skpo_cuda *model_cuda_ctx(const skpo_model *m);
+// model_cuda_sample.c: the device sampler slots (skpo_cuda_sample on the model's stream).
+skpo_status model_cuda_sampler_new(skpo_model *m, int max_rows, void **out, skpo_err *err);
+skpo_status model_cuda_sampler_draw(void *s, const float *logits, int nrows, const skpo_model_draw *p,
+                                    const double *coin, int32_t *tok, float *logp, skpo_err *err);
+skpo_status model_cuda_sampler_row(void *s, const float *logits, int r, float *dst, skpo_err *err);
+void model_cuda_sampler_free(void *s);
+// model_cuda_devops.c: the device primitives of the device optimizer (model.h skpo_dev_ops).
+extern const skpo_dev_ops model_cuda_dev_ops;
 // A KV cache whose pool (bf16, kvcache.h layout) lives on the device. Bookkeeping
 // stays on the host (kvcache.c); copy-on-write copies blocks on the device.
 // Fails with SKPO_ENOMEM naming bytes needed and free.

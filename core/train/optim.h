@@ -24,7 +24,8 @@
  * resumed run continues bit for bit). __metadata__ holds "format" =
  * "skpo-adamw-1" and "t" (optimizer updates done, for bias correction).
  *
- * Device path (optim_dev.c, CUDA builds): skpo_optim_to_device() moves the
+ * Device path (optim_dev.c, over the backend's device primitives, model.h
+ * skpo_dev_ops: the CUDA backend's): skpo_optim_to_device() moves the
  * moments next to the model's float32 master weights and gradients on the GPU;
  * skpo_optim_step() then reduces the gradients across ranks itself, computes
  * the norm (a deterministic double sum of squares), clips, and runs the fused
@@ -107,7 +108,7 @@ skpo_status skpo_optim_step(skpo_optim *o, skpo_param *params, int n, double lr,
 // float32 data as "master.<name>".
 skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int save_master,
                             const char *path, skpo_err *err);
-// --- device (CUDA) path --------------------------------------------------------------
+// --- device path -------------------------------------------------------------------
 
 // skpo_dev_params (the model's flat device buffers) is in model/model.h.
 
@@ -116,8 +117,8 @@ skpo_status skpo_optim_save(const skpo_optim *o, const skpo_param *params, int s
 // the NCCL communicator when it has more than one rank. From now on
 // skpo_optim_step works on d (its params argument is only counted), and only
 // rank 0 keeps host moments (o->m / o->v are NULL on the others).
-// SKPO_EUNSUPPORTED in builds without CUDA.
-// params: those of skpo_optim_new (their ndim decides weight decay).
+// SKPO_EUNSUPPORTED when d has no device primitives (d->ops: a backend without
+// a device optimizer). params: those of skpo_optim_new (their ndim decides weight decay).
 skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
                                  struct skpo_comm *comm, int zero, skpo_err *err);
 // Collective (every rank calls it): copy the device moments into o->m / o->v

@@ -4,7 +4,9 @@
  * all-gather), norm (one deterministic launch, before the update: a
  * non-finite norm is refused with the weights untouched), clipping and AdamW
  * over every tensor in one launch (a plan of the rank's segments, made once).
- * Without CUDA only the refusal is compiled.
+ * It names no device: every device operation is one of the backend's
+ * primitives (model.h skpo_dev_ops, given with the buffers); a model whose
+ * backend gives none is refused.
  */
 #include "train/comm.h"
 #include "train/optim_dev.h"
@@ -13,36 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef SKPO_HAVE_CUDA
-
-void optim_dev_free(struct skpo_optim_dev *d) { (void)d; }
-
-skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
-}
-
-skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
-                                 struct skpo_comm *comm, int zero, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "the device optimizer needs a CUDA build (nvcc at build time)");
-}
-
-skpo_status skpo_optim_from_device(skpo_optim *o, skpo_err *err) { return SKPO_OK; }
-
-skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float *m, float *v, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
-}
-skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
-}
-skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *err) {
-    return skpo_err_set(err, SKPO_EUNSUPPORTED, "this build has no CUDA");
-}
-int optim_dev_offloaded(const skpo_optim *o) { return 0; }
-
-#else
-#include "cuda/cuda_infer.h"
-#include "cuda/cuda_train.h"
 
 // Flat layout: param i covers [off[i], off[i+1]). This rank steps segment A =
 // [lo, lo + shard) (moments at 0) and, under ZeRO, the tail [tail0, numel)
@@ -66,18 +38,18 @@ struct skpo_optim_dev {
     void *locked[8];        // page-locked ranges of the flat homes
     int nlocked, lock_tried;
     int offloaded;
-    skpo_cuda_adamw_plan *plan;   // the segments this rank steps (built on the first step)
+    void *plan;                   // the segments this rank steps (built on the first step; the backend's)
 };
 
 void optim_dev_free(struct skpo_optim_dev *d) {
     if (!d) return;
-    skpo_cuda_dfree(d->m);
-    skpo_cuda_dfree(d->v);
-    for (int i = 0; i < d->nlocked; i++) skpo_cuda_host_unregister(d->locked[i]);
-    if (!d->hm_flat) skpo_cuda_host_free(d->hm);
-    if (!d->hm_flat) skpo_cuda_host_free(d->hv);
-    if (!d->hw_flat) skpo_cuda_host_free(d->hw);
-    skpo_cuda_adamw_plan_free(d->plan);
+    d->d.ops->free(d->m);
+    d->d.ops->free(d->v);
+    for (int i = 0; i < d->nlocked; i++) d->d.ops->host_unregister(d->locked[i]);
+    if (!d->hm_flat) d->d.ops->host_free(d->hm);
+    if (!d->hm_flat) d->d.ops->host_free(d->hv);
+    if (!d->hw_flat) d->d.ops->host_free(d->hw);
+    d->d.ops->adamw_plan_free(d->plan);
     free(d->off);
     free(d->decay);
     free(d);
@@ -93,8 +65,8 @@ static skpo_status host_dev(const struct skpo_optim_dev *D, int n, float **hs, f
         if (x >= y) continue;
         float *h = hs[i] + (x - D->off[i]);
         float *dv = dev + (x - a);
-        skpo_status st = to_device ? skpo_cuda_h2d(D->d.cu, dv, h, (y - x) * 4, err)
-                                   : skpo_cuda_d2h(D->d.cu, h, dv, (y - x) * 4, err);
+        skpo_status st = to_device ? D->d.ops->h2d(D->d.cu, dv, h, (y - x) * 4, err)
+                                   : D->d.ops->d2h(D->d.cu, h, dv, (y - x) * 4, err);
         if (st) return st;
     }
     return SKPO_OK;
@@ -103,6 +75,7 @@ static skpo_status host_dev(const struct skpo_optim_dev *D, int n, float **hs, f
 skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n, const skpo_dev_params *d,
                                  struct skpo_comm *comm, int zero, skpo_err *err) {
     SKPO_ASSERT(n == o->n && !o->dev);
+    if (!d->ops) return skpo_err_set(err, SKPO_EUNSUPPORTED, "the model's backend has no device optimizer");
     if (comm->size > 1 && strcmp(comm->ops->name, "nccl"))
         return skpo_err_set(err, SKPO_EUNSUPPORTED,
                             "training on cuda over %d ranks needs the NCCL communicator (got '%s')", comm->size,
@@ -135,8 +108,8 @@ skpo_status skpo_optim_to_device(skpo_optim *o, const skpo_param *params, int n,
         D->tail0 = d->numel;
     }
     size_t tail = d->numel - D->tail0, k = D->shard + tail;
-    skpo_status st = skpo_cuda_malloc(d->cu, (void **)&D->m, k * 4, "AdamW first moments", err);
-    if (!st) st = skpo_cuda_malloc(d->cu, (void **)&D->v, k * 4, "AdamW second moments", err);
+    skpo_status st = D->d.ops->malloc(d->cu, (void **)&D->m, k * 4, "AdamW first moments", err);
+    if (!st) st = D->d.ops->malloc(d->cu, (void **)&D->v, k * 4, "AdamW second moments", err);
     if (!st) st = host_dev(D, n, o->m, D->m, D->lo, D->shard, 1, err);
     if (!st) st = host_dev(D, n, o->v, D->v, D->lo, D->shard, 1, err);
     if (!st && tail) st = host_dev(D, n, o->m, D->m + D->shard, D->tail0, tail, 1, err);
@@ -174,10 +147,10 @@ static skpo_status reduce_grads(struct skpo_optim_dev *D, skpo_err *err) {
 
 static skpo_status global_norm(struct skpo_optim_dev *D, double *norm, skpo_err *err) {
     double ss = 0, t = 0;
-    skpo_status st = skpo_cuda_sumsq_f64(D->d.cu, &ss, D->d.grad + D->lo, D->shard, err);
+    skpo_status st = D->d.ops->sumsq_f64(D->d.cu, &ss, D->d.grad + D->lo, D->shard, err);
     // The tail is identical on every rank: rank 0 counts it once.
     if (!st && D->d.numel > D->tail0 && D->comm->rank == 0)
-        st = skpo_cuda_sumsq_f64(D->d.cu, &t, D->d.grad + D->tail0, D->d.numel - D->tail0, err);
+        st = D->d.ops->sumsq_f64(D->d.cu, &t, D->d.grad + D->tail0, D->d.numel - D->tail0, err);
     ss += t;
     if (!st && D->zero) st = skpo_comm_allreduce_f64(D->comm, &ss, 1, err);
     *norm = sqrt(ss);
@@ -186,13 +159,13 @@ static skpo_status global_norm(struct skpo_optim_dev *D, double *norm, skpo_err 
 
 // Segments of the parameters inside flat [a, b) whose moments start at
 // moment index mo, appended to segs.
-static int add_segments(const skpo_optim *o, size_t a, size_t b, size_t mo, skpo_adamw_seg *segs, int n) {
+static int add_segments(const skpo_optim *o, size_t a, size_t b, size_t mo, skpo_dev_seg *segs, int n) {
     const struct skpo_optim_dev *D = o->dev;
     for (int i = 0; i < o->n; i++) {
         size_t x = D->off[i] > a ? D->off[i] : a, y = D->off[i + 1] < b ? D->off[i + 1] : b;
         if (x >= y) continue;
         float wd = D->decay[i] ? (float)o->cfg.weight_decay : 0.f;
-        segs[n++] = (skpo_adamw_seg){.x = x, .n = y - x, .mo = mo + (x - a), .wd = wd};
+        segs[n++] = (skpo_dev_seg){.x = x, .n = y - x, .mo = mo + (x - a), .wd = wd};
     }
     return n;
 }
@@ -201,10 +174,10 @@ static int add_segments(const skpo_optim *o, size_t a, size_t b, size_t mo, skpo
 static skpo_status adamw_plan(skpo_optim *o, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
     if (D->plan) return SKPO_OK;
-    skpo_adamw_seg *segs = skpo_xmalloc(2 * ((size_t)o->n + 1) * sizeof *segs);
+    skpo_dev_seg *segs = skpo_xmalloc(2 * ((size_t)o->n + 1) * sizeof *segs);
     int n = add_segments(o, D->lo, D->lo + D->shard, 0, segs, 0);
     if (D->d.numel > D->tail0) n = add_segments(o, D->tail0, D->d.numel, D->shard, segs, n);
-    skpo_status st = skpo_cuda_adamw_plan_new(D->d.cu, segs, n, &D->plan, err);
+    skpo_status st = D->d.ops->adamw_plan_new(D->d.cu, segs, n, &D->plan, err);
     free(segs);
     return st;
 }
@@ -215,7 +188,7 @@ skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err
     // The communicator may run on another stream than the model (the
     // shared-file bootstrap opens its own context): collectives start only
     // after the model's stream is idle.
-    skpo_status st = skpo_cuda_sync(D->d.cu, err);
+    skpo_status st = D->d.ops->sync(D->d.cu, err);
     if (!st) st = reduce_grads(D, err);
     double norm = 0;
     if (!st) st = global_norm(D, &norm, err);
@@ -230,14 +203,14 @@ skpo_status optim_dev_step(skpo_optim *o, double lr, double *grad_norm, skpo_err
     if ((st = adamw_plan(o, err))) return st;
     o->t++;
     const skpo_adamw_cfg *c = &o->cfg;
-    st = skpo_cuda_adamw_multi(D->d.cu, D->plan, D->d.master, D->d.w, D->m, D->v, D->d.grad, (float)lr, (float)c->beta1,
+    st = D->d.ops->adamw_multi(D->d.cu, D->plan, D->d.master, D->d.w, D->m, D->v, D->d.grad, (float)lr, (float)c->beta1,
                                (float)c->beta2, (float)c->eps, (int)o->t, coef, err);
     if (!st && D->zero) {
-        st = skpo_cuda_sync(D->d.cu, err);
+        st = D->d.ops->sync(D->d.cu, err);
         if (!st) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
-        if (!st) st = skpo_cuda_f32_to_bf16(D->d.cu, D->d.w, D->d.master, D->tail0, err);
+        if (!st) st = D->d.ops->to_bf16(D->d.cu, D->d.w, D->d.master, D->tail0, err);
     }
-    if (!st) st = skpo_cuda_sync(D->d.cu, err);
+    if (!st) st = D->d.ops->sync(D->d.cu, err);
     return st;
 }
 
@@ -250,16 +223,16 @@ static skpo_status gather_moments(skpo_optim *o, float *dm, float **host, skpo_e
     skpo_comm *c = D->comm;
     size_t K = D->shard < GATHER_CHUNK ? D->shard : GATHER_CHUNK, R = (size_t)c->size;
     float *tmp = NULL;
-    skpo_status st = skpo_cuda_malloc(D->d.cu, (void **)&tmp, (K ? K : 1) * R * 4, "optimizer state gather", err);
+    skpo_status st = D->d.ops->malloc(D->d.cu, (void **)&tmp, (K ? K : 1) * R * 4, "optimizer state gather", err);
     for (size_t c0 = 0; !st && c0 < D->shard; c0 += K) {
         size_t len = D->shard - c0 < K ? D->shard - c0 : K;
-        st = skpo_cuda_d2d(D->d.cu, tmp + (size_t)c->rank * len, dm + c0, len * 4, err);
-        if (!st) st = skpo_cuda_sync(D->d.cu, err);
+        st = D->d.ops->d2d(D->d.cu, tmp + (size_t)c->rank * len, dm + c0, len * 4, err);
+        if (!st) st = D->d.ops->sync(D->d.cu, err);
         if (!st) st = skpo_comm_allgather_f32(c, tmp, len, err);
         for (size_t r = 0; !st && c->rank == 0 && r < R; r++)
             st = host_dev(D, o->n, host, tmp + r * len, r * D->shard + c0, len, 0, err);
     }
-    skpo_cuda_dfree(tmp);
+    D->d.ops->free(tmp);
     return st;
 }
 
@@ -298,8 +271,8 @@ skpo_status optim_dev_copy_range(const skpo_optim *o, size_t a, size_t b, float 
             memcpy(m + (x - a), D->hm + h, bytes);
             memcpy(v + (x - a), D->hv + h, bytes);
         } else {
-            st = skpo_cuda_d2h(D->d.cu, m + (x - a), D->m + at, bytes, err);
-            if (!st) st = skpo_cuda_d2h(D->d.cu, v + (x - a), D->v + at, bytes, err);
+            st = D->d.ops->d2h(D->d.cu, m + (x - a), D->m + at, bytes, err);
+            if (!st) st = D->d.ops->d2h(D->d.cu, v + (x - a), D->v + at, bytes, err);
         }
         if (st) return st;
         got += y - x;
@@ -320,7 +293,7 @@ static skpo_status held_copy(const struct skpo_optim_dev *D, float *host, int ho
     for (int k = 0; k < 2; k++) {
         if (!n[k]) continue;
         float *h = host + (host_flat ? flat[k] : at[k]), *dv = dev + (dev_flat ? flat[k] : at[k]);
-        skpo_status st = to_host ? skpo_cuda_d2h(D->d.cu, h, dv, n[k] * 4, err) : skpo_cuda_h2d(D->d.cu, dv, h, n[k] * 4, err);
+        skpo_status st = to_host ? D->d.ops->d2h(D->d.cu, h, dv, n[k] * 4, err) : D->d.ops->h2d(D->d.cu, dv, h, n[k] * 4, err);
         if (st) return st;
     }
     return SKPO_OK;
@@ -340,7 +313,7 @@ static void lock_home(struct skpo_optim_dev *D, float *home) {
     }
     for (int k = 0; k < n && D->nlocked < (int)(sizeof D->locked / sizeof D->locked[0]); k++) {
         skpo_err e = {0};
-        if (skpo_cuda_host_register((void *)r[k][0], r[k][1] - r[k][0], &e) == SKPO_OK)
+        if (D->d.ops->host_register((void *)r[k][0], r[k][1] - r[k][0], &e) == SKPO_OK)
             D->locked[D->nlocked++] = (void *)r[k][0];
         else
             skpo_warn("offload: copies to host memory run unpinned (%s)", e.msg);
@@ -354,10 +327,10 @@ skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     struct skpo_optim_dev *D = o->dev;
     if (D->offloaded) return SKPO_OK;
     size_t bytes = held(D) * 4;
-    skpo_status st = skpo_cuda_sync(D->d.cu, err);
-    if (!st && !D->hm) st = skpo_cuda_host_alloc((void **)&D->hm, bytes + 4, err);
-    if (!st && !D->hv) st = skpo_cuda_host_alloc((void **)&D->hv, bytes + 4, err);
-    if (!st && !D->hw) st = skpo_cuda_host_alloc((void **)&D->hw, bytes + 4, err);
+    skpo_status st = D->d.ops->sync(D->d.cu, err);
+    if (!st && !D->hm) st = D->d.ops->host_alloc((void **)&D->hm, bytes + 4, err);
+    if (!st && !D->hv) st = D->d.ops->host_alloc((void **)&D->hv, bytes + 4, err);
+    if (!st && !D->hw) st = D->d.ops->host_alloc((void **)&D->hw, bytes + 4, err);
     if (!st && !D->lock_tried) {
         D->lock_tried = 1;
         if (D->hm_flat) lock_home(D, D->hm), lock_home(D, D->hv);
@@ -367,8 +340,8 @@ skpo_status optim_dev_offload(skpo_optim *o, skpo_err *err) {
     if (!st) st = held_copy(D, D->hv, D->hm_flat, D->v, 0, 1, err);
     if (!st) st = held_copy(D, D->hw, D->hw_flat, D->d.master, 1, 1, err);
     if (st) return st;
-    skpo_cuda_dfree(D->m);
-    skpo_cuda_dfree(D->v);
+    D->d.ops->free(D->m);
+    D->d.ops->free(D->v);
     D->m = D->v = NULL;
     D->offloaded = 1;
     return SKPO_OK;
@@ -380,24 +353,23 @@ skpo_status optim_dev_reload(skpo_optim *o, const skpo_dev_params *d, skpo_err *
     if (d->numel != D->d.numel)
         return skpo_err_set(err, SKPO_ERANGE, "device buffers hold %zu parameters, the optimizer %zu", d->numel, D->d.numel);
     size_t bytes = held(D) * 4;
-    skpo_status st = skpo_cuda_malloc(d->cu, (void **)&D->m, bytes + 4, "AdamW first moments", err);
-    if (!st) st = skpo_cuda_malloc(d->cu, (void **)&D->v, bytes + 4, "AdamW second moments", err);
+    skpo_status st = D->d.ops->malloc(d->cu, (void **)&D->m, bytes + 4, "AdamW first moments", err);
+    if (!st) st = D->d.ops->malloc(d->cu, (void **)&D->v, bytes + 4, "AdamW second moments", err);
     if (!st) st = held_copy(D, D->hm, D->hm_flat, D->m, 0, 0, err);
     if (!st) st = held_copy(D, D->hv, D->hm_flat, D->v, 0, 0, err);
     if (st) {
-        skpo_cuda_dfree(D->m);
-        skpo_cuda_dfree(D->v);
+        D->d.ops->free(D->m);
+        D->d.ops->free(D->v);
         D->m = D->v = NULL;
         return st;
     }
     D->d = *d;
     D->offloaded = 0;
     st = held_copy(D, D->hw, D->hw_flat, D->d.master, 1, 0, err);
-    if (!st && D->zero) st = skpo_cuda_sync(D->d.cu, err);
+    if (!st && D->zero) st = D->d.ops->sync(D->d.cu, err);
     if (!st && D->zero) st = skpo_comm_allgather_f32(D->comm, D->d.master, D->shard, err);
-    if (!st) st = skpo_cuda_sync(D->d.cu, err);
+    if (!st) st = D->d.ops->sync(D->d.cu, err);
     return st;
 }
 
 int optim_dev_offloaded(const skpo_optim *o) { return o->dev->offloaded; }
-#endif

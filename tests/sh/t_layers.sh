@@ -16,7 +16,7 @@
 #     object of layer L uses is defined in L or in a layer L may use, and the
 #     graph "object uses a symbol object defines" has no circle. A backend's
 #     files (model_cpu + model_train; model_cuda + model_cuda_train +
-#     lora_cuda) and the CUDA kernels (core/cuda/*, one C API) count as one
+#     model_cuda_sample + model_cuda_devops + lora_cuda) and the CUDA kernels (core/cuda/*, one C API) count as one
 #     unit each: they are split by size and call each other both ways. A
 #     planted circle and a planted upward call prove that this check can fail.
 . "$(dirname "$0")/lib.sh"
@@ -105,7 +105,7 @@ t "the layer check fails on a planted upward, sideways, private or tool-to-CUDA 
 unit_of() {
   case "$1" in
     core/model/model_cpu.o|core/model/model_train.o) echo core/model/backend-cpu ;;
-    core/model/model_cuda.o|core/model/model_cuda_train.o|core/model/lora_cuda.o) echo core/model/backend-cuda ;;
+    core/model/model_cuda.o|core/model/model_cuda_train.o|core/model/model_cuda_sample.o|core/model/model_cuda_devops.o|core/model/lora_cuda.o) echo core/model/backend-cuda ;;
     core/cuda/*) echo core/cuda/kernels ;;
     *) echo "$1" ;;
   esac

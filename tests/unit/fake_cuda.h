@@ -10,6 +10,7 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_dnn.h"
 #include "cuda/cuda_infer.h"
+#include "gen/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +61,16 @@ skpo_status skpo_cuda_d2h_async(skpo_cuda *c, void *d, const void *s, size_t n, 
 skpo_status skpo_cuda_d2d_async(skpo_cuda *c, void *d, const void *s, size_t n, skpo_err *e) { memmove(d, s, n); return SKPO_OK; }
 skpo_status skpo_cuda_memset0(skpo_cuda *c, void *p, size_t n, skpo_err *e) { memset(p, 0, n); return SKPO_OK; }
 skpo_status skpo_cuda_sync(skpo_cuda *c, skpo_err *e) { return SKPO_OK; }
+// The draw of the host sampler (sampler.h), row by row: the device sampler's contract.
+skpo_status skpo_cuda_sample(skpo_cuda *c, int32_t *tok, float *logp, const float *logits, int B, int V, float temp,
+                             int top_k, float top_p, const float *coin, skpo_err *err) {
+    skpo_sampler s;
+    skpo_sampler_init(&s, V);
+    skpo_sample_params p = {.temperature = temp, .top_p = top_p, .top_k = top_k};
+    for (int b = 0; b < B; b++) tok[b] = skpo_sample(&s, logits + (size_t)b * V, &p, coin[b], &logp[b]);
+    skpo_sampler_destroy(&s);
+    return SKPO_OK;
+}
 static size_t fake_pinned_bytes;  // pinned host buffers not yet freed (size before each, as on the device)
 skpo_status skpo_cuda_host_alloc(void **p, size_t bytes, skpo_err *err) {
     char *b = skpo_xmalloc(bytes + 16);

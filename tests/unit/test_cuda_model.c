@@ -13,6 +13,7 @@
 #include "model/kvcache.h"
 #include "model/model.h"
 #include "model/model_impl.h"
+#include "gen/sampler.h"
 
 #ifdef SKPO_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -143,6 +144,8 @@ static void step_dev_on_a_cpu_model_is_unsupported(void) {
     const float *dl = (const float *)1;
     CHECK(skpo_model_step_dev(m, kv, &s, 1, &tok, off, &dl, &err) == SKPO_EUNSUPPORTED && dl == NULL);
     CHECK(skpo_kv_seq_len(kv, s) == 0);
+    skpo_model_sampler *smp = (skpo_model_sampler *)1;   // the CPU backend has no device sampler slot
+    CHECK(skpo_model_sampler_new(m, 4, &smp, &err) == SKPO_EUNSUPPORTED && smp == NULL);
     skpo_kv_free(kv);
     skpo_model_free(m);
 }
@@ -560,6 +563,26 @@ static void step_dev_keeps_logits_on_the_device(void) {
     CHECK(skpo_model_cuda_ctx(p.gpu) == model_cuda_ctx(p.gpu) && skpo_model_cuda_ctx(p.cpu) == NULL);
     CHECK(skpo_cuda_d2h(skpo_model_cuda_ctx(p.gpu), back, dl, (size_t)V * sizeof(float), &err) == SKPO_OK);
     CHECK(memcmp(host, back, (size_t)V * sizeof(float)) == 0);
+    // The backend's device sampler (model_cuda_sample.c) over those logits:
+    // its row copy is the host logits, and a draw returns a token with its
+    // log-prob under log_softmax of those logits (sampler.h's contract).
+    skpo_model_sampler *smp = NULL;
+    CHECK(skpo_model_sampler_new(p.gpu, 2, &smp, &err) == SKPO_OK && smp);
+    if (smp) {
+        CHECK(skpo_model_sampler_row(smp, dl, 0, back, &err) == SKPO_OK && memcmp(host, back, (size_t)V * sizeof(float)) == 0);
+        skpo_model_draw dp = {.temperature = 1.0, .top_p = 1.0, .top_k = 0};
+        double coin = 0.3;
+        int32_t tok = -2;
+        float lp = 0;
+        CHECK(skpo_model_sampler_draw(smp, dl, 1, &dp, &coin, &tok, &lp, &err) == SKPO_OK && tok >= 0 && tok < V);
+        if (tok >= 0 && tok < V) {
+            double want = skpo_sample_logprob(host, V, 1.0, tok);
+            CHECK_MSG(fabs(lp - want) < 1e-4, "token %d: log-prob %g, host %g", tok, lp, want);
+        }
+        int32_t toks2[3];
+        CHECK(skpo_model_sampler_draw(smp, dl, 3, &dp, (double[]){0, 0, 0}, toks2, (float[3]){0}, &err) == SKPO_ERANGE);
+        skpo_model_sampler_free(smp);
+    }
     free(host);
     free(back);
     pair_close(&p);

@@ -11,6 +11,8 @@
 #include "fake_cuda.h"
 #include "fake_cuda_train.h"
 #include "../../core/model/model_cuda.c"
+#include "../../core/model/model_cuda_sample.c"   // its device sampler
+#include "../../core/model/model_cuda_devops.c"   // its device optimizer's primitives
 #include "../../core/model/model_cuda_train.c"  // the rest of the CUDA backend's table
 #include "../../core/model/lora_cuda.c"         // the CUDA backend's LoRA (a CPU build has none)
 #include "../../core/model/backends.c"          // a backend list that has it

@@ -1077,7 +1077,7 @@ static void zrun(zrank *z, int nranks_in_grad) {
     for (int i = 0; i < ZN; i++) z->master[i] = zinit(i);
     skpo_f32_to_bf16_host(z->w, z->master, ZN);
     skpo_optim *o = skpo_optim_new(&a, ZP, 4);
-    skpo_dev_params d = {cu, z->master, z->w, z->grad, ZN};
+    skpo_dev_params d = {cu, z->master, z->w, z->grad, ZN, &model_cuda_dev_ops};
     z->st = skpo_optim_to_device(o, ZP, 4, &d, &z->comm, z->zero, &e);
     for (int step = 0; step < 2 && !z->st; step++) {
         for (int i = 0; i < ZN; i++) {   // one rank alone steps the sum, in rank order

@@ -13,6 +13,8 @@
 #include "fake_cuda.h"
 #include "fake_cuda_train.h"
 #include "../../core/model/model_cuda.c"
+#include "../../core/model/model_cuda_sample.c"   // its device sampler
+#include "../../core/model/model_cuda_devops.c"   // its device optimizer's primitives
 #include "../../core/model/model_cuda_train.c"
 #include "../../core/model/lora_cuda.c"         // the CUDA backend's LoRA (a CPU build has none)
 #include "../../core/train/optim_dev.c"
