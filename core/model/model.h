@@ -324,6 +324,10 @@ typedef struct skpo_policy {
     // Optional (NULL: nothing packed). Tokens of the last forward or score
     // as given and as computed after packing (model/pack.h).
     void (*pass_tokens)(void *ctx, long *raw, long *packed);
+    // Optional (NULL: never packs). Whether forward and score pack shared
+    // prefixes now (skpo_model_packs): skpo-update then budgets a
+    // micro-batch by its packed size, the tokens the pass computes.
+    int (*packs)(void *ctx);
 } skpo_policy;
 
 #endif

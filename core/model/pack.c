@@ -1,7 +1,9 @@
 /*
  * pack.c - see pack.h. Grouping: a hash of each prompt, then a linear look-up
  * among the groups opened so far (a micro-batch holds tens to hundreds of
- * sequences); token comparison decides, the hash only skips.
+ * sequences); token comparison decides, the hash only skips. The plan and the
+ * counts both group through one tally (skpo_pack_tally_add), so the size the
+ * update budgets a micro-batch by is the size the pass computes.
  */
 #include "model/pack.h"
 
@@ -31,33 +33,76 @@ static void group_free(group_plan *g) {
     free(g->share);
 }
 
+void skpo_pack_tally_init(skpo_pack_tally *t, int pack) {
+    memset(t, 0, sizeof *t);
+    t->pack = pack;
+}
+
+void skpo_pack_tally_free(skpo_pack_tally *t) {
+    free(t->lead);
+    free(t->first);
+    free(t->hash);
+    free(t->size);
+    free(t->share);
+    free(t->sum);
+    skpo_pack_tally_init(t, t->pack);
+}
+
+// Tokens group k computes: the prefix once, then each member's own part; a
+// group of one, or one whose members share no token, is its members whole.
+static long group_tokens(const skpo_pack_tally *t, int k) {
+    return t->size[k] >= 2 && t->share[k] >= 1 ? t->sum[k] - (long)(t->size[k] - 1) * t->share[k] : t->sum[k];
+}
+
+long skpo_pack_tally_group(const skpo_pack_tally *t, int k) { return group_tokens(t, k); }
+
+int skpo_pack_tally_add(skpo_pack_tally *t, const skpo_seq *s) {
+    // unpacked, every sequence is a group of its own: no prompt to hash
+    uint64_t h = t->pack ? skpo_hash_bytes(0, s->ids, (size_t)s->start * sizeof *s->ids) : 0;
+    int k = -1;
+    for (int q = 0; t->pack && q < t->ngroups && k < 0; q++) {
+        const skpo_seq *l = &t->lead[q];
+        if (t->hash[q] == h && l->start == s->start && !memcmp(l->ids, s->ids, (size_t)s->start * sizeof *s->ids))
+            k = q;
+    }
+    if (k < 0) {
+        if (t->ngroups == t->cap) {
+            t->cap = t->cap ? 2 * t->cap : 16;
+            t->lead = skpo_xrealloc(t->lead, (size_t)t->cap * sizeof *t->lead);
+            t->first = skpo_xrealloc(t->first, (size_t)t->cap * sizeof *t->first);
+            t->hash = skpo_xrealloc(t->hash, (size_t)t->cap * sizeof *t->hash);
+            t->size = skpo_xrealloc(t->size, (size_t)t->cap * sizeof *t->size);
+            t->share = skpo_xrealloc(t->share, (size_t)t->cap * sizeof *t->share);
+            t->sum = skpo_xrealloc(t->sum, (size_t)t->cap * sizeof *t->sum);
+        }
+        k = t->ngroups++;
+        t->lead[k] = *s, t->first[k] = t->nseq, t->hash[k] = h;
+        t->size[k] = 0, t->share[k] = s->n, t->sum[k] = 0;
+    }
+    long before = t->size[k] ? group_tokens(t, k) : 0;
+    t->size[k]++;
+    t->sum[k] += s->n;
+    int c = t->size[k] > 1 ? lcp(&t->lead[k], s) : s->n;   // members share at least the prompt
+    if (c < t->share[k]) t->share[k] = c;
+    if (s->n - 1 < t->share[k]) t->share[k] = s->n - 1;   // every continuation keeps a token
+    t->packed += group_tokens(t, k) - before;
+    t->raw += s->n;
+    t->nseq++;
+    return k;
+}
+
 static void group(const skpo_seq *seqs, int nseq, int pack, group_plan *g) {
     size_t n = nseq ? (size_t)nseq : 1;
     g->grp = skpo_xmalloc(n * sizeof(int));
     g->lead = skpo_xmalloc(n * sizeof(int));
     g->size = skpo_xmalloc(n * sizeof(int));
     g->share = skpo_xmalloc(n * sizeof(int));
-    g->ngroups = 0;
-    uint64_t *h = skpo_xmalloc(n * sizeof *h);
-    for (int i = 0; i < nseq; i++) {
-        const skpo_seq *s = &seqs[i];
-        h[i] = skpo_hash_bytes(0, s->ids, (size_t)s->start * sizeof *s->ids);
-        int k = -1;
-        for (int q = 0; pack && q < g->ngroups && k < 0; q++) {
-            const skpo_seq *l = &seqs[g->lead[q]];
-            if (h[g->lead[q]] == h[i] && l->start == s->start && !memcmp(l->ids, s->ids, (size_t)s->start * sizeof *s->ids))
-                k = q;
-        }
-        if (k < 0) {
-            k = g->ngroups++;
-            g->lead[k] = i, g->size[k] = 0, g->share[k] = s->n;
-        }
-        g->grp[i] = k;
-        g->size[k]++;
-        int c = lcp(&seqs[g->lead[k]], s);   // members share at least the prompt
-        if (c < g->share[k]) g->share[k] = c;
-        if (s->n - 1 < g->share[k]) g->share[k] = s->n - 1;   // every continuation keeps a token
-    }
+    skpo_pack_tally t;
+    skpo_pack_tally_init(&t, pack);
+    for (int i = 0; i < nseq; i++) g->grp[i] = skpo_pack_tally_add(&t, &seqs[i]);
+    g->ngroups = t.ngroups;
+    for (int k = 0; k < g->ngroups; k++) g->lead[k] = t.first[k], g->size[k] = t.size[k], g->share[k] = t.share[k];
+    skpo_pack_tally_free(&t);
     for (int k = 0; k < g->ngroups; k++)
         if (g->size[k] < 2 || g->share[k] < 1) g->share[k] = 0;
     // a group whose prefix is empty is no group: its members become rows of their own
@@ -68,19 +113,14 @@ static void group(const skpo_seq *seqs, int nseq, int pack, group_plan *g) {
             g->lead[r] = i, g->size[r] = 1, g->share[r] = 0, g->grp[i] = r;
         }
     }
-    free(h);
 }
 
 void skpo_pack_count(const skpo_seq *seqs, int nseq, int pack, long *raw, long *packed) {
-    group_plan g;
-    group(seqs, nseq, pack, &g);
-    *raw = *packed = 0;
-    for (int i = 0; i < nseq; i++) {
-        *raw += seqs[i].n;
-        *packed += seqs[i].n - g.share[g.grp[i]];
-    }
-    for (int k = 0; k < g.ngroups; k++) *packed += g.share[k];
-    group_free(&g);
+    skpo_pack_tally t;
+    skpo_pack_tally_init(&t, pack);
+    for (int i = 0; i < nseq; i++) skpo_pack_tally_add(&t, &seqs[i]);
+    *raw = t.raw, *packed = t.packed;
+    skpo_pack_tally_free(&t);
 }
 
 void skpo_pack_plan(const skpo_seq *seqs, int nseq, int pack, skpo_pack *p) {

@@ -54,4 +54,30 @@ void skpo_pack_free(skpo_pack *p);
 // Token counts of the plan without building it: *raw = sum n, *packed = N.
 void skpo_pack_count(const skpo_seq *seqs, int nseq, int pack, long *raw, long *packed);
 
+// The same counts for a batch grown one sequence at a time (skpo-update
+// fills a micro-batch until its packed size reaches the budget): after each
+// skpo_pack_tally_add, raw and packed are what skpo_pack_count gives for the
+// sequences added so far, at O(groups + n) per sequence instead of a recount.
+// The grouping rule is the plan's own (skpo_pack_plan builds on a tally).
+// The sequences' ids are borrowed: they must outlive the tally.
+typedef struct skpo_pack_tally {
+    int pack;
+    int nseq;         // sequences added
+    long raw, packed;
+    int ngroups, cap;
+    skpo_seq *lead;   // (ngroups) first member of each group
+    int *first;       // (ngroups) its index in order of adding
+    uint64_t *hash;   // (ngroups) hash of the lead's prompt
+    int *size;        // (ngroups) members
+    int *share;       // (ngroups) common prefix so far: min over members of lcp with the lead and n - 1
+    long *sum;        // (ngroups) tokens of the members
+} skpo_pack_tally;
+
+void skpo_pack_tally_init(skpo_pack_tally *t, int pack);
+// Add s; returns its group (groups in order of first member).
+int skpo_pack_tally_add(skpo_pack_tally *t, const skpo_seq *s);
+// Tokens group k computes (its members alone in a pass give this N).
+long skpo_pack_tally_group(const skpo_pack_tally *t, int k);
+void skpo_pack_tally_free(skpo_pack_tally *t);
+
 #endif

@@ -102,6 +102,7 @@ static skpo_status pm_score(void *ctx, const skpo_seq *s, int n, float t, float 
 static void pm_zero(void *ctx) { skpo_model_zero_grad(ctx); }
 static int pm_params(void *ctx, skpo_param **p) { return skpo_model_params(ctx, p); }
 static void pm_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(ctx, raw, packed); }
+static int pm_packs(void *ctx) { return skpo_model_packs(ctx); }
 static int pm_dev_finite(void *ctx) {
     double ss = 0;
     skpo_err e = {0};
@@ -112,7 +113,7 @@ skpo_policy skpo_policy_of_model(skpo_model *m) {
     skpo_dev_params d;
     skpo_err e = {0};
     int dev = skpo_model_dev_params(m, &d, &e) == SKPO_OK;
-    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL, pm_tokens};
+    return (skpo_policy){m, pm_forward, pm_backward, pm_score, pm_zero, pm_params, dev ? pm_dev_finite : NULL, pm_tokens, pm_packs};
 }
 
 // --- the trainer's view ------------------------------------------------------------------------
@@ -134,6 +135,7 @@ static skpo_status lp_score(void *ctx, const skpo_seq *s, int n, float t, float 
 static void lp_zero(void *ctx) { skpo_lora_zero_grad(((lora_pol *)ctx)->lo); }
 static int lp_params(void *ctx, skpo_param **p) { return skpo_lora_params(((lora_pol *)ctx)->lo, p); }
 static void lp_tokens(void *ctx, long *raw, long *packed) { skpo_model_pass_tokens(((lora_pol *)ctx)->m, raw, packed); }
+static int lp_packs(void *ctx) { return skpo_model_packs(((lora_pol *)ctx)->m); }
 
 skpo_policy skpo_policy_of_lora(skpo_model *m, skpo_lora *lo) {
     // One small context per (model, adapter), kept with the adapter so the
@@ -143,5 +145,5 @@ skpo_policy skpo_policy_of_lora(skpo_model *m, skpo_lora *lo) {
     lora_pol *ctx = *slot;
     ctx->m = m;
     ctx->lo = lo;
-    return (skpo_policy){ctx, lp_forward, lp_backward, lp_score, lp_zero, lp_params, NULL, lp_tokens};
+    return (skpo_policy){ctx, lp_forward, lp_backward, lp_score, lp_zero, lp_params, NULL, lp_tokens, lp_packs};
 }

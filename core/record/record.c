@@ -64,6 +64,7 @@ const skpo_field_def skpo_schema[] = {
     {F_RAW_TOKENS, SKPO_FT_FLOAT, "metrics (skpo-update): prompt + response tokens the passes were given"},
     {F_PACKED_TOKENS, SKPO_FT_FLOAT, "metrics (skpo-update): tokens computed after packing shared prefixes"},
     {F_SHARED_RATIO, SKPO_FT_FLOAT, "metrics (skpo-update): 1 - packed_tokens / raw_tokens, the share of work saved"},
+    {F_MICRO_BATCHES, SKPO_FT_FLOAT, "metrics (skpo-update): forward/backward passes of the mini-batch (micro-batches, all ranks)"},
     {NULL, 0, NULL},
 };
 

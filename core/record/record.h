@@ -120,6 +120,7 @@ const skpo_field_def *skpo_schema_find(const char *name);
 #define F_RAW_TOKENS "raw_tokens"       // float: metrics (skpo-update): prompt + response tokens given to the passes
 #define F_PACKED_TOKENS "packed_tokens" // float: metrics: the tokens computed after packing shared prefixes (model/pack.h)
 #define F_SHARED_RATIO "shared_ratio"   // float: metrics: 1 - packed_tokens / raw_tokens
+#define F_MICRO_BATCHES "micro_batches" // float: metrics (skpo-update): forward/backward passes of the mini-batch, all ranks
 
 // --- records in memory ---------------------------------------------------------
 

@@ -5,6 +5,7 @@
 #include "train/update.h"
 
 #include "base/strmap.h"
+#include "model/pack.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -292,36 +293,134 @@ void skpo_batch_local(const skpo_batch *b, int k, int *records, double *tokens) 
 
 // --- micro-batches ------------------------------------------------------------------------
 
-// Records idx[i..*j) form the next micro-batch: as many as fit in micro_tokens
-// (at least one). Fills seqs and returns the scored-token count.
-static long next_micro(const skpo_batch *b, const int *idx, int cnt, int i, long micro_tokens, skpo_seq *seqs,
-                       int *j) {
-    long tot = 0, ntok = 0;
-    int k = i;
-    while (k < cnt) {
-        const sample *s = &b->s[idx[k]];
-        if (k > i && tot + s->n > micro_tokens) break;
-        seqs[k - i] = (skpo_seq){s->ids, s->n, s->start};
-        tot += s->n;
-        ntok += s->n - s->start;
-        k++;
+// The first micro-batch with room for tok more tokens, else a new one; counts them in.
+static int first_fit(long *load, int *nm, long budget, long tok) {
+    int u = 0;
+    while (u < *nm && load[u] + tok > budget) u++;
+    if (u == *nm) load[(*nm)++] = 0;
+    load[u] += tok;
+    return u;
+}
+
+// The micro-batches of a rank's records idx[0..cnt) of one mini-batch:
+// micro-batch u is order[cut[u] .. cut[u + 1]) (batch indices); returns their
+// count. The budget bounds the activations of one pass, so it counts the
+// tokens the pass computes.
+//
+// Unpacked: records in order until prompt + response tokens reach the budget
+// (a longer record goes alone), as this path always was.
+//
+// Packed (model/pack.h): the budget counts each group's shared prefix once,
+// and a group (records whose prompt tokens are the same) is never cut when
+// its packed size fits: groups in order of first member go whole into the
+// first micro-batch with room left (first fit), else into a new one. A group
+// larger than the budget is cut in order into parts that each fit (each part
+// computes the prefix again), placed the same way (were two parts to meet in
+// one micro-batch, the pass would pack them as one: fewer tokens than
+// counted); a single record over the budget goes alone. Records keep their
+// batch order within a micro-batch. The sum over micro-batches is the whole
+// mini-batch's gradient whatever the cut, so this changes float summation
+// order only.
+static int micro_plan(const skpo_batch *b, const int *idx, int cnt, long budget, int pack, int *order, int *cut) {
+    int nm = 0;
+    cut[0] = 0;
+    if (!pack) {
+        long tot = 0;
+        for (int q = 0; q < cnt; q++) {
+            int n = b->s[idx[q]].n;
+            if (q > cut[nm] && tot + n > budget) cut[++nm] = q, tot = 0;
+            tot += n;
+            order[q] = idx[q];
+        }
+        if (cnt) cut[++nm] = cnt;
+        return nm;
     }
-    *j = k;
+    size_t sz = cnt ? (size_t)cnt : 1;
+    skpo_seq *seqs = skpo_xmalloc(sz * sizeof *seqs);
+    int *grp = skpo_xmalloc(sz * sizeof(int)), *bin = skpo_xmalloc(sz * sizeof(int));
+    long *load = skpo_xmalloc(sz * sizeof(long));   // packed tokens of each micro-batch so far
+    skpo_pack_tally all, part;
+    skpo_pack_tally_init(&all, 1);
+    for (int q = 0; q < cnt; q++) {
+        const sample *s = &b->s[idx[q]];
+        seqs[q] = (skpo_seq){s->ids, s->n, s->start};
+        grp[q] = skpo_pack_tally_add(&all, &seqs[q]);
+    }
+    int *mem = skpo_xmalloc(sz * sizeof(int));   // members of the part being cut
+    for (int g = 0; g < all.ngroups; g++) {
+        long tok = skpo_pack_tally_group(&all, g);
+        if (tok <= budget) {
+            int u = first_fit(load, &nm, budget, tok);
+            for (int q = all.first[g]; q < cnt; q++)
+                if (grp[q] == g) bin[q] = u;
+            continue;
+        }
+        // over the budget: parts in order, each as many members as fit (at least one)
+        int nmem = 0;
+        long have = 0;
+        skpo_pack_tally_init(&part, 1);
+        for (int q = all.first[g]; q <= cnt; q++) {
+            if (q < cnt && grp[q] != g) continue;
+            if (q < cnt) skpo_pack_tally_add(&part, &seqs[q]);
+            if (q == cnt || (nmem && part.packed > budget)) {   // the part ends before q
+                int u = first_fit(load, &nm, budget, have);
+                for (int i = 0; i < nmem; i++) bin[mem[i]] = u;
+                nmem = 0;
+                skpo_pack_tally_free(&part);
+                if (q < cnt) skpo_pack_tally_add(&part, &seqs[q]);
+            }
+            if (q < cnt) mem[nmem++] = q, have = part.packed;
+        }
+        skpo_pack_tally_free(&part);
+    }
+    free(mem);
+    // counting sort by micro-batch, stable in batch order
+    for (int u = 0; u <= nm; u++) cut[u] = 0;
+    for (int q = 0; q < cnt; q++) cut[bin[q] + 1]++;
+    for (int u = 0; u < nm; u++) cut[u + 1] += cut[u];
+    int *at = skpo_xmalloc(((size_t)nm + 1) * sizeof(int));
+    memcpy(at, cut, ((size_t)nm + 1) * sizeof(int));
+    for (int q = 0; q < cnt; q++) order[at[bin[q]]++] = idx[q];
+    free(at);
+    skpo_pack_tally_free(&all);
+    free(seqs);
+    free(grp);
+    free(bin);
+    free(load);
+    return nm;
+}
+
+// The sequences of micro-batch u into seqs; returns its scored-token count.
+static long micro_seqs(const skpo_batch *b, const int *order, const int *cut, int u, skpo_seq *seqs) {
+    long ntok = 0;
+    for (int q = cut[u]; q < cut[u + 1]; q++) {
+        const sample *s = &b->s[order[q]];
+        seqs[q - cut[u]] = (skpo_seq){s->ids, s->n, s->start};
+        ntok += s->n - s->start;
+    }
     return ntok;
 }
 
+// The policy packs shared prefixes in its passes now.
+static int policy_packs(const skpo_policy *pol) { return pol->packs && pol->packs(pol->ctx); }
+
 skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, const skpo_update_opts *o,
                                       skpo_err *err) {
+    int pack = policy_packs(pol);
     for (int k = 0; k < b->nmb; k++) {
-        int cnt = b->mbn[k], *idx = b->mb[k];
-        skpo_seq *seqs = skpo_xmalloc((cnt ? cnt : 1) * sizeof *seqs);
-        for (int i = 0, j; i < cnt; i = j) {
-            long ntok = next_micro(b, idx, cnt, i, o->micro_tokens, seqs, &j);
+        int cnt = b->mbn[k];
+        size_t sz = cnt ? (size_t)cnt : 1;
+        skpo_seq *seqs = skpo_xmalloc(sz * sizeof *seqs);
+        int *order = skpo_xmalloc(sz * sizeof(int)), *cut = skpo_xmalloc((sz + 1) * sizeof(int));
+        int nm = micro_plan(b, b->mb[k], cnt, o->micro_tokens, pack, order, cut);
+        skpo_status st = SKPO_OK;
+        for (int u = 0; u < nm && !st; u++) {
+            long ntok = micro_seqs(b, order, cut, u, seqs);
             float *lp = skpo_xmalloc((size_t)(ntok ? ntok : 1) * sizeof *lp);
-            skpo_status st = pol->score(pol->ctx, seqs, j - i, (float)o->temperature, lp, err);
+            st = pol->score(pol->ctx, seqs, cut[u + 1] - cut[u], (float)o->temperature, lp, err);
             long off = 0;
-            for (int q = i; !st && q < j; q++) {
-                sample *s = &b->s[idx[q]];
+            for (int q = cut[u]; !st && q < cut[u + 1]; q++) {
+                sample *s = &b->s[order[q]];
                 int nt = s->n - s->start;
                 s->old = skpo_xrealloc(s->old, (size_t)nt * sizeof *s->old);
                 memcpy(s->old, lp + off, (size_t)nt * sizeof *lp);
@@ -332,12 +431,11 @@ skpo_status skpo_update_recompute_old(const skpo_policy *pol, skpo_batch *b, con
                                           s->uid, t, (double)s->old[t]);
             }
             free(lp);
-            if (st) {
-                free(seqs);
-                return st;
-            }
         }
         free(seqs);
+        free(order);
+        free(cut);
+        if (st) return st;
     }
     return SKPO_OK;
 }
@@ -450,7 +548,7 @@ static skpo_status micro(const skpo_policy *pol, skpo_batch *b, const int *idx, 
 
 #define NSTAT 8   // doubles in skpo_loss_stats
 
-#define NSUM (SKPO_NPHASE * (NSTAT + 1) + 3)   // the doubles stats_pack writes
+#define NSUM (SKPO_NPHASE * (NSTAT + 1) + 4)   // the doubles stats_pack writes
 
 static void stats_pack(const skpo_update_metrics *m, double wloss, double *v) {
     for (int p = 0; p < SKPO_NPHASE; p++) {
@@ -460,6 +558,7 @@ static void stats_pack(const skpo_update_metrics *m, double wloss, double *v) {
     v[SKPO_NPHASE * (NSTAT + 1)] = wloss;
     v[SKPO_NPHASE * (NSTAT + 1) + 1] = m->raw_tokens;
     v[SKPO_NPHASE * (NSTAT + 1) + 2] = m->packed_tokens;
+    v[SKPO_NPHASE * (NSTAT + 1) + 3] = m->micro_batches;
 }
 
 static void stats_unpack(skpo_update_metrics *m, const double *v) {
@@ -470,6 +569,7 @@ static void stats_unpack(skpo_update_metrics *m, const double *v) {
     m->loss = v[SKPO_NPHASE * (NSTAT + 1)];
     m->raw_tokens = v[SKPO_NPHASE * (NSTAT + 1) + 1];
     m->packed_tokens = v[SKPO_NPHASE * (NSTAT + 1) + 2];
+    m->micro_batches = v[SKPO_NPHASE * (NSTAT + 1) + 3];
     m->tokens = 0;
     for (int p = 0; p < SKPO_NPHASE; p++) m->tokens += m->phase[p].tokens;
 }
@@ -513,13 +613,19 @@ skpo_status skpo_update_grad(const skpo_policy *pol, skpo_comm *comm, skpo_batch
     for (int p = 0; p < SKPO_NPHASE; p++) pc[p] = (skpo_loss_count){c[2 * p], c[2 * p + 1]};
     pol->zero_grad(pol->ctx);
     double wloss = 0;
-    skpo_seq *seqs = skpo_xmalloc((cnt ? cnt : 1) * sizeof *seqs);
-    for (int i = 0, j; i < cnt && !st; i = j) {
-        long ntok = next_micro(b, idx, cnt, i, o->micro_tokens, seqs, &j);
-        st = micro(pol, b, idx, i, j, seqs, ntok, o, pc, m, &wloss, err);
-        for (int q = i; q < j; q++) m->seqs[b->s[idx[q]].phase] += b->s[idx[q]].nkeep > 0;
+    size_t sz = cnt ? (size_t)cnt : 1;
+    skpo_seq *seqs = skpo_xmalloc(sz * sizeof *seqs);
+    int *order = skpo_xmalloc(sz * sizeof(int)), *cut = skpo_xmalloc((sz + 1) * sizeof(int));
+    int nm = micro_plan(b, idx, cnt, o->micro_tokens, policy_packs(pol), order, cut);
+    for (int u = 0; u < nm && !st; u++) {
+        long ntok = micro_seqs(b, order, cut, u, seqs);
+        st = micro(pol, b, order, cut[u], cut[u + 1], seqs, ntok, o, pc, m, &wloss, err);
+        for (int q = cut[u]; q < cut[u + 1]; q++) m->seqs[b->s[order[q]].phase] += b->s[order[q]].nkeep > 0;
+        m->micro_batches++;
     }
     free(seqs);
+    free(order);
+    free(cut);
     for (int q = 0; q < cnt; q++) skpo_mismatch_stats_add(&m->mismatch, &b->s[idx[q]].ms);
     st = skpo_comm_agree(comm, st, err);
     if (st) return st;
@@ -608,6 +714,7 @@ void skpo_update_metrics_rec(const skpo_update_metrics *m, int64_t step, skpo_re
     skpo_rec_set_float(r, F_RAW_TOKENS, m->raw_tokens);
     skpo_rec_set_float(r, F_PACKED_TOKENS, m->packed_tokens);
     skpo_rec_set_float(r, F_SHARED_RATIO, m->raw_tokens > 0 ? 1 - m->packed_tokens / m->raw_tokens : 0);
+    skpo_rec_set_float(r, F_MICRO_BATCHES, m->micro_batches);
     for (int p = 0; p < SKPO_NPHASE; p++) {
         const skpo_loss_stats *s = &m->phase[p];
         if (m->seqs[p] == 0) continue;

@@ -17,9 +17,12 @@
  * and its downs always share one update; 128 prompts / 32 = 4 updates. No
  * shuffling (verl's actor default). Data parallel: whole prompts go to ranks,
  * within each mini-batch the heaviest (most tokens) first to the least-loaded
- * rank, a plan every rank computes identically. Micro-batches: a rank's records of one mini-batch are packed
- * in order up to `micro_tokens` (prompt + response) per forward/backward (a
- * longer record goes alone). Normalisers are counted over the whole mini-batch
+ * rank, a plan every rank computes identically. Micro-batches: a rank's
+ * records of one mini-batch are cut into forward/backward passes of at most
+ * `micro_tokens` tokens (a longer record goes alone): when the policy packs
+ * (skpo_policy.packs), the tokens the pass computes, a group's shared prompt
+ * once, and a group that fits stays whole (first fit, update.c micro_plan);
+ * otherwise prompt + response tokens, records in order. Normalisers are counted over the whole mini-batch
  * on all ranks first (docs/algorithm.md 4.6), so the sum of micro-batch gradients equals
  * the gradient of the whole mini-batch (up to float summation order).
  *
@@ -58,7 +61,7 @@ typedef struct skpo_update_opts {
     skpo_loss_cfg loss;
     int sft;                // plain next-token cross-entropy
     int minibatch;          // prompts per optimizer update (32)
-    long micro_tokens;      // prompt + response tokens per forward/backward (8192)
+    long micro_tokens;      // tokens per forward/backward, packed when the policy packs (8192)
     skpo_old_logp old_logp;        // where pi_old comes from (recompute)
     skpo_mismatch_cfg mismatch;    // rollout vs pi_old correction (tis, cap 2)
     int epochs;             // passes over the step's mini-batches (PPO epochs, 1)
@@ -81,6 +84,7 @@ typedef struct skpo_update_metrics {
     double tokens;                        // response tokens
     double raw_tokens;                    // prompt + response tokens the forward passes were given
     double packed_tokens;                 // the tokens they computed after packing (model/pack.h)
+    double micro_batches;                 // forward/backward passes (all ranks)
     double grad_norm;                     // before clipping
     double lr;
     double seconds;                       // wall time of the mini-batch (this rank)

@@ -97,6 +97,20 @@ t "--no-pack trains the same weights (to 1e-6) and reports packed_tokens = raw_t
   '$CHK' --same '$TMP/np' '$TMP/pk' 1e-6 &&
   skpo-cat --where kind=metrics --fields raw_tokens,packed_tokens,shared_ratio '$TMP/m-np.zst' |
     awk -F'[:,}]' '{ if (\$4 != \$2 || \$6 != 0) bad = 1 } END { exit bad || NR != 2 }'"
+# --micro-tokens counts packed tokens: q0's three downs hold 50 tokens as given (a prompt of 10 under
+# each), 30 packed. At --micro-tokens 30 every group stays whole: each mini-batch computes the
+# tokens it computes in one pass (the 1000 run above), where counting tokens as given cut the downs
+# and computed each part's prefix again; --no-pack keeps its old cut (more passes), same weights.
+t "a group whose records exceed --micro-tokens but whose packed size fits is one micro-batch (same weights as --no-pack, 1e-6)" sh -c "
+  [ \$(skpo-cat --where kind=down --where pid=q0 --fields prompt,tokens '$R' | awk '{ n += gsub(/[0-9]+/, \"\") } END { print n }') -gt 30 ] &&
+  skpo-update --model '$M' --out '$TMP/w30' --metrics '$TMP/m-30.zst' $A --micro-tokens 30 '$R' 2>/dev/null &&
+  skpo-update --model '$M' --out '$TMP/w30n' --metrics '$TMP/m-30n.zst' $A --micro-tokens 30 --no-pack '$R' 2>/dev/null &&
+  '$CHK' --same '$TMP/w30' '$TMP/w30n' 1e-6 &&
+  skpo-cat --where kind=metrics --fields packed_tokens '$TMP/m-pk.zst' >'$TMP/pk-whole' &&
+  skpo-cat --where kind=metrics --fields packed_tokens '$TMP/m-30.zst' | cmp - '$TMP/pk-whole' &&
+  skpo-cat --where kind=metrics --fields micro_batches '$TMP/m-30.zst' | awk -F'[:}]' '{ print \$2 }' >'$TMP/mb-p' &&
+  skpo-cat --where kind=metrics --fields micro_batches '$TMP/m-30n.zst' | awk -F'[:}]' '{ print \$2 }' |
+    paste '$TMP/mb-p' - | awk '{ if (!(\$1 < \$2)) bad = 1 } END { exit bad || NR != 2 }'"
 # The fixture's rollout log-probs are pi_old + N(0, 0.3): no ratio reaches tis's cap 2
 # (tis weighs every token by its ratio), so mask-token and icepop need tighter bands to differ.
 t "each --mismatch mode changes the step (off, mask-token at 1.2, mask-seq, icepop from 0.9 vs tis)" sh -c "

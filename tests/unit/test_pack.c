@@ -73,6 +73,36 @@ static void plan_keeps_a_token_in_every_continuation(void) {
     skpo_pack_free(&p);
 }
 
+// The update budgets a micro-batch by the tally, the pass computes the plan:
+// after every sequence added, the tally's counts are the plan's (random
+// batches of a few prompts, answers that sometimes start alike, prompts that
+// are a prefix of another prompt, one-token continuations).
+static void tally_counts_what_the_plan_computes(void) {
+    srand(17);
+    for (int trial = 0; trial < 200; trial++) {
+        int32_t ids[16][12];
+        skpo_seq s[16];
+        int n = 1 + rand() % 16, pack = trial % 5 != 0;
+        int32_t pr[3][6];
+        for (int p = 0; p < 3; p++)
+            for (int t = 0; t < 6; t++) pr[p][t] = p == 2 ? pr[0][t] : 1 + rand() % 3;   // prompt 2 runs like prompt 0
+        skpo_pack_tally t;
+        skpo_pack_tally_init(&t, pack);
+        for (int i = 0; i < n; i++) {
+            int p = rand() % 3, start = p == 2 ? 4 : 2 + p, len = start + 1 + rand() % 6;
+            for (int k = 0; k < len; k++) ids[i][k] = k < start ? pr[p][k] : 1 + rand() % 2;
+            s[i] = (skpo_seq){ids[i], len, start};
+            skpo_pack_tally_add(&t, &s[i]);
+            skpo_pack plan;
+            skpo_pack_plan(s, i + 1, pack, &plan);
+            CHECK_MSG(t.raw == plan.raw && t.packed == plan.N, "trial %d, %d sequences: tally %ld/%ld, plan %ld/%d", trial,
+                      i + 1, t.raw, t.packed, plan.raw, plan.N);
+            skpo_pack_free(&plan);
+        }
+        skpo_pack_tally_free(&t);
+    }
+}
+
 // --- the kernels against the mask ------------------------------------------------------------
 
 // out (NH, HS) of query r by brute force over the keys skpo_may_attend allows.
@@ -312,8 +342,9 @@ static double grad_rel_diff(skpo_model *m, const float *a, const float *b, doubl
     return B2 > 0 ? sqrt(D2 / B2) : INFINITY;
 }
 
-static void check_update(const char *cfg, int kind, int agg, int sft, double kl, double ent, long micro,
-                         skpo_old_logp old) {
+// The packed run against the unpacked one; *pm and *um (nullable) get their metrics.
+static void check_update_met(const char *cfg, int kind, int agg, int sft, double kl, double ent, long micro,
+                             skpo_old_logp old, skpo_update_metrics *pm, skpo_update_metrics *um) {
     skpo_model *m = tiny(cfg);
     if (!m) { CHECK(0); return; }
     batch bt;
@@ -341,14 +372,24 @@ static void check_update(const char *cfg, int kind, int agg, int sft, double kl,
     printf("# %s kind %s agg %s%s kl %g ent %g micro %ld: rel diff %.1e (worst tensor %.1e, %s)\n",
            skpo_model_config(m)->model_type, skpo_loss_kind_name(kind), skpo_loss_agg_name(agg), sft ? " sft" : "", kl,
            ent, micro, rel, trel, wn);
-    CHECK_MSG(a.loss == b.loss, "loss %.17g vs %.17g", a.loss, b.loss);
+    // the same per-record terms (packed log-probs are the unpacked bits); micro-batches cut
+    // differently (the packed budget) add them in another order
+    if (a.met.micro_batches == 1 && b.met.micro_batches == 1) CHECK_MSG(a.loss == b.loss, "loss %.17g vs %.17g", a.loss, b.loss);
+    else CHECK_MSG(fabs(a.loss - b.loss) <= 1e-12 * fabs(b.loss), "loss %.17g vs %.17g", a.loss, b.loss);
     CHECK(a.met.raw_tokens == b.met.raw_tokens && b.met.packed_tokens == b.met.raw_tokens);
     CHECK(a.met.packed_tokens < a.met.raw_tokens && a.met.packed_tokens > 0);
+    if (pm) *pm = a.met;
+    if (um) *um = b.met;
     free(a.grad);
     free(b.grad);
     for (size_t i = 0; i < n; i++) skpo_rec_free(&r[i]);
     free(r);
     skpo_model_free(m);
+}
+
+static void check_update(const char *cfg, int kind, int agg, int sft, double kl, double ent, long micro,
+                         skpo_old_logp old) {
+    check_update_met(cfg, kind, agg, sft, kl, ent, micro, old, NULL, NULL);
 }
 
 static void packed_gradient_equals_unpacked_for_every_loss_form_and_aggregation(void) {
@@ -363,11 +404,57 @@ static void packed_gradient_equals_unpacked_with_kl_and_entropy_terms(void) {
     check_update(CFG6, SKPO_LOSS_CISPO, SKPO_AGG_SEQ_MEAN_TOKEN_MEAN, 0, 0.1, 0.05, 1 << 20, SKPO_OLD_ROLLOUT);
 }
 
-// micro_tokens 40 cuts the groups across micro-batches: each part is packed
-// on its own, the sum is still the whole mini-batch's gradient.
+// Packed size of make_batch's groups for vocabulary V (all in one
+// mini-batch): the whole batch's, and the largest group's raw and packed sizes.
+static long group_sizes(int V, long *max_raw, long *max_packed) {
+    batch bt;
+    make_batch(&bt, V);
+    skpo_pack_tally t;
+    skpo_pack_tally_init(&t, 1);
+    for (int i = 0; i < bt.n; i++) skpo_pack_tally_add(&t, &bt.s[i]);
+    *max_raw = *max_packed = 0;
+    for (int k = 0; k < t.ngroups; k++) {
+        if (t.sum[k] > *max_raw) *max_raw = t.sum[k];
+        if (skpo_pack_tally_group(&t, k) > *max_packed) *max_packed = skpo_pack_tally_group(&t, k);
+    }
+    long whole = t.packed;
+    skpo_pack_tally_free(&t);
+    return whole;
+}
+
+// A budget under the largest packed group cuts groups across micro-batches:
+// each part is packed on its own, the sum is still the whole mini-batch's
+// gradient.
 static void packed_gradient_is_exact_when_micro_batches_split_a_group(void) {
-    check_update(CFG16, SKPO_LOSS_PPO, SKPO_AGG_SEQ_MEAN_TOKEN_MEAN, 0, 0, 0.05, 40, SKPO_OLD_ROLLOUT);
-    check_update(CFG6, SKPO_LOSS_GSPO, SKPO_AGG_TOKEN_MEAN, 0, 0, 0, 40, SKPO_OLD_ROLLOUT);
+    long max_raw, max_packed, whole = group_sizes(23, &max_raw, &max_packed);   // CFG16's vocabulary
+    skpo_update_metrics pm;
+    check_update_met(CFG16, SKPO_LOSS_PPO, SKPO_AGG_SEQ_MEAN_TOKEN_MEAN, 0, 0, 0.05, max_packed - 5, SKPO_OLD_ROLLOUT, &pm, NULL);
+    CHECK_MSG(pm.packed_tokens > whole, "packed %g, no group was cut (whole %ld)", pm.packed_tokens, whole);
+    whole = group_sizes(19, &max_raw, &max_packed);   // CFG6's
+    check_update_met(CFG6, SKPO_LOSS_GSPO, SKPO_AGG_TOKEN_MEAN, 0, 0, 0, 16, SKPO_OLD_ROLLOUT, &pm, NULL);
+    CHECK_MSG(pm.packed_tokens > whole, "packed %g, no group was cut (whole %ld)", pm.packed_tokens, whole);
+}
+
+// --micro-tokens counts what a packed pass computes: a group whose records
+// hold more tokens than the budget but whose packed size fits (here every
+// group: the budget is the largest packed group) is trained in one
+// micro-batch, so the step computes exactly the whole batch's packed tokens,
+// in fewer passes than the unpacked run, and its gradient is the unpacked
+// one. Counting tokens as given, the groups were cut and each part computed
+// its prefix again.
+static void a_group_whose_packed_size_fits_the_budget_is_one_micro_batch(void) {
+    skpo_update_metrics pm, um;
+    for (int c = 0; c < 2; c++) {
+        long max_raw, max_packed, whole = group_sizes(c ? 19 : 23, &max_raw, &max_packed);
+        CHECK_MSG(max_raw > max_packed, "raw %ld packed %ld: no group to keep whole", max_raw, max_packed);
+        check_update_met(c ? CFG6 : CFG16, SKPO_LOSS_PPO, SKPO_AGG_TOKEN_MEAN, 0, 0, 0, max_packed,
+                         c ? SKPO_OLD_RECOMPUTE : SKPO_OLD_ROLLOUT, &pm, &um);
+        CHECK_MSG(pm.packed_tokens == (double)whole, "packed %g, whole groups %ld", pm.packed_tokens, whole);
+        CHECK_MSG(pm.micro_batches < um.micro_batches, "%g packed micro-batches, %g unpacked", pm.micro_batches,
+                  um.micro_batches);
+        printf("# budget %ld (largest group: %ld raw, %ld packed): %g micro-batches packed, %g unpacked; %g of %g tokens\n",
+               max_packed, max_raw, max_packed, pm.micro_batches, um.micro_batches, pm.packed_tokens, pm.raw_tokens);
+    }
 }
 
 static void packed_gradient_equals_unpacked_with_pi_old_recomputed(void) {
@@ -375,9 +462,82 @@ static void packed_gradient_equals_unpacked_with_pi_old_recomputed(void) {
     check_update(CFG6, SKPO_LOSS_SAPO, SKPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, 0, 0, 64, SKPO_OLD_RECOMPUTE);
 }
 
+// A policy that watches the model's passes: every forward and score of more
+// than one record must compute at most the budget (packed tokens).
+typedef struct watch {
+    skpo_policy in;
+    long budget, worst;
+    int passes, over;
+} watch;
+
+static void watch_pass(watch *w, int nseq) {
+    long raw, packed;
+    w->in.pass_tokens(w->in.ctx, &raw, &packed);
+    w->passes++;
+    if (nseq > 1 && packed > w->budget) w->over++;
+    if (packed > w->worst) w->worst = packed;
+}
+static skpo_status w_forward(void *ctx, const skpo_seq *s, int n, float t, float *lp, float *ent, skpo_err *err) {
+    watch *w = ctx;
+    skpo_status st = w->in.forward(w->in.ctx, s, n, t, lp, ent, err);
+    watch_pass(w, n);
+    return st;
+}
+static skpo_status w_score(void *ctx, const skpo_seq *s, int n, float t, float *lp, skpo_err *err) {
+    watch *w = ctx;
+    skpo_status st = w->in.score(w->in.ctx, s, n, t, lp, err);
+    watch_pass(w, n);
+    return st;
+}
+static skpo_status w_backward(void *ctx, const float *d, const float *de, skpo_err *err) {
+    watch *w = ctx;
+    return w->in.backward(w->in.ctx, d, de, err);
+}
+static void w_zero(void *ctx) { ((watch *)ctx)->in.zero_grad(((watch *)ctx)->in.ctx); }
+static int w_params(void *ctx, skpo_param **p) { return ((watch *)ctx)->in.params(((watch *)ctx)->in.ctx, p); }
+static void w_tokens(void *ctx, long *raw, long *packed) { ((watch *)ctx)->in.pass_tokens(((watch *)ctx)->in.ctx, raw, packed); }
+static int w_packs(void *ctx) { return ((watch *)ctx)->in.packs(((watch *)ctx)->in.ctx); }
+
+// Whatever the budget (groups whole, cut, several per pass), no packed pass
+// of pi_old's recompute or of the update holds more tokens than
+// --micro-tokens; a pass over it is a single record longer than the budget.
+static void no_packed_pass_computes_more_than_the_budget(void) {
+    skpo_model *m = tiny(CFG16);
+    if (!m) { CHECK(0); return; }
+    batch bt;
+    make_batch(&bt, skpo_model_config(m)->vocab_size);
+    size_t n;
+    skpo_rec *r = make_records(m, &bt, &n);
+    skpo_model_set_pack(m, 1);
+    static const long budgets[] = {1, 9, 16, 20, 25, 30, 40, 64, 1 << 20};
+    for (int k = 0; k < (int)(sizeof budgets / sizeof budgets[0]); k++) {
+        skpo_update_opts o;
+        skpo_update_opts_default(&o);
+        o.minibatch = 1;   // two mini-batches: the plan is per mini-batch
+        o.micro_tokens = budgets[k];
+        watch w = {.in = skpo_policy_of_model(m), .budget = budgets[k]};
+        skpo_policy pol = {&w, w_forward, w_backward, w_score, w_zero, w_params, NULL, w_tokens, w_packs};
+        skpo_err e = {0};
+        skpo_batch *b = NULL;
+        skpo_comm *c = NULL;
+        skpo_update_metrics met[2];
+        CHECK(skpo_batch_new(r, n, &o, 0, 1, &b, &e) == SKPO_OK && skpo_comm_init(SKPO_COMM_LOCAL, &c, &e) == SKPO_OK);
+        for (int mb = 0; mb < 2 && b; mb++) CHECK_MSG(skpo_update_grad(&pol, c, b, mb, &o, &met[mb], &e) == SKPO_OK, "%s", e.msg);
+        CHECK_MSG(w.over == 0, "budget %ld: %d of %d passes over it (largest %ld)", budgets[k], w.over, w.passes, w.worst);
+        CHECK(w.passes == 2 * (int)(met[0].micro_batches + met[1].micro_batches));   // recompute + update, same cut
+        printf("# budget %ld: %d passes, largest %ld tokens\n", budgets[k], w.passes, w.worst);
+        skpo_batch_free(b);
+        skpo_comm_free(c);
+    }
+    for (size_t i = 0; i < n; i++) skpo_rec_free(&r[i]);
+    free(r);
+    skpo_model_free(m);
+}
+
 int main(void) {
     RUN(plan_puts_each_prefix_once_and_keeps_scored_order);
     RUN(plan_keeps_a_token_in_every_continuation);
+    RUN(tally_counts_what_the_plan_computes);
     RUN(masked_attention_matches_the_mask_head_size_16);
     RUN(masked_attention_matches_the_mask_head_size_6);
     RUN(packed_logprobs_are_the_unpacked_bits_head_size_16);
@@ -385,6 +545,8 @@ int main(void) {
     RUN(packed_gradient_equals_unpacked_for_every_loss_form_and_aggregation);
     RUN(packed_gradient_equals_unpacked_with_kl_and_entropy_terms);
     RUN(packed_gradient_is_exact_when_micro_batches_split_a_group);
+    RUN(a_group_whose_packed_size_fits_the_budget_is_one_micro_batch);
+    RUN(no_packed_pass_computes_more_than_the_budget);
     RUN(packed_gradient_equals_unpacked_with_pi_old_recomputed);
     return TEST_SUMMARY();
 }

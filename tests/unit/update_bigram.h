@@ -114,7 +114,7 @@ static int bg_params(void *ctx, skpo_param **p) {
 }
 
 static skpo_policy bg_policy(bigram *m) {
-    return (skpo_policy){m, bg_forward, bg_backward, bg_score, bg_zero, bg_params, NULL, NULL};
+    return (skpo_policy){m, bg_forward, bg_backward, bg_score, bg_zero, bg_params, NULL, NULL, NULL};
 }
 
 // --- records for the tests -------------------------------------------------------------

@@ -65,7 +65,7 @@ static skpo_opt *rows_io(skpo_opt *o, skpo_opt *end, upd_args *a) {
         SKPO_OPT_STR("metrics", 0, &a->metrics, "FILE", "append one metrics record per mini-batch"),
         SKPO_OPT_LONG("step", 0, &a->step, 1, 1e9, "N", "training step (default: the checkpoint's step + 1)"),
         SKPO_OPT_INT("minibatch", 0, &a->u.minibatch, 1, 1e9, "N", "prompts per optimizer update (32)"),
-        SKPO_OPT_LONG("micro-tokens", 0, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward (8192)"),
+        SKPO_OPT_LONG("micro-tokens", 0, &a->u.micro_tokens, 1, 1e12, "N", "tokens per forward/backward, a group's shared prompt once unless --no-pack (8192)"),
     };
     return put_rows(o, end, rows, sizeof rows / sizeof *rows);
 }
