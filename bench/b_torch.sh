@@ -8,7 +8,8 @@
 # The peer is bench/torch_peer.py: the same model written plainly in eager
 # torch (F.linear, scaled_dot_product_attention, log_softmax on the scored
 # rows, AdamW), the same work as each skpo tool (the update recomputes pi_old
-# first, as skpo-update does by default). PyTorch comes from PyPI into a venv
+# first, as skpo-update does by default; a second update row lets skpo take
+# pi_old from the rollout, exact on the CPU, against torch's recompute). PyTorch comes from PyPI into a venv
 # this script makes once ($SKPO_TORCH_VENV, default ~/.cache/skpo/torch-venv;
 # PyPI's Linux wheel is the CUDA build, several GB, and runs on the CPU;
 # SKPO_TORCH_INDEX_URL=... installs from another index, e.g. the CPU-only one,
@@ -102,6 +103,16 @@ for m in tiny base; do
     "skpo-score --model '$tmp/$m' '$tmp/${m}_in/score.msgpack.zst'" score "$tmp/$m" "$tmp/${m}_in/score.json" "$T"
   run_pair "update $label $ushape" "$tmp/$m" \
     "skpo-update --model '$tmp/$m' --out '$tmp/out' --minibatch $mb '$tmp/${m}_in/update.msgpack.zst'" \
+    update "$tmp/$m" "$tmp/${m}_in/update.json" "$T" "$mb"
+  # The same step with pi_old taken from the rollout's log-probs instead of a
+  # recompute: on the CPU the sampler's log-probs equal pi_old bit for bit
+  # (docs/update.md), so skpo may skip that forward; torch's side still
+  # recomputes, as a trainer must whose rollout engine is another program.
+  # The records get real log-probs from skpo-score first (untimed).
+  skpo-score --model "$tmp/$m" --field logp "$tmp/${m}_in/update.msgpack.zst" >"$tmp/${m}_in/update_lp.msgpack.zst" ||
+    { echo "b_torch: skpo-score --field logp failed" >&2; exit 1; }
+  run_pair "update $label $ushape rollout-old" "$tmp/$m" \
+    "skpo-update --model '$tmp/$m' --out '$tmp/out' --minibatch $mb --old-logp rollout '$tmp/${m}_in/update_lp.msgpack.zst'" \
     update "$tmp/$m" "$tmp/${m}_in/update.json" "$T" "$mb"
   np=$(python3 -c "import json; print(len(json.load(open('$tmp/${m}_in/prompts.json'))))")
   run_pair "sample $label ${np}x$G+$NEW" "$tmp/$m" \
