@@ -39,7 +39,8 @@ ifeq ($(CUDA),1)
   endif
   NVCCFLAGS ?= -O2 -g -std=c++17 -Icore --compiler-options -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings \
                $(NVCC_ARCH)
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  # cuBLAS is dlopened on first use (core/cuda/cublas_load.c), not linked.
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
   # NCCL outside CUDA_HOME (e.g. the pip package nvidia-nccl-cu13; tests/gpu/run.sh sets it)
   ifneq ($(NCCL_HOME),)
     NVCCFLAGS += -I$(NCCL_HOME)/include

@@ -16,7 +16,7 @@ cc -O2 -std=gnu11 -fopenmp -Icore -I/usr/include/x86_64-linux-gnu/openblas-pthre
   bench/b_pack.c "$BUILD/libskpo.a" -lmsgpackc -lzstd -lz -lopenblas -lpcre2-8 -lutf8proc -ljansson -lflint -lmpfr \
   -lgmp -lm -lpthread $(pkg-config --libs ompi-c 2>/dev/null) \
   $(ar t "$BUILD/libskpo.a" | grep -q '^attention.o$' && cu=${CUDA_HOME:-/usr/local/cuda}/lib64 &&
-    echo "-L$cu -lcublasLt -lcublas -lnccl -lcudart -lstdc++ $(ar t "$BUILD/libskpo.a" | grep -q sdpa_cudnn && echo -lcudnn -lnvrtc)") ||
+    echo "-L$cu -lnccl -lcudart -lstdc++ -ldl $(ar t "$BUILD/libskpo.a" | grep -q sdpa_cudnn && echo -lcudnn -lnvrtc)") ||
   exit 1
 echo "load average $(cut -d" " -f1-3 /proc/loadavg) (a shared machine makes every number noisy)"
 SKPO_DEVICE=cpu "$BUILD/bench/b_pack" "$threads"

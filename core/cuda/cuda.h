@@ -32,6 +32,8 @@ typedef struct skpo_cuda skpo_cuda;   // a device context: handle, stream, works
 int skpo_cuda_device_count(void);                // 0 without a usable GPU (never fails)
 skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err);
 void skpo_cuda_free_ctx(skpo_cuda *c);
+// Why cuBLAS (loaded on first use, cublas_load.c) is not there; NULL when it is.
+const char *skpo_cublas_load_error(void);
 size_t skpo_cuda_mem_free(skpo_cuda *c);
 // Device allocation; a failure names the byte count and the free memory.
 skpo_status skpo_cuda_malloc(skpo_cuda *c, void **p, size_t bytes, const char *what, skpo_err *err);

@@ -52,6 +52,8 @@ extern "C" skpo_status skpo_cuda_init(int device, skpo_cuda **out, skpo_err *err
     if (s != CUBLAS_STATUS_SUCCESS) {
         cudaStreamDestroy(c->stream);
         free(c);
+        const char *why = skpo_cublas_load_error();
+        if (why) return skpo_err_set(err, SKPO_EDEVICE, "%s", why);
         return skpo_cublas_fail(err, s, "cublasCreate", __FILE__, __LINE__);
     }
     *out = c;

@@ -162,6 +162,23 @@ static void adamw_tensor(const skpo_optim *o, skpo_param *p, float *m, float *v,
     float *x = p->data;
     const float *gr = p->grad;
     const long long n = (long long)p->numel;
+    // The first update writes the moments without reading them (they are
+    // zero): calloc'd pages read first map the shared zero page, and the
+    // write after it then copies the page and flushes every core's TLB; on a
+    // 125M model that was 40% of the update's wall time. Same bits: 0 + x.
+    if (o->t == 1) {
+#pragma omp parallel for schedule(static)
+        for (long long k = 0; k < n; k++) {
+            float g = gr[k] * coef;
+            x[k] *= keep;
+            float mk = 0.0f + (1.0f - b1) * g, vk = 0.0f + (1.0f - b2) * g * g;
+            m[k] = mk;
+            v[k] = vk;
+            float denom = sqrtf(vk) / bc2s + eps;
+            x[k] -= step * (mk / denom);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (long long k = 0; k < n; k++) {
         float g = gr[k] * coef;

@@ -44,3 +44,11 @@ cpu_runs() {
   skpo-cat --head 1 "$TMP/sc.out" >/dev/null 2>>"$TMP/s.err" || { cat "$TMP/s.err"; return 1; }
 }
 t "sample and score run with --device cpu" cpu_runs
+
+# cuBLAS is loaded by the CUDA backend on first use (core/cuda/cublas_load.c),
+# so a CPU run never maps it (libcublasLt cost every start ~55 ms).
+no_cublas() {
+  LD_DEBUG=files skpo-score --model "$M" --device cpu <"$TMP/s.out" >/dev/null 2>"$TMP/ld.err" || { tail -n 3 "$TMP/ld.err"; return 1; }
+  ! grep -q "file=libcublas" "$TMP/ld.err" || { grep "file=libcublas" "$TMP/ld.err" | head -n 2; return 1; }
+}
+t "a CPU run does not load cuBLAS" no_cublas

@@ -118,6 +118,37 @@ static void nonfinite_gradient_norm_leaves_state_untouched(void) {
     skpo_optim_free(o);
 }
 
+// The first update writes the moments without reading them (optim.c: reading
+// calloc'd pages first made every page fault twice). Its bits must be the
+// general rule's with zero moments, signed zeros and extremes included.
+static void first_update_equals_the_general_rule_bit_for_bit(void) {
+    enum { N = 12 };
+    float g[N] = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 3.0f, -7.0f, 1e20f, -1e20f, 1e-3f, 2.5e-8f};
+    float d[N], want[N], wm[N], wv[N];
+    for (int k = 0; k < N; k++) d[k] = 0.1f * (float)(k - 6); // 0 at k = 6
+    skpo_param p = {"w", d, g, N, 2, {3, 4}};
+    skpo_adamw_cfg c;
+    skpo_adamw_cfg_default(&c);
+    c.weight_decay = 0.01;
+    c.max_grad_norm = 0; // coef 1: the gradients as written
+    const float lr = 1e-3f, b1 = (float)c.beta1, b2 = (float)c.beta2, eps = (float)c.eps;
+    const float keep = (float)(1.0 - (double)lr * c.weight_decay), bc1 = (float)(1.0 - c.beta1);
+    const float bc2s = (float)sqrt(1.0 - c.beta2), step = lr / bc1;
+    for (int k = 0; k < N; k++) { // optim.c's general loop with m = v = 0
+        float x = d[k] * keep, m = 0.0f, v = 0.0f, gk = g[k] * 1.0f;
+        m += (1.0f - b1) * (gk - m);
+        v = v * b2 + (1.0f - b2) * gk * gk;
+        float denom = sqrtf(v) / bc2s + eps;
+        want[k] = x - step * (m / denom), wm[k] = m, wv[k] = v;
+    }
+    skpo_optim *o = skpo_optim_new(&c, &p, 1);
+    skpo_err e = {0};
+    CHECK(skpo_optim_step(o, &p, 1, lr, NULL, &e) == SKPO_OK);
+    CHECK_MSG(!memcmp(d, want, sizeof d), "weights differ from the general rule");
+    CHECK_MSG(!memcmp(o->m[0], wm, sizeof wm) && !memcmp(o->v[0], wv, sizeof wv), "moments differ from the general rule");
+    skpo_optim_free(o);
+}
+
 static char *tmpdir(void) {
     char *d = strdup("/tmp/skpo-optim-XXXXXX");
     return mkdtemp(d);
@@ -242,6 +273,7 @@ int main(void) {
     RUN(adamw_with_warmup_and_clipping_matches_pytorch);
     RUN(warmup_is_linear_over_training_steps_then_constant);
     RUN(nonfinite_gradient_norm_leaves_state_untouched);
+    RUN(first_update_equals_the_general_rule_bit_for_bit);
     RUN(state_round_trip_continues_bit_identically);
     RUN(master_weights_restore_fp32_only_when_checkpoint_matches);
     RUN(state_of_another_model_is_rejected_by_name_and_size);
