@@ -53,9 +53,11 @@ typedef struct skpo_attn_runs {
 // heads: q, dout, dq (rows of NH * HS floats), k, v, dk, dv (rows of NKV *
 // HS), lse and D = rowsum(dout * out) (rows of NH), all pointing at the row's
 // first token. runs NULL: causal over the whole row; else a packed row's
-// mask (query tiles stay within one segment, key tiles with no visible pair
-// are skipped, so the work follows the visible pairs). dq of heads
-// g*NH/NKV .. and dk, dv of head g are OVERWRITTEN. scratch: 2 * HS * (n rounded up to 16) + 16 floats.
+// mask (query tiles stay within one segment; key blocks start afresh at
+// every segment, so the work follows the visible pairs). dq of heads
+// g*NH/NKV .. and dk, dv of head g are OVERWRITTEN. scratch:
+// skpo_attn_bwd_scratch(n, runs, HS) floats.
+size_t skpo_attn_bwd_scratch(int n, const skpo_attn_runs *runs, int HS);
 void skpo_attn_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
                          const float *q, const float *k, const float *v, int n, const skpo_attn_runs *runs, int NH,
                          int NKV, int g, int HS, float scale, float *scratch);

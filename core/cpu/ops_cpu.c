@@ -350,13 +350,28 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) dot_rows(D + (size_t)r * NH, dout + (size_t)r * NH * HS, out + (size_t)r * NH * HS, NH, HS);
     if (skpo_attn_fast_ok(HS)) { // tiles per (row, kv head): attn_cpu.h
-        int T = max_seq_len(seq_off, nseq);
+        size_t nscr = 0; // floats of the largest row's key blocks
+        for (int s = 0; s < nseq; s++) {
+            skpo_attn_runs ru = {mr.pre_end + seq_off[s], mr.own0 + seq_off[s], seq_off[s]};
+            size_t f = skpo_attn_bwd_scratch(seq_off[s + 1] - seq_off[s], seg ? &ru : NULL, HS);
+            nscr = f > nscr ? f : nscr;
+        }
+        // Longest rows first: a packed row is a whole group, several times a
+        // plain row's work, and taken last it would leave the other threads idle.
+        int *order = skpo_xmalloc((size_t)(nseq ? nseq : 1) * sizeof(int));
+        for (int s = 0; s < nseq; s++) order[s] = s;
+        for (int a = 1; a < nseq; a++) // insertion sort, stable: rows are few
+            for (int b = a; b > 0 && seq_off[order[b] + 1] - seq_off[order[b]] >
+                                          seq_off[order[b - 1] + 1] - seq_off[order[b - 1]]; b--) {
+                int t = order[b];
+                order[b] = order[b - 1], order[b - 1] = t;
+            }
 #pragma omp parallel
         {
-            float *scr = skpo_xmalloc(2 * (size_t)HS * (((size_t)T + 15) & ~(size_t)15) * sizeof(float) + 64);
+            float *scr = skpo_xmalloc(nscr * sizeof(float) + 64);
 #pragma omp for schedule(dynamic, 1)
             for (long it = 0; it < (long)nseq * NKV; it++) {
-                int s = (int)(it / NKV), g = (int)(it % NKV), s0 = seq_off[s];
+                int s = order[it / NKV], g = (int)(it % NKV), s0 = seq_off[s];
                 size_t qo = (size_t)s0 * NH * HS, ko = (size_t)s0 * ks;
                 skpo_attn_runs ru = {mr.pre_end + s0, mr.own0 + s0, s0};
                 skpo_attn_bwd_group(dq + qo, dk + ko, dv + ko, dout + qo, lse + (size_t)s0 * NH, D + (size_t)s0 * NH,
@@ -365,6 +380,7 @@ static void cpu_attention_backward(float *dq, float *dk, float *dv, const float 
             }
             free(scr);
         }
+        free(order);
         free(mr.pre_end);
         free(D);
         return;

@@ -135,11 +135,12 @@ static void ref_attention(double *o, const float *q, const float *k, const float
 // of the double reference, against the kernel's backward.
 static void check_attention(int HS) {
     const skpo_ops *op = skpo_ops_cpu();
-    enum { N = 37, NH = 2, NKV = 1 };
-    // row 0: prefix 5, continuations 4, 9, 3 (a 16-key tile spans several); row 1: prefix 2, continuation 6;
-    // row 2: a plain sequence of 8
-    int off[] = {0, 21, 29, 37}, seg[N];
-    int lay[][2] = {{0, 5}, {1, 4}, {2, 9}, {3, 3}, {0, 2}, {1, 6}, {0, 8}};
+    enum { N = 87, NH = 2, NKV = 1 };
+    // row 0: prefix 19, continuations 4, 33, 3 (segments and 16-key blocks cut each other at every
+    // offset: blocks within one segment, one segment over several blocks); row 1: prefix 2,
+    // continuation 6; row 2: a plain sequence of 20
+    int off[] = {0, 59, 67, 87}, seg[N];
+    int lay[][2] = {{0, 19}, {1, 4}, {2, 33}, {3, 3}, {0, 2}, {1, 6}, {0, 20}};
     for (int i = 0, t = 0; i < 7; i++)
         for (int u = 0; u < lay[i][1]; u++) seg[t++] = lay[i][0];
     size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
