@@ -47,37 +47,13 @@ static float row_portable(float *o, const float *q, const skpo_kv_span *sp, int 
 // --- AVX-512 ---------------------------------------------------------------------------------
 
 #if defined(__x86_64__)
-// Lane j: _mm512_reduce_add_ps(a[j]), the same additions in the same pairs
-// (GCC's order: lanes i and i+8, then i and i+4, then 0+2 and 1+3, then the
-// two), done for 16 vectors at once: about 2 instructions a key instead of
-// 8 dependent ones, and the bits of the one-at-a-time sum.
-T512 __attribute__((always_inline)) static inline __m512 hsum16(const __m512 *a) {
-    __m512 x[8], z[4], w[2];
-    for (int m = 0; m < 8; m++) // keys 2m, 2m+1: [lo halves] + [hi halves] -> 8 partial sums each
-        x[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE),
-                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44));
-    for (int m = 0; m < 4; m++) // 128-bit lane k of z[m]: key 4m + k, 4 partial sums
-        z[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0xDD),
-                             _mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0x88));
-    for (int m = 0; m < 2; m++) // lane k: [key 8m+k: 0+2, 1+3; key 8m+4+k: 0+2, 1+3]
-        w[m] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0x44),
-                             _mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0xEE));
-    __m512 v = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
-    // v[4k + t] is key k + 4t
-    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(idx, v);
-}
-
 T512 __attribute__((always_inline)) static inline float row512(float *o, const float *qr, const skpo_kv_span *sp,
                                                                int nsp, const int NV, float scale, float *p) {
     __m512 q[16];
 #pragma GCC unroll 16
     for (int i = 0; i < NV; i++) q[i] = _mm512_loadu_ps(qr + 16 * i);
-    // Scores 16 keys at a time: each key's products and sum as before, the
-    // 16 horizontal sums together (hsum16), scaled and stored at p[n0..).
-    __m512 part[16], vmx = _mm512_set1_ps(-INFINITY);
-    const __m512 vsc = _mm512_set1_ps(scale);
-    int n = 0, c = 0;
+    float mx = -INFINITY;
+    int n = 0;
     for (int s = 0; s < nsp; s++)
         for (int j = 0; j < sp[s].n; j++, n++) {
             const float *kj = sp[s].k + (size_t)j * sp[s].stride;
@@ -87,22 +63,10 @@ T512 __attribute__((always_inline)) static inline float row512(float *o, const f
                 if (i & 1) a1 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a1);
                 else a0 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a0);
             }
-            part[c++] = _mm512_add_ps(a0, a1);
-            if (c == 16) {
-                __m512 z = _mm512_mul_ps(hsum16(part), vsc);
-                _mm512_storeu_ps(p + n - 15, z);
-                vmx = _mm512_max_ps(vmx, z);
-                c = 0;
-            }
+            float z = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
+            p[n] = z;
+            mx = z > mx ? z : mx;
         }
-    if (c) {
-        for (int i = c; i < 16; i++) part[i] = _mm512_setzero_ps();
-        __mmask16 m = (__mmask16)((1u << c) - 1);
-        __m512 z = _mm512_mul_ps(hsum16(part), vsc);
-        _mm512_mask_storeu_ps(p + n - c, m, z);
-        vmx = _mm512_mask_max_ps(vmx, m, vmx, z);
-    }
-    float mx = _mm512_reduce_max_ps(vmx);
     __m512 vm = _mm512_set1_ps(mx), vs = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
         int left = n - j;
