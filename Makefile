@@ -70,7 +70,7 @@ endif
 CXXFLAGS_DNN = -std=c++17 -O1 -fPIC $(WARN) -Icore -isystem $(CUDA_HOME)/include $(SAN)
 ifeq ($(CUDNN),1)
   CXXFLAGS_DNN += -DSKPO_HAVE_CUDNN -isystem $(CUDNN_INCLUDE) -isystem $(CUDNN_FRONTEND)
-  LDLIBS       += -L$(CUDNN_LIB) -lcudnn -lnvrtc   # the frontend's run-time compiled engines call NVRTC
+  # libcudnn and NVRTC: dlopened by the frontend (core/cuda/sdpa_cudnn.cpp), not linked
 endif
 
 CORE_SRC := $(wildcard core/*/*.c)

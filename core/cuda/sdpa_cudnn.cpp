@@ -57,9 +57,14 @@ extern "C" void skpo_cudnn_free_state(void *state) {}
 
 #else
 
+// libcudnn (and the NVRTC its run-time engines use) are loaded by the
+// frontend through dlsym on first use, not linked: linked, every tool paid
+// ~10 ms at start for them, CPU runs included (see cublas_load.c).
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
+#include <dlfcn.h>
 
 #include <math.h>
 
@@ -68,6 +73,23 @@ extern "C" void skpo_cudnn_free_state(void *state) {}
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+namespace cudnn_frontend {
+void *cudnn_dlhandle = nullptr; // the frontend's dlsym handle, set by load_cudnn
+}
+namespace fe_detail = cudnn_frontend::detail;
+
+static const char CUDNN_LIB[] = "libcudnn.so.9";
+
+// NULL when libcudnn is loaded, else why not.
+static const char *load_cudnn(void) {
+    static char why[512];
+    if (cudnn_frontend::cudnn_dlhandle) return nullptr;
+    if (why[0]) return why;
+    cudnn_frontend::cudnn_dlhandle = dlopen(CUDNN_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!cudnn_frontend::cudnn_dlhandle) snprintf(why, sizeof why, "cannot load %s: %s", CUDNN_LIB, dlerror());
+    return cudnn_frontend::cudnn_dlhandle ? nullptr : why;
+}
 
 namespace fe = cudnn_frontend;
 using tensor_t = std::shared_ptr<fe::graph::Tensor_attributes>;
@@ -123,7 +145,7 @@ extern "C" void skpo_cudnn_free_state(void *p) {
     if (d->ws) cudaFree(d->ws);
     if (d->idx) cudaFree(d->idx);
     if (d->table) cudaFree(d->table);
-    if (d->h) cudnnDestroy(d->h);
+    if (d->h) fe_detail::destroy_handle(d->h);
     delete d;
 }
 
@@ -136,9 +158,13 @@ static void ver(char *out, size_t n, size_t v) {
 extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
     if (!c) return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: no CUDA context");
     dnn_state *d = state_of(c);
+    if (!d->usable && load_cudnn()) {
+        d->usable = -1;
+        snprintf(d->why, sizeof d->why, "cuDNN attention: %s", load_cudnn());
+    }
     if (!d->usable) {
         char lib[24], hdr[24];
-        size_t v = cudnnGetVersion();
+        size_t v = fe_detail::get_backend_version();
         ver(lib, sizeof lib, v);
         ver(hdr, sizeof hdr, CUDNN_VERSION);
         snprintf(d->version, sizeof d->version, "%s (headers %s, frontend %d.%d.%d)", lib, hdr,
@@ -158,11 +184,11 @@ extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
             // Ragged (packed) log-sum-exp in the backward: sm_90 and sm_100 only.
             snprintf(d->why, sizeof d->why, "cuDNN attention on packed batches needs an sm_90 or sm_100 GPU (this is sm_%d)",
                      10 * major);
-        } else if ((s = cudnnCreate(&d->h)) != CUDNN_STATUS_SUCCESS) {
+        } else if ((s = fe_detail::create_handle(&d->h)) != CUDNN_STATUS_SUCCESS) {
             d->h = nullptr;
-            snprintf(d->why, sizeof d->why, "cudnnCreate: %s (libcudnn %s)", cudnnGetErrorString(s), lib);
-        } else if ((s = cudnnSetStream(d->h, (cudaStream_t)skpo_cuda_stream_of(c))) != CUDNN_STATUS_SUCCESS) {
-            snprintf(d->why, sizeof d->why, "cudnnSetStream: %s", cudnnGetErrorString(s));
+            snprintf(d->why, sizeof d->why, "cudnnCreate: %s (libcudnn %s)", fe_detail::get_error_string(s), lib);
+        } else if ((s = fe_detail::set_stream(d->h, (cudaStream_t)skpo_cuda_stream_of(c))) != CUDNN_STATUS_SUCCESS) {
+            snprintf(d->why, sizeof d->why, "cudnnSetStream: %s", fe_detail::get_error_string(s));
         } else {
             d->usable = 1;
         }

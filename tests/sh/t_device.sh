@@ -45,10 +45,11 @@ cpu_runs() {
 }
 t "sample and score run with --device cpu" cpu_runs
 
-# cuBLAS is loaded by the CUDA backend on first use (core/cuda/cublas_load.c),
-# so a CPU run never maps it (libcublasLt cost every start ~55 ms).
+# cuBLAS, cuDNN and NVRTC are loaded by the CUDA backend on first use
+# (core/cuda/cublas_load.c, sdpa_cudnn.cpp), so a CPU run never maps them
+# (linked, they cost every start ~65 ms).
 no_cublas() {
   LD_DEBUG=files skpo-score --model "$M" --device cpu <"$TMP/s.out" >/dev/null 2>"$TMP/ld.err" || { tail -n 3 "$TMP/ld.err"; return 1; }
-  ! grep -q "file=libcublas" "$TMP/ld.err" || { grep "file=libcublas" "$TMP/ld.err" | head -n 2; return 1; }
+  ! grep -Eq "file=lib(cublas|cudnn|nvrtc)" "$TMP/ld.err" || { grep -E "file=lib(cublas|cudnn|nvrtc)" "$TMP/ld.err" | head -n 2; return 1; }
 }
-t "a CPU run does not load cuBLAS" no_cublas
+t "a CPU run loads neither cuBLAS nor cuDNN" no_cublas

@@ -1,7 +1,9 @@
-// test_cublas_load.c - cuBLAS is not linked but loaded on first use
-// (core/cuda/cublas_load.c): a process that never asks for it never maps
-// it (libcublasLt alone cost every tool ~55 ms at start), and the first ask
-// maps it or says in one line why it cannot.
+// test_cublas_load.c - cuBLAS, cuDNN and NVRTC are not linked but loaded on
+// first use (core/cuda/cublas_load.c, core/cuda/sdpa_cudnn.cpp): a process
+// that never asks for them never maps them (linked, they cost every tool
+// ~65 ms at start, CPU runs included), and the first ask for cuBLAS maps it or
+// says in one line why it cannot. (cuDNN's first ask needs a GPU context:
+// tests/gpu/run.sh.)
 #include "harness.h"
 #include "base/common.h"
 
@@ -24,6 +26,11 @@ static int mapped(const char *name) {
     return hit;
 }
 
+static void cudnn_and_nvrtc_are_not_mapped_at_start(void) {
+    CHECK_MSG(mapped("libcudnn") == 0, "libcudnn is mapped before anything asked for it (linked again?)");
+    CHECK_MSG(mapped("libnvrtc") == 0, "libnvrtc is mapped before anything asked for it (linked again?)");
+}
+
 static void cublas_loads_on_first_use_only(void) {
     CHECK_MSG(mapped("libcublas") == 0, "libcublas is mapped before anything asked for it (linked again?)");
     const char *why = skpo_cublas_load_error();
@@ -37,6 +44,7 @@ static void cublas_loads_on_first_use_only(void) {
 }
 
 int main(void) {
+    RUN(cudnn_and_nvrtc_are_not_mapped_at_start);
     RUN(cublas_loads_on_first_use_only);
     return TEST_SUMMARY();
 }
