@@ -121,15 +121,18 @@ static inline int tile_rows(const skpo_attn_runs *ru, int i0, int n) {
 // row start cut both runs at unaligned places and walked every other
 // continuation's tiles to find them empty: the packed backward ran at 0.91 of
 // the unpacked one's time for 0.86 of its pairs.)
-static inline int seg_of(const skpo_attn_runs *ru, int i) { return ru ? ru->own0[i] - ru->s0 : 0; }
+//
+// The cursor: walking tokens i in order, *sg is the first token of i's
+// segment and *bk its first block.
+static inline void seg_cursor(const skpo_attn_runs *ru, int i, int *sg, int *bk) {
+    int s = ru ? ru->own0[i] - ru->s0 : 0;
+    if (s != *sg) *bk += (s - *sg + 15) / 16, *sg = s;
+}
 
 size_t skpo_attn_bwd_scratch(int n, const skpo_attn_runs *ru, int HS) {
-    size_t blocks = 0;
-    for (int a = 0, b; a < n; a = b) {
-        for (b = a + 1; b < n && seg_of(ru, b) == seg_of(ru, a);) b++;
-        blocks += (size_t)(b - a + 15) / 16;
-    }
-    return 2 * (size_t)HS * 16 * blocks + 16;
+    int sg = 0, bk = 0;
+    for (int i = 0; i < n; i++) seg_cursor(ru, i, &sg, &bk);
+    return 2 * (size_t)HS * 16 * (size_t)(bk + (n - sg + 15) / 16) + 16;
 }
 
 // --- backward, AVX-512 ---------------------------------------------------------------------
@@ -146,13 +149,12 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
                                                               const skpo_attn_runs *ru, int NH, int NKV, int g, int grp,
                                                               const int NV, float scale, float *kt, float *vt) {
     const int HS = NV * 16;
-    size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS, nfl = (skpo_attn_bwd_scratch(n, ru, HS) - 16) / 2;
-    // kt, vt: per key block, HS rows of 16 (block-major, so a tile's K^T is
-    // 16 HS contiguous floats); zero past each segment's end.
-    memset(kt, 0, nfl * sizeof(float));
-    memset(vt, 0, nfl * sizeof(float));
+    size_t qs = (size_t)NH * HS, ks = (size_t)NKV * HS;
+    // kt, vt (vt follows kt): per key block, HS rows of 16 (block-major, so a
+    // tile's K^T is 16 HS contiguous floats); zero past each segment's end.
+    memset(kt, 0, (size_t)(vt - kt) * 2 * sizeof(float));
     for (int j = 0, sg = 0, bk = 0; j < n; j++) {
-        if (seg_of(ru, j) != sg) bk += (seg_of(ru, j) - sg + 15) / 16, sg = seg_of(ru, j);
+        seg_cursor(ru, j, &sg, &bk);
         size_t b = (size_t)(bk + (j - sg) / 16) * HS * 16 + (size_t)((j - sg) % 16);
         for (int d = 0; d < HS; d++) {
             kt[b + (size_t)d * 16] = k[(size_t)j * ks + (size_t)g * HS + d];
@@ -167,7 +169,7 @@ T512 __attribute__((always_inline)) static inline void bwd512(float *dq, float *
     __m512 vscale = _mm512_set1_ps(scale);
     for (int h = g * grp; h < (g + 1) * grp; h++)
         for (int i0 = 0, ni, sg = 0, bk = 0; i0 < n; i0 += ni) {
-            if (seg_of(ru, i0) != sg) bk += (seg_of(ru, i0) - sg + 15) / 16, sg = seg_of(ru, i0);
+            seg_cursor(ru, i0, &sg, &bk);
             ni = tile_rows(ru, i0, n);
             // The prefix run [0, pl) (blocks 0 ..), then the own run [sg, i0 + ni).
             int pl = ru ? ru->pre_end[i0] - ru->s0 : 0, npre = (pl + 15) / 16, nown = (i0 + ni - 1 - sg) / 16 + 1;

@@ -83,7 +83,7 @@ static const char CUDNN_LIB[] = "libcudnn.so.9";
 
 // NULL when libcudnn is loaded, else why not.
 static const char *load_cudnn(void) {
-    static char why[512];
+    static char why[256];
     if (cudnn_frontend::cudnn_dlhandle) return nullptr;
     if (why[0]) return why;
     cudnn_frontend::cudnn_dlhandle = dlopen(CUDNN_LIB, RTLD_NOW | RTLD_LOCAL);
@@ -158,9 +158,10 @@ static void ver(char *out, size_t n, size_t v) {
 extern "C" skpo_status skpo_cudnn_check(skpo_cuda *c, skpo_err *err) {
     if (!c) return skpo_err_set(err, SKPO_EUNSUPPORTED, "cuDNN attention: no CUDA context");
     dnn_state *d = state_of(c);
-    if (!d->usable && load_cudnn()) {
+    const char *unloaded = d->usable ? nullptr : load_cudnn();
+    if (unloaded) {
         d->usable = -1;
-        snprintf(d->why, sizeof d->why, "cuDNN attention: %s", load_cudnn());
+        snprintf(d->why, sizeof d->why, "cuDNN attention: %s", unloaded);
     }
     if (!d->usable) {
         char lib[24], hdr[24];
