@@ -47,26 +47,18 @@ static float row_portable(float *o, const float *q, const skpo_kv_span *sp, int 
 // --- AVX-512 ---------------------------------------------------------------------------------
 
 #if defined(__x86_64__)
-T512 __attribute__((always_inline)) static inline float row512(float *o, const float *qr, const skpo_kv_span *sp,
-                                                               int nsp, const int NV, float scale, float *p) {
-    __m512 q[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) q[i] = _mm512_loadu_ps(qr + 16 * i);
-    float mx = -INFINITY;
-    int n = 0;
-    for (int s = 0; s < nsp; s++)
-        for (int j = 0; j < sp[s].n; j++, n++) {
-            const float *kj = sp[s].k + (size_t)j * sp[s].stride;
-            __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj)), a1 = _mm512_setzero_ps();
-#pragma GCC unroll 16
-            for (int i = 1; i < NV; i++) {
-                if (i & 1) a1 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a1);
-                else a0 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a0);
-            }
-            float z = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
-            p[n] = z;
-            mx = z > mx ? z : mx;
-        }
+// A row's softmax after its scores p[0..n): the largest score (lane-wise
+// over 16 at a time from index 0, then across lanes: one order for every
+// caller, so ties of +0 and -0 and NaN scores resolve alike), then
+// p[j] = exp(p[j] - max) 16 at a time. Returns log(sum) + max; *inv = 1 / sum.
+T512 static float softmax512(float *p, int n, float *inv) {
+    __m512 vmx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) {
+        int left = n - j;
+        __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        vmx = _mm512_mask_max_ps(vmx, m, _mm512_maskz_loadu_ps(m, p + j), vmx);
+    }
+    float mx = _mm512_reduce_max_ps(vmx);
     __m512 vm = _mm512_set1_ps(mx), vs = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
         int left = n - j;
@@ -75,7 +67,58 @@ T512 __attribute__((always_inline)) static inline float row512(float *o, const f
         _mm512_mask_storeu_ps(p + j, m, e);
         vs = _mm512_add_ps(vs, e);
     }
-    float sum = _mm512_reduce_add_ps(vs), inv = 1.0f / sum;
+    float sum = _mm512_reduce_add_ps(vs);
+    *inv = 1.0f / sum;
+    return mx + logf(sum);
+}
+
+// q . k before its horizontal sum: two accumulators over alternate 16-float
+// chunks, added lane-wise. Every score is this, then _mm512_reduce_add_ps
+// (or hsum16, the same additions), then * scale.
+T512 __attribute__((always_inline)) static inline __m512 dot16(const __m512 *q, const float *kj, const int NV) {
+    __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj)), a1 = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 1; i < NV; i++) {
+        if (i & 1) a1 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a1);
+        else a0 = _mm512_fmadd_ps(q[i], _mm512_loadu_ps(kj + 16 * i), a0);
+    }
+    return _mm512_add_ps(a0, a1);
+}
+
+// Lane m: _mm512_reduce_add_ps(a[m]), the same additions in the same pairs
+// (GCC's order: lanes i and i+8, then i and i+4, then 0+2 and 1+3, then the
+// two), for 16 vectors at once: ~3 instructions a sum instead of 8.
+T512 __attribute__((always_inline)) static inline __m512 hsum16(const __m512 *a) {
+    __m512 x[8], z[4], w[2];
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) // 2m, 2m+1: [lo halves] + [hi halves] -> 8 partial sums each
+        x[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE),
+                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44));
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) // 128-bit lane t of z[m]: 4m + t, 4 partial sums
+        z[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0xDD),
+                             _mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0x88));
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++) // lane t: [8m+t: 0+2, 1+3; 8m+4+t: 0+2, 1+3]
+        w[m] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0x44),
+                             _mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0xEE));
+    __m512 v = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    // v[4t + u] is the sum of a[t + 4u]
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, v);
+}
+
+// One query row (decode, prefill): scores one key at a time.
+T512 __attribute__((always_inline)) static inline float row512(float *o, const float *qr, const skpo_kv_span *sp,
+                                                               int nsp, const int NV, float scale, float *p) {
+    __m512 q[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; i++) q[i] = _mm512_loadu_ps(qr + 16 * i);
+    int n = 0;
+    for (int s = 0; s < nsp; s++)
+        for (int j = 0; j < sp[s].n; j++, n++)
+            p[n] = _mm512_reduce_add_ps(dot16(q, sp[s].k + (size_t)j * sp[s].stride, NV)) * scale;
+    float inv, lse = softmax512(p, n, &inv);
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < NV; i++) acc[i] = _mm512_setzero_ps();
@@ -89,7 +132,84 @@ T512 __attribute__((always_inline)) static inline float row512(float *o, const f
         }
 #pragma GCC unroll 16
     for (int i = 0; i < NV; i++) _mm512_storeu_ps(o + 16 * i, acc[i]);
-    return mx + logf(sum);
+    return lse;
+}
+
+// R consecutive query rows of one segment (a whole-sequence pass): row u sees
+// the keys of sp[] and then the u keys that follow its last span. Each key
+// and value is loaded once for the R rows and the scores' horizontal sums go
+// 16 at a time (hsum16); every row's arithmetic is row512's, in its order.
+T512 __attribute__((always_inline)) static inline void rows512(float *o, size_t os, const float *qr, size_t qs,
+                                                               const skpo_kv_span *sp, int nsp, const int NV,
+                                                               const int R, float scale, float *p, size_t ps,
+                                                               float *lse) {
+    enum { KM = 16 };
+    const int K = KM / R; // keys per hsum16
+    __m512 q[4][16];
+    for (int u = 0; u < R; u++)
+#pragma GCC unroll 16
+        for (int i = 0; i < NV; i++) q[u][i] = _mm512_loadu_ps(qr + (size_t)u * qs + 16 * i);
+    const __m512 vsc = _mm512_set1_ps(scale);
+    int n = 0;
+    for (int s = 0; s < nsp; s++) {
+        const float *kb = sp[s].k;
+        size_t st = sp[s].stride;
+        int j = 0;
+        for (; j + K <= sp[s].n; j += K, n += K) {
+            __m512 part[16];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < K; jj++)
+#pragma GCC unroll 4
+                for (int u = 0; u < R; u++) part[u * K + jj] = dot16(q[u], kb + (size_t)(j + jj) * st, NV);
+            __m512 z = _mm512_mul_ps(hsum16(part), vsc);
+            if (R == 1) _mm512_storeu_ps(p + n, z);
+            else if (R == 2) {
+                _mm256_storeu_ps(p + n, _mm512_castps512_ps256(z));
+                _mm256_storeu_ps(p + ps + n, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+            } else {
+                _mm_storeu_ps(p + n, _mm512_castps512_ps128(z));
+                _mm_storeu_ps(p + ps + n, _mm512_extractf32x4_ps(z, 1));
+                _mm_storeu_ps(p + 2 * ps + n, _mm512_extractf32x4_ps(z, 2));
+                _mm_storeu_ps(p + 3 * ps + n, _mm512_extractf32x4_ps(z, 3));
+            }
+        }
+        for (; j < sp[s].n; j++, n++)
+            for (int u = 0; u < R; u++)
+                p[(size_t)u * ps + n] = _mm512_reduce_add_ps(dot16(q[u], kb + (size_t)j * st, NV)) * scale;
+    }
+    const float *kx = sp[nsp - 1].k + (size_t)sp[nsp - 1].n * sp[nsp - 1].stride, *vx;
+    size_t sx = sp[nsp - 1].stride;
+    for (int u = 1; u < R; u++)
+        for (int e = 0; e < u; e++)
+            p[(size_t)u * ps + n + e] = _mm512_reduce_add_ps(dot16(q[u], kx + (size_t)e * sx, NV)) * scale;
+    float inv[4];
+    for (int u = 0; u < R; u++) lse[u] = softmax512(p + (size_t)u * ps, n + u, &inv[u]);
+    __m512 acc[4][16];
+    for (int u = 0; u < R; u++)
+#pragma GCC unroll 16
+        for (int i = 0; i < NV; i++) acc[u][i] = _mm512_setzero_ps();
+    n = 0;
+    for (int s = 0; s < nsp; s++)
+        for (int j = 0; j < sp[s].n; j++, n++) {
+            const float *vj = sp[s].v + (size_t)j * sp[s].stride;
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i++) {
+                __m512 vv = _mm512_loadu_ps(vj + 16 * i);
+#pragma GCC unroll 4
+                for (int u = 0; u < R; u++)
+                    acc[u][i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)u * ps + n] * inv[u]), vv, acc[u][i]);
+            }
+        }
+    vx = sp[nsp - 1].v + (size_t)sp[nsp - 1].n * sx;
+    for (int u = 1; u < R; u++)
+        for (int e = 0; e < u; e++) {
+            __m512 w = _mm512_set1_ps(p[(size_t)u * ps + n + e] * inv[u]);
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i++) acc[u][i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vx + (size_t)e * sx + 16 * i), acc[u][i]);
+        }
+    for (int u = 0; u < R; u++)
+#pragma GCC unroll 16
+        for (int i = 0; i < NV; i++) _mm512_storeu_ps(o + (size_t)u * os + 16 * i, acc[u][i]);
 }
 
 T512 static float row512_any(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p) {
@@ -99,6 +219,20 @@ T512 static float row512_any(float *o, const float *q, const skpo_kv_span *sp, i
         R512(9) R512(10) R512(11) R512(12) R512(13) R512(14) R512(15) R512(16)
 #undef R512
     default: SKPO_ASSERT(0); return 0;
+    }
+}
+
+// Rows at once by head size: as many as keep R x NV accumulators in 16 registers.
+static int rows_at_once(int HS) { return HS <= 64 ? 4 : HS <= 128 ? 2 : 1; }
+
+T512 static void rows512_any(float *o, size_t os, const float *q, size_t qs, const skpo_kv_span *sp, int nsp, int HS,
+                             float scale, float *p, size_t ps, float *lse) {
+    switch (HS / 16) {
+#define W512(nv_) case nv_: rows512(o, os, q, qs, sp, nsp, nv_, nv_ <= 4 ? 4 : nv_ <= 8 ? 2 : 1, scale, p, ps, lse); break;
+        W512(1) W512(2) W512(3) W512(4) W512(5) W512(6) W512(7) W512(8)
+        W512(9) W512(10) W512(11) W512(12) W512(13) W512(14) W512(15) W512(16)
+#undef W512
+    default: SKPO_ASSERT(0);
     }
 }
 
@@ -281,4 +415,26 @@ float skpo_attn_row(float *o, const float *q, const skpo_kv_span *sp, int nsp, i
     if (skpo_attn_fast_ok(HS)) return row512_any(o, q, sp, nsp, HS, scale, p);
 #endif
     return row_portable(o, q, sp, nsp, HS, scale, p);
+}
+
+int skpo_attn_rows_max(int HS) {
+#if defined(__x86_64__)
+    if (skpo_attn_fast_ok(HS)) return rows_at_once(HS);
+#endif
+    return 1;
+}
+
+void skpo_attn_rows(float *o, size_t os, const float *q, size_t qs, const skpo_kv_span *sp, int nsp, int R, int HS,
+                    float scale, float *p, size_t ps, float *lse) {
+    SKPO_ASSERT(nsp >= 1 && nsp <= SKPO_ATTN_ROWS_SPANS && R >= 1 && R <= skpo_attn_rows_max(HS));
+#if defined(__x86_64__)
+    if (R > 1 && R == rows_at_once(HS) && skpo_attn_fast_ok(HS)) {
+        rows512_any(o, os, q, qs, sp, nsp, HS, scale, p, ps, lse);
+        return;
+    }
+#endif
+    skpo_kv_span s2[SKPO_ATTN_ROWS_SPANS];
+    memcpy(s2, sp, (size_t)nsp * sizeof *sp);
+    for (int u = 0; u < R; u++, s2[nsp - 1].n++)
+        lse[u] = skpo_attn_row(o + (size_t)u * os, q + (size_t)u * qs, s2, nsp, HS, scale, p);
 }

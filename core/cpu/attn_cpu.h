@@ -40,6 +40,19 @@ int skpo_attn_fast_ok(int HS);
 // p: as many floats as there are keys, scratch.
 float skpo_attn_row(float *o, const float *q, const skpo_kv_span *sp, int nsp, int HS, float scale, float *p);
 
+// R consecutive query rows at once, the same bits as R calls of
+// skpo_attn_row: row u (q + u qs, o + u os) sees the keys of sp[0..nsp) and
+// then the u key rows that follow the last span (the causal rows of one
+// segment of a whole-sequence pass). Each key and value is read once for the
+// R rows and the scores' horizontal sums are done 16 at a time. R at most
+// skpo_attn_rows_max(HS) (1 where the portable path runs), nsp at most
+// SKPO_ATTN_ROWS_SPANS; p: R rows of ps floats (ps at least the keys of row
+// R-1), scratch; lse[u]: row u's log-normaliser.
+enum { SKPO_ATTN_ROWS_SPANS = 4 };
+int skpo_attn_rows_max(int HS);
+void skpo_attn_rows(float *o, size_t os, const float *q, size_t qs, const skpo_kv_span *sp, int nsp, int R, int HS,
+                    float scale, float *p, size_t ps, float *lse);
+
 // The visible keys of a packed row's queries (base/attn_mask.h
 // skpo_mask_runs): query i of the row sees keys [row start, pre_end[i]) and
 // [own0[i], i]. The arrays point at the row's first token; their values are

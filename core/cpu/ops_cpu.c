@@ -271,32 +271,41 @@ static int row_spans(skpo_kv_span *sp, const float *k, const float *v, size_t ks
     return n;
 }
 
-// Forward attention of every row goes through skpo_attn_row (attn_cpu.h),
-// the same per-row arithmetic as decode over the paged cache: a sequence's
-// whole-sequence pass gives the bits its prefill and decode steps gave, and a
-// packed continuation the bits of its unpacked sequence.
+// Forward attention of every row goes through skpo_attn_row's arithmetic
+// (attn_cpu.h), the same per-row arithmetic as decode over the paged cache: a
+// sequence's whole-sequence pass gives the bits its prefill and decode steps
+// gave, and a packed continuation the bits of its unpacked sequence. Rows go
+// R at a time (skpo_attn_rows: consecutive rows of one segment, which see the
+// same keys but for their last few), so each key is read once for R rows.
 static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const int *seq_off,
                           int nseq, const int *seg, int NH, int NKV, int HS) {
-    int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV;
+    int N = seq_off[nseq], T = max_seq_len(seq_off, nseq), grp = NH / NKV, R = skpo_attn_rows_max(HS);
     float scale = 1.0f / sqrtf((float)HS);
-    size_t ks = (size_t)NKV * HS;
+    size_t ks = (size_t)NKV * HS, qs = (size_t)NH * HS;
     mask_runs mr = mask_runs_new(seq_off, nseq, seg);
-    int *row0 = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int));
+    // Chunks of up to R rows, none across a segment: chunk c starts at row c0[c].
+    int *row0 = skpo_xmalloc((size_t)(N ? N : 1) * sizeof(int)), *c0 = skpo_xmalloc((size_t)(N + 1) * sizeof(int)), nc = 0;
     for (int s = 0; s < nseq; s++)
-        for (int r = seq_off[s]; r < seq_off[s + 1]; r++) row0[r] = seq_off[s];
+        for (int r = seq_off[s]; r < seq_off[s + 1]; r++) {
+            row0[r] = seq_off[s];
+            if (r == seq_off[s] || mr.own0[r] != mr.own0[r - 1] || r - c0[nc - 1] == R) c0[nc++] = r;
+        }
+    c0[nc] = N;
 #pragma omp parallel
     {
-        float *p = skpo_xmalloc((size_t)(T ? T : 1) * sizeof(float));
+        float *p = skpo_xmalloc((size_t)R * (T ? T : 1) * sizeof(float)), l[4];
 #pragma omp for schedule(dynamic, 8)
-        for (long it = 0; it < (long)N * NH; it++) {
-            int r = (int)(it / NH), h = (int)(it % NH), g = h / grp;
+        for (long it = 0; it < (long)nc * NH; it++) {
+            int c = (int)(it / NH), h = (int)(it % NH), r = c0[c], nr = c0[c + 1] - r;
             skpo_kv_span sp[2];
-            int nsp = row_spans(sp, k, v, ks, (size_t)g * HS, row0[r], mr.pre_end[r], mr.own0[r], r);
-            float l = skpo_attn_row(out + it * HS, q + it * HS, sp, nsp, HS, scale, p);
-            if (lse) lse[it] = l;
+            int nsp = row_spans(sp, k, v, ks, (size_t)(h / grp) * HS, row0[r], mr.pre_end[r], mr.own0[r], r);
+            size_t at = (size_t)r * NH + (size_t)h;
+            skpo_attn_rows(out + at * HS, qs, q + at * HS, qs, sp, nsp, nr, HS, scale, p, (size_t)T, l);
+            for (int u = 0; lse && u < nr; u++) lse[at + (size_t)u * NH] = l[u];
         }
         free(p);
     }
+    free(c0);
     free(row0);
     free(mr.pre_end);
 }
