@@ -4,7 +4,9 @@
  * through memory and a libm expf per position; the AVX-512 path keeps the
  * query and the output row in zmm registers (head sizes multiple of 16 up
  * to 256), uses two dot-product accumulators and computes the exponentials
- * 16 at a time. The backward (no invariance needed) works on 16 x 16 tiles.
+ * 16 at a time; several rows at once share each key's loads and do their
+ * horizontal sums 16 at a time, in the same order. The backward (no
+ * invariance needed) works on 16 x 16 tiles.
  */
 #include "cpu/attn_cpu.h"
 #include "base/common.h"

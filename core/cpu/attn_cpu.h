@@ -2,7 +2,8 @@
  * attn_cpu.h - one query row's causal attention for one head (private to
  * core/cpu/), the single place where the CPU computes softmax(q k^T) v in a
  * forward pass: prefill and decode over the paged KV cache and the
- * whole-sequence pass of scoring and training all call skpo_attn_row, so a
+ * whole-sequence pass of scoring and training all compute skpo_attn_row's
+ * arithmetic (the last through skpo_attn_rows, several rows at once), so a
  * row's output is the same bits in all of them.
  *
  * The keys a row sees are given as spans: runs of consecutive key rows (a
